@@ -1,0 +1,1 @@
+"""pipecheck: is your PyTorch input pipeline holding training back, why, and what to change."""

@@ -1,0 +1,457 @@
+"""Plain data: what the probes measured (raw records) and what analysis derived (summaries).
+
+Everything here is a frozen dataclass of JSON-friendly fields, so a report round-trips through
+JSON exactly (:func:`to_jsonable` / :func:`from_jsonable`). Units live in field names: ``_s`` is
+seconds, ``_bytes`` bytes, ``_per_s`` a rate per second, ``_fraction`` a 0-1 fraction and
+``_percent`` 0-100 percent where 100 means one fully busy core for a process (psutil's
+convention) and all cores busy for the whole system. Times named ``*_at_s`` are seconds since the
+run started (the first ``iter()`` of the wrapped loader). ``None`` means "not measured", never 0.
+
+Nothing here measures or renders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+# ---------------------------------------------------------------------------------------------
+# Context: where the run happened and what loader it measured
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The host the run happened on.
+
+    ``cpu_count`` is logical CPUs (``os.cpu_count()``); ``usable_cpus`` the ones this process may
+    run on (``os.sched_getaffinity``), which is what a worker count must respect.
+    """
+
+    cpu_count: int
+    usable_cpus: int
+    python: str
+    torch: Optional[str]
+    platform: str
+    cuda: bool
+    cuda_device: Optional[str] = None
+    total_memory_bytes: Optional[int] = None
+    pipecheck: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """The loader's settings, with torch's keyword names. ``None`` where they do not apply
+    (a generic iterable has no ``num_workers``)."""
+
+    type: str
+    num_workers: Optional[int] = None
+    prefetch_factor: Optional[int] = None
+    batch_size: Optional[int] = None
+    pin_memory: Optional[bool] = None
+    persistent_workers: Optional[bool] = None
+    in_order: Optional[bool] = None
+    drop_last: Optional[bool] = None
+    multiprocessing_context: Optional[str] = None
+    dataset_type: Optional[str] = None
+    dataset_len: Optional[int] = None
+    batches_per_epoch: Optional[int] = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw consumer records (probes/consumer.py)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchTiming:
+    """One batch seen by the consumer.
+
+    ``start_at_s``: when the consumer called ``next()``; ``wait_s``: time blocked in ``next()``;
+    ``compute_s``: time from ``next()`` returning to the following ``next()`` call (``None``
+    when the loop ended without another call, e.g. on ``break``).
+    """
+
+    index: int
+    epoch: int
+    start_at_s: float
+    wait_s: float
+    compute_s: Optional[float]
+    samples: int
+
+
+@dataclass(frozen=True)
+class EpochTiming:
+    """One pass over the loader (one ``iter()`` call).
+
+    ``first_batch_s`` is the wait for its first batch (worker start-up included);
+    ``wall_s`` runs from ``iter()`` to the end of the pass. ``ended`` is one of
+    ``exhausted`` (StopIteration), ``break`` (iterator dropped early), ``error`` (the loader
+    raised), ``interrupted`` (KeyboardInterrupt inside ``next()``) or ``running``.
+    """
+
+    epoch: int
+    started_at_s: float
+    batches: int
+    samples: int
+    wait_s: float
+    compute_s: float
+    wall_s: float
+    first_batch_s: Optional[float]
+    ended: str
+
+
+@dataclass(frozen=True)
+class ConsumerRecord:
+    """Exact counters over the whole run plus a bounded, evenly spaced sample of batches.
+
+    ``timeline`` keeps every ``timeline_stride``-th batch (the stride doubles whenever the buffer
+    fills), so it covers the whole run in bounded memory. ``sampled_*`` fields come from reading
+    the main thread's CPU clock around a subset of batches (``thread_time``): CPU seconds spent
+    per wall second while waiting and while computing.
+    """
+
+    batches: int
+    samples: int
+    tokens: Optional[int]
+    wait_s: float
+    compute_s: float
+    wall_s: float
+    epochs: list[EpochTiming]
+    timeline: list[BatchTiming]
+    timeline_stride: int
+    status: str
+    error: Optional[str] = None
+    sampled_wait_wall_s: float = 0.0
+    sampled_wait_cpu_s: float = 0.0
+    sampled_compute_wall_s: float = 0.0
+    sampled_compute_cpu_s: float = 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw producer records (probes/workers.py)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerBatch:
+    """One batch produced by a worker (``worker_id`` -1 is the main process when
+    ``num_workers=0``). ``end_at_s`` is when collation finished."""
+
+    worker_id: int
+    end_at_s: float
+    fetch_s: float
+    collate_s: float
+    samples: int
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """Exact per-worker counters, plus the most recent batches (bounded ring).
+
+    ``busy_s = fetch_s + collate_s``: wall time spent producing batches. ``pids`` lists every
+    process that served this worker id (a new one per epoch without ``persistent_workers``).
+    """
+
+    id: int
+    pid: int
+    pids: list[int]
+    batches: int
+    samples: int
+    fetch_s: float
+    collate_s: float
+    busy_s: float
+    first_at_s: Optional[float]
+    last_at_s: Optional[float]
+    recent: list[WorkerBatch] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw host records (probes/host.py)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """One tick of the host sampler.
+
+    CPU percents of processes: 100 = one core. ``system_cpu_percent``: all cores, 0-100.
+    ``read_bytes_per_s`` hit storage; ``read_chars_per_s`` include page-cache hits.
+    """
+
+    at_s: float
+    system_cpu_percent: float
+    iowait_percent: Optional[float]
+    main_cpu_percent: float
+    workers_cpu_percent: float
+    main_rss_bytes: int
+    workers_rss_bytes: int
+    workers_pss_bytes: Optional[int]
+    read_bytes_per_s: Optional[float]
+    read_chars_per_s: Optional[float]
+    available_memory_bytes: int
+
+
+@dataclass(frozen=True)
+class ProcessStats:
+    """One process over the run: ``role`` is ``main``, ``worker`` or ``child`` (a process a
+    worker started). ``cpu_s`` is user+system CPU seconds consumed while observed."""
+
+    pid: int
+    role: str
+    cpu_s: float
+    cpu_percent_mean: float
+    rss_max_bytes: int
+    pss_max_bytes: Optional[int]
+    read_bytes: Optional[int]
+    read_chars: Optional[int]
+    first_seen_at_s: float
+    last_seen_at_s: float
+    worker_id: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """What the psutil sampler saw. ``overhead_cpu_s`` is the sampler thread's own CPU time;
+    ``status`` is ``ok`` or ``unavailable`` (with ``note`` saying why)."""
+
+    status: str
+    interval_s: float
+    samples_taken: int
+    duration_s: float
+    system_cpu_percent_mean: Optional[float]
+    iowait_fraction_mean: Optional[float]
+    read_bytes_per_s: Optional[float]
+    read_chars_per_s: Optional[float]
+    main_cpu_s: Optional[float]
+    workers_cpu_s: Optional[float]
+    overhead_cpu_s: float
+    processes: list[ProcessStats] = field(default_factory=list)
+    timeline: list[HostSample] = field(default_factory=list)
+    note: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """Everything one driver (wrap or stress) measured, before any analysis."""
+
+    kind: str
+    created: str
+    environment: Environment
+    loader: LoaderConfig
+    consumer: ConsumerRecord
+    workers: list[WorkerRecord]
+    worker_probe: str
+    host: Optional[HostRecord]
+
+
+# ---------------------------------------------------------------------------------------------
+# Summaries (analysis/)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """Distribution of a duration in seconds (mean and percentiles)."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+
+@dataclass(frozen=True)
+class ConsumerSummary:
+    """The consumer's side of the run (contract keys first).
+
+    ``stall_fraction = wait_s / (wait_s + compute_s)`` over the whole run, epoch starts included;
+    ``steady_stall_fraction`` leaves out each epoch's first batch. ``demand_batches_per_s`` is
+    ``1 / mean(compute_s)``: what the step could take if data were free.
+    """
+
+    batches: int
+    samples: int
+    wall_s: float
+    wait_s: float
+    compute_s: float
+    stall_fraction: Optional[float]
+    samples_per_s: Optional[float]
+    batches_per_s: Optional[float]
+    tokens_per_s: Optional[float]
+    first_batch_s: Optional[float]
+    tokens: Optional[int] = None
+    epochs: int = 0
+    steady_stall_fraction: Optional[float] = None
+    demand_batches_per_s: Optional[float] = None
+    wait_time_s: Optional[Quantiles] = None
+    compute_time_s: Optional[Quantiles] = None
+    status: str = "complete"
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    """One worker id over the run. ``rate_batches_per_s = batches / busy_s`` is what the worker
+    produces while busy; ``cpu_fraction`` is CPU seconds per busy second (1.0 = CPU-bound,
+    near 0 = waiting on sleep, network or storage)."""
+
+    id: int
+    pid: int
+    batches: int
+    busy_s: float
+    samples: int = 0
+    fetch_s: float = 0.0
+    collate_s: float = 0.0
+    cpu_s: Optional[float] = None
+    rate_batches_per_s: Optional[float] = None
+    cpu_fraction: Optional[float] = None
+    rss_max_bytes: Optional[int] = None
+    pss_max_bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class ProducerSummary:
+    """The producer's side. ``capacity_batches_per_s`` is what the loader could deliver with no
+    consumer limit; ``capacity_basis`` says in words how it was derived."""
+
+    capacity_batches_per_s: Optional[float]
+    batch_time_s: Optional[Quantiles]
+    workers: list[WorkerSummary]
+    probe: str = "none"
+    capacity_samples_per_s: Optional[float] = None
+    capacity_basis: Optional[str] = None
+    per_worker_batches_per_s: Optional[float] = None
+    cpu_per_batch_s: Optional[float] = None
+    cpu_fraction: Optional[float] = None
+    main_cpu_per_batch_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One observation. ``kind`` is stable kebab-case (``input-bound``, ``slow-first-batch``);
+    ``severity`` is ``info``, ``warning`` or ``critical``; ``evidence`` holds the numbers behind
+    the message, with units in the keys."""
+
+    kind: str
+    severity: str
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """``verdict`` is ``input-bound``, ``compute-bound``, ``balanced`` or ``no-data``;
+    ``thresholds`` are the stall fractions the verdict was judged against."""
+
+    verdict: str
+    bottleneck: str
+    findings: list[Finding]
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """Predicted effect of a change; ``None`` fields could not be predicted."""
+
+    samples_per_s: Optional[float]
+    stall_fraction: Optional[float]
+    note: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Change ``setting`` (a DataLoader keyword) from ``current`` to ``proposed``."""
+
+    setting: str
+    current: Any
+    proposed: Any
+    expected: Expected
+    reason: str
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Bounded per-event detail for charts and traces."""
+
+    batches: list[BatchTiming] = field(default_factory=list)
+    epochs: list[EpochTiming] = field(default_factory=list)
+    worker_batches: list[WorkerBatch] = field(default_factory=list)
+    host: list[HostSample] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON conversion
+# ---------------------------------------------------------------------------------------------
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert dataclasses (recursively), lists and dicts into JSON-ready Python values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, float) and obj != obj:  # NaN is not JSON
+        return None
+    return obj
+
+
+def from_jsonable(cls: Any, data: Any, where: str = "report") -> Any:
+    """Build ``cls`` (a dataclass or a typing annotation) from JSON data.
+
+    Unknown keys are ignored (newer writers may add keys); a missing required key raises
+    ``KeyError`` naming its path, a wrongly typed value ``TypeError``.
+    """
+    origin = typing.get_origin(cls)
+    if cls is Any:
+        return data
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(cls)
+        if data is None:
+            if type(None) in args:
+                return None
+            raise TypeError(f"{where} must not be null")
+        inner = [a for a in args if a is not type(None)]
+        return from_jsonable(inner[0], data, where)
+    if dataclasses.is_dataclass(cls):
+        if not isinstance(data, dict):
+            raise TypeError(f"{where} must be an object, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            if f.name in data:
+                kwargs[f.name] = from_jsonable(hints[f.name], data[f.name], f"{where}.{f.name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise KeyError(f"{where}.{f.name}")
+        return cls(**kwargs)
+    if origin is list:
+        if not isinstance(data, list):
+            raise TypeError(f"{where} must be a list, got {type(data).__name__}")
+        (item,) = typing.get_args(cls)
+        return [from_jsonable(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise TypeError(f"{where} must be an object, got {type(data).__name__}")
+        _, value = typing.get_args(cls)
+        return {k: from_jsonable(value, v, f"{where}.{k}") for k, v in data.items()}
+    if cls is float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise TypeError(f"{where} must be a number, got {data!r}")
+        return float(data)
+    if cls is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise TypeError(f"{where} must be an integer, got {data!r}")
+        return data
+    if cls is bool:
+        if not isinstance(data, bool):
+            raise TypeError(f"{where} must be true or false, got {data!r}")
+        return data
+    if cls is str:
+        if not isinstance(data, str):
+            raise TypeError(f"{where} must be a string, got {data!r}")
+        return data
+    return data
