@@ -5,7 +5,7 @@ JSON exactly (:func:`to_jsonable` / :func:`from_jsonable`). Units live in field 
 seconds, ``_bytes`` bytes, ``_per_s`` a rate per second, ``_fraction`` a 0-1 fraction and
 ``_percent`` 0-100 percent where 100 means one fully busy core for a process (psutil's
 convention) and all cores busy for the whole system. Times named ``*_at_s`` are seconds since the
-run started (the first ``iter()`` of the wrapped loader). ``None`` means "not measured", never 0.
+run started (the ``pipecheck.wrap()`` call, or the start of a stress trial). ``None`` means "not measured", never 0.
 
 Nothing here measures or renders.
 """

@@ -1,0 +1,84 @@
+"""Analysis: pure functions from a :class:`~pipecheck.records.RunRecord` to summaries, a
+diagnosis and a what-if throughput model. No I/O, no clocks, no torch.
+
+Modules: ``consumer`` (stall, throughput, demand), ``producer`` (per-worker rates, CPU,
+capacity), ``model`` (what-if predictions for other settings), ``verdict`` (verdict and
+findings), ``stats`` and ``wording`` (helpers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from pipecheck.analysis.consumer import summarize_consumer
+from pipecheck.analysis.model import (
+    LoaderSettings,
+    Prediction,
+    ThroughputModel,
+    build_model,
+    data_gaps,
+)
+from pipecheck.analysis.producer import summarize_producer
+from pipecheck.analysis.verdict import (
+    DEFAULT_COMPUTE_BOUND_STALL,
+    DEFAULT_INPUT_BOUND_STALL,
+    diagnose,
+)
+from pipecheck.records import ConsumerSummary, Diagnosis, ProducerSummary, RunRecord
+
+__all__ = [
+    "DEFAULT_COMPUTE_BOUND_STALL",
+    "DEFAULT_INPUT_BOUND_STALL",
+    "Analysis",
+    "LoaderSettings",
+    "Prediction",
+    "ThroughputModel",
+    "analyze",
+]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything derived from one run. ``model`` is ``None`` when the measurements cannot
+    support predictions (the diagnosis then carries an ``insufficient-data`` finding)."""
+
+    consumer: ConsumerSummary
+    producer: ProducerSummary
+    diagnosis: Diagnosis
+    model: Optional[ThroughputModel]
+
+
+def analyze(
+    run: RunRecord,
+    *,
+    input_bound_stall: float = DEFAULT_INPUT_BOUND_STALL,
+    compute_bound_stall: float = DEFAULT_COMPUTE_BOUND_STALL,
+) -> Analysis:
+    """Summarize, diagnose and model ``run``.
+
+    ``input_bound_stall`` / ``compute_bound_stall`` are steady stall fractions (0-1): at or above
+    the first the verdict is ``input-bound``, at or below the second ``compute-bound``, between
+    them ``balanced`` (defaults 0.10 and 0.03, pipecheck's choice; see
+    :mod:`pipecheck.analysis.verdict`). Raises ``ValueError`` unless
+    ``0 <= compute_bound_stall <= input_bound_stall <= 1``. A run with no batches gives the
+    verdict ``no-data``, never an exception.
+    """
+    if not 0.0 <= compute_bound_stall <= input_bound_stall <= 1.0:
+        raise ValueError(
+            "thresholds must satisfy 0 <= compute_bound_stall <= input_bound_stall <= 1, got "
+            f"compute_bound_stall={compute_bound_stall}, input_bound_stall={input_bound_stall}"
+        )
+    consumer = summarize_consumer(run.consumer)
+    producer = summarize_producer(run, consumer)
+    gaps = data_gaps(run, consumer, producer)
+    diagnosis = diagnose(
+        run,
+        consumer,
+        producer,
+        gaps,
+        input_bound_stall=input_bound_stall,
+        compute_bound_stall=compute_bound_stall,
+    )
+    model = None if gaps else build_model(run, consumer, producer)
+    return Analysis(consumer=consumer, producer=producer, diagnosis=diagnosis, model=model)

@@ -1,0 +1,143 @@
+"""The consumer's side of a run: stall, throughput, demand and epoch start-up, from the exact
+counters of a :class:`~pipecheck.records.ConsumerRecord` (quantiles from its sampled timeline).
+
+"Loop time" below is ``wait_s + compute_s``: the time spent inside the training loop, between
+the first ``next()`` call and the end of the last step. Rates are per second of loop time, so
+time the user spent outside the loop (evaluation between epochs, say) does not dilute them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pipecheck.analysis.stats import mean, quantiles, ratio
+from pipecheck.records import ConsumerRecord, ConsumerSummary, EpochTiming
+
+# Epochs that ended this way lost their last step's compute time: the loop never called next()
+# again (a break, or a pass still running), so that batch has no compute_s.
+_ENDINGS_WITHOUT_LAST_COMPUTE = ("break", "running")
+
+
+def summarize_consumer(record: ConsumerRecord) -> ConsumerSummary:
+    """Summarize the consumer record; never raises on an empty run.
+
+    * ``stall_fraction = wait_s / (wait_s + compute_s)`` over the whole run (0-1);
+    * ``steady_stall_fraction``: the same without each epoch's first batch (its wait is
+      ``EpochTiming.first_batch_s``, its step time taken as the mean); ``None`` when no batch is
+      left after removing them;
+    * ``samples_per_s``, ``batches_per_s``, ``tokens_per_s``: per second of loop time
+      (``wait_s + compute_s``); ``tokens_per_s`` only when tokens were counted;
+    * ``demand_batches_per_s = 1 / mean(compute_s per batch)``: what the step could take if
+      data were free;
+    * ``first_batch_s``: the first epoch's first-batch wait.
+
+    With zero batches every rate and fraction is ``None``.
+    """
+    loop_s = record.wait_s + record.compute_s
+    has_batches = record.batches > 0
+    steady = steady_stall_fraction(record) if has_batches else None
+    return ConsumerSummary(
+        batches=record.batches,
+        samples=record.samples,
+        wall_s=record.wall_s,
+        wait_s=record.wait_s,
+        compute_s=record.compute_s,
+        stall_fraction=ratio(record.wait_s, loop_s) if has_batches else None,
+        samples_per_s=ratio(record.samples, loop_s) if has_batches else None,
+        batches_per_s=ratio(record.batches, loop_s) if has_batches else None,
+        tokens_per_s=ratio(record.tokens, loop_s) if has_batches else None,
+        first_batch_s=record.epochs[0].first_batch_s if record.epochs else None,
+        tokens=record.tokens,
+        epochs=len(record.epochs),
+        steady_stall_fraction=steady,
+        demand_batches_per_s=ratio(compute_measured_batches(record), record.compute_s),
+        wait_time_s=quantiles(b.wait_s for b in record.timeline),
+        compute_time_s=quantiles(b.compute_s for b in record.timeline if b.compute_s is not None),
+        status=record.status,
+        error=record.error,
+    )
+
+
+def started_epochs(record: ConsumerRecord) -> list[EpochTiming]:
+    """Epochs that delivered a first batch (and so have a ``first_batch_s``)."""
+    return [e for e in record.epochs if e.batches > 0 and e.first_batch_s is not None]
+
+
+def steady_batch_count(record: ConsumerRecord) -> int:
+    """Batches that were not the first of their epoch."""
+    return max(record.batches - len(started_epochs(record)), 0)
+
+
+def steady_wait_s(record: ConsumerRecord) -> float:
+    """Total wait in seconds without each epoch's first-batch wait."""
+    first_waits_s = sum(e.first_batch_s for e in started_epochs(record))
+    return max(record.wait_s - first_waits_s, 0.0)
+
+
+def steady_stall_fraction(record: ConsumerRecord) -> Optional[float]:
+    """``steady_wait / (steady_wait + steady_compute)``, 0-1, where the first batches' compute
+    is estimated at the mean step time; ``None`` with no steady batch."""
+    steady = steady_batch_count(record)
+    step_s = ratio(record.compute_s, compute_measured_batches(record))
+    if steady == 0 or step_s is None:
+        return None
+    wait_s = steady_wait_s(record)
+    compute_s = max(record.compute_s - len(started_epochs(record)) * step_s, 0.0)
+    return ratio(wait_s, wait_s + compute_s)
+
+
+def steady_batches_per_s(record: ConsumerRecord) -> Optional[float]:
+    """Batches per second of loop time over the steady batches (the rate the pipeline actually
+    sustained between epoch starts); ``None`` with no steady batch."""
+    stall = steady_stall_fraction(record)
+    step_s = ratio(record.compute_s, compute_measured_batches(record))
+    if stall is None or step_s is None or stall >= 1.0:
+        return None
+    # Each steady batch takes step / (1 - stall) of loop time.
+    return (1.0 - stall) / step_s
+
+
+def wait_cpu_per_batch_s(record: ConsumerRecord) -> Optional[float]:
+    """Main-thread CPU seconds per batch spent inside ``next()``: the sampled CPU per wall
+    second while waiting x the mean wait. With workers that is the cost of receiving a batch
+    (unpickling, mapping shared memory), paid even when the batch is ready; with
+    ``num_workers=0`` it is batch production. ``None`` when not sampled or no batches."""
+    cpu_per_wait_s = ratio(record.sampled_wait_cpu_s, record.sampled_wait_wall_s)
+    mean_wait_s = ratio(record.wait_s, record.batches)
+    if cpu_per_wait_s is None or mean_wait_s is None:
+        return None
+    return cpu_per_wait_s * mean_wait_s
+
+
+def mean_steady_wait_s(record: ConsumerRecord) -> Optional[float]:
+    """Mean wait per steady batch in seconds; ``None`` with no steady batch."""
+    return ratio(steady_wait_s(record), steady_batch_count(record))
+
+
+def compute_measured_batches(record: ConsumerRecord) -> int:
+    """Batches whose step time was measured: all of them, less the last batch of an epoch that
+    ended on ``break`` or is still running (the loop never came back for another batch)."""
+    unmeasured = sum(
+        1 for e in record.epochs if e.batches > 0 and e.ended in _ENDINGS_WITHOUT_LAST_COMPUTE
+    )
+    return max(record.batches - unmeasured, 0)
+
+
+def cold_epochs(record: ConsumerRecord, persistent_workers: Optional[bool]) -> list[EpochTiming]:
+    """Started epochs whose producer started from scratch: every epoch, or with
+    ``persistent_workers=True`` only the first (later ones reuse live workers)."""
+    started = started_epochs(record)
+    return started[:1] if persistent_workers else started
+
+
+def cold_start_s(record: ConsumerRecord, persistent_workers: Optional[bool]) -> Optional[float]:
+    """Mean first-batch wait in seconds of the cold epochs (see :func:`cold_epochs`)."""
+    return mean(e.first_batch_s for e in cold_epochs(record, persistent_workers))
+
+
+def mean_epoch_wall_s(record: ConsumerRecord) -> Optional[float]:
+    """Mean wall time in seconds of the epochs that ran to exhaustion, or of all started epochs
+    when none did (a run cut short); ``None`` with no started epoch."""
+    started = started_epochs(record)
+    finished = [e for e in started if e.ended == "exhausted"]
+    return mean(e.wall_s for e in (finished or started))

@@ -1,0 +1,301 @@
+"""What-if throughput model: predicts batches/s and stall for other loader settings from one
+measured run.
+
+The model, per steady batch (every batch but each epoch's first):
+
+* demand ``D = 1 / mean step time`` (the consumer's ceiling);
+* the consumer's floor per batch with workers: the step plus the main thread's CPU time to
+  receive a batch inside ``next()`` (unpickling, shared memory), paid even when it is ready;
+* producer capacity with ``N >= 1`` workers: ``min(N x r, CPU cap)``, ``r`` the measured
+  per-worker rate (batches / busy time) and the CPU cap from the measured worker and main-process
+  CPU per batch (:func:`pipecheck.analysis.producer.cpu_cap_batches_per_s`), never below the
+  steady rate the measured run sustained (its CPUs demonstrably managed that);
+* the batch-time tail: a batch is requested ``prefetch_factor x N`` batches ahead, i.e.
+  ``lead = prefetch_factor x N x max(floor, 1 / capacity)`` seconds before the step needs it
+  (about ``prefetch_factor x N / D`` whenever the producer keeps up); replaying the sampled batch
+  production times ``t`` against that lead gives a mean extra wait ``mean(max(0, t - lead))``;
+* steady time per batch ``= max(floor, 1 / capacity, floor + tail wait)``;
+* ``num_workers = 0`` is serial: ``1 / D + production time`` per batch, no overlap;
+* each epoch's first batch costs its measured start-up wait: every epoch without
+  ``persistent_workers``, only the first with it (later ones wait one batch's production time).
+
+``batches/s = batches / total time`` and ``stall = 1 - (1 / D) / (1 / batches/s)``, over a run
+shaped like the measured one (same batches per epoch, same epoch count unless told otherwise).
+
+Assumptions (also listed on each model): inter-process costs other than the measured receive
+CPU, and how worker start-up grows with N, are not modeled; batch times have no jitter beyond
+the sampled ones; CPU-bound work scales only up to the usable CPUs while latency-bound work (sleep,
+network, storage) scales with N until the CPU cap; per-worker rates and batch times were measured
+under the run's own CPU contention, so predictions for fewer workers are conservative;
+``in_order=True`` delivery (torch's default) for the tail.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from pipecheck.analysis.consumer import (
+    cold_start_s,
+    started_epochs,
+    steady_batch_count,
+    steady_batches_per_s,
+    wait_cpu_per_batch_s,
+)
+from pipecheck.analysis.producer import (
+    ASSUMED_PRODUCTION_CPU_FRACTION,
+    cpu_cap_batches_per_s,
+    main_cpu_per_batch_s,
+)
+from pipecheck.analysis.stats import mean, ratio
+from pipecheck.records import ConsumerSummary, ProducerSummary, RunRecord
+
+TORCH_DEFAULT_PREFETCH_FACTOR = 2
+"""``DataLoader``'s ``prefetch_factor`` when it is ``None`` and ``num_workers > 0``."""
+
+MIN_STEADY_BATCHES = 20
+"""Fewest steady batches (not first of an epoch) pipecheck builds a model and recommends from;
+fewer give rates dominated by warm-up noise. pipecheck's choice."""
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """The settings the model varies, with DataLoader's keyword names. ``prefetch_factor=None``
+    means torch's default (2) when ``num_workers > 0``."""
+
+    num_workers: int
+    prefetch_factor: Optional[int] = None
+    persistent_workers: bool = False
+
+    def effective_prefetch_factor(self) -> int:
+        """The prefetch factor the DataLoader would use (0 with no workers)."""
+        if self.num_workers == 0:
+            return 0
+        return self.prefetch_factor or TORCH_DEFAULT_PREFETCH_FACTOR
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted outcome of some settings: ``batches_per_s``, ``samples_per_s`` and
+    ``stall_fraction`` over a whole run (epoch starts included, comparable with the consumer
+    summary's), ``steady_*`` between epoch starts. ``limit`` names what sets the pace: ``step``
+    (the consumer), ``workers`` (N x per-worker rate), ``cpu`` (the CPU cap), ``batch-time tail``
+    (slow batches outrun the prefetch lead) or ``serial`` (``num_workers=0``)."""
+
+    batches_per_s: float
+    samples_per_s: Optional[float]
+    stall_fraction: float
+    capacity_batches_per_s: float
+    limit: str
+    steady_batches_per_s: float
+    steady_stall_fraction: float
+
+
+@dataclass(frozen=True)
+class ThroughputModel:
+    """The measured inputs of the what-if model (see the module docstring). Rates in batches/s,
+    times and CPU in seconds per batch; ``assumptions`` lists, in words, what was assumed rather
+    than measured for this run."""
+
+    measured: LoaderSettings
+    demand_batches_per_s: float
+    per_worker_batches_per_s: float
+    worker_cpu_per_batch_s: float
+    main_cpu_per_batch_s: float
+    usable_cpus: int
+    receive_s: float
+    sustained_batches_per_s: Optional[float]
+    samples_per_batch: Optional[float]
+    batch_times_s: tuple[float, ...]
+    batches: int
+    epochs: int
+    cold_start_s: float
+    warm_start_s: float
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def worker_cpu_fraction(self) -> float:
+        """Worker CPU seconds per busy second (1.0 CPU-bound, near 0 latency-bound)."""
+        return self.worker_cpu_per_batch_s * self.per_worker_batches_per_s
+
+    def cpu_cap_batches_per_s(self) -> Optional[float]:
+        """Batches/s the usable CPUs sustain, never below the steady rate the measured run
+        sustained; ``None`` when workers use no measurable CPU."""
+        cap = cpu_cap_batches_per_s(
+            self.usable_cpus,
+            self.worker_cpu_per_batch_s,
+            self.main_cpu_per_batch_s,
+            self.demand_batches_per_s,
+        )
+        if cap is None or self.sustained_batches_per_s is None:
+            return cap
+        return max(cap, self.sustained_batches_per_s)
+
+    def capacity(self, num_workers: int) -> tuple[float, str]:
+        """Producer capacity in batches/s with ``num_workers`` workers and what limits it
+        (``workers``, ``cpu`` or ``serial``). ``ValueError`` for a negative count."""
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if num_workers == 0:
+            return self.per_worker_batches_per_s, "serial"
+        worker_limited = num_workers * self.per_worker_batches_per_s
+        cap = self.cpu_cap_batches_per_s()
+        if cap is not None and cap < worker_limited:
+            return cap, "cpu"
+        return worker_limited, "workers"
+
+    def consumer_floor_s(self) -> float:
+        """Least loop time per batch with workers: the step plus receiving the batch."""
+        return 1.0 / self.demand_batches_per_s + self.receive_s
+
+    def lead_s(self, settings: LoaderSettings) -> float:
+        """Seconds between a batch's request and the step needing it: prefetch_factor x N
+        batches ahead, consumed at ``min(consumer rate, capacity)`` batches/s (a new index is
+        sent as each batch is received); 0 with no workers (production is inside ``next()``)."""
+        if settings.num_workers == 0:
+            return 0.0
+        in_flight = settings.effective_prefetch_factor() * settings.num_workers
+        capacity, _ = self.capacity(settings.num_workers)
+        return in_flight * max(self.consumer_floor_s(), 1.0 / capacity)
+
+    def tail_wait_s(self, settings: LoaderSettings) -> float:
+        """Mean extra wait per batch in seconds from batches slower than the lead (replayed
+        sampled production times); 0 with no workers (the serial time already counts them)."""
+        if settings.num_workers == 0 or not self.batch_times_s:
+            return 0.0
+        lead_s = self.lead_s(settings)
+        return sum(max(t - lead_s, 0.0) for t in self.batch_times_s) / len(self.batch_times_s)
+
+    def predict(self, settings: LoaderSettings, *, epochs: Optional[int] = None) -> Prediction:
+        """Predict a run like the measured one under ``settings``; ``epochs`` (>= 1) overrides
+        the measured epoch count (batches per epoch stay as measured). ``ValueError`` for a
+        negative worker count or fewer than one epoch."""
+        epochs = self.epochs if epochs is None else epochs
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        step_s = 1.0 / self.demand_batches_per_s
+        capacity, limit = self.capacity(settings.num_workers)
+        if settings.num_workers == 0:
+            steady_s = step_s + 1.0 / capacity
+        else:
+            floor_s = self.consumer_floor_s()
+            mean_limited_s = max(floor_s, 1.0 / capacity)
+            tail_limited_s = floor_s + self.tail_wait_s(settings)
+            steady_s = max(mean_limited_s, tail_limited_s)
+            if tail_limited_s > mean_limited_s:
+                limit = "batch-time tail"
+            elif floor_s >= 1.0 / capacity:
+                limit = "step"
+        batches = self.batches / self.epochs * epochs
+        persistent = settings.persistent_workers and settings.num_workers > 0
+        cold = 1 if persistent else epochs
+        start_s = cold * self.cold_start_s + (epochs - cold) * self.warm_start_s
+        total_s = (batches - epochs) * steady_s + epochs * step_s + start_s
+        batches_per_s = batches / total_s
+        return Prediction(
+            batches_per_s=batches_per_s,
+            samples_per_s=None
+            if self.samples_per_batch is None
+            else batches_per_s * self.samples_per_batch,
+            stall_fraction=max(1.0 - batches * step_s / total_s, 0.0),
+            capacity_batches_per_s=capacity,
+            limit=limit,
+            steady_batches_per_s=1.0 / steady_s,
+            steady_stall_fraction=max(1.0 - step_s / steady_s, 0.0),
+        )
+
+    def workers_to_reach(self, target_batches_per_s: float) -> int:
+        """Smallest worker count (>= 1) whose capacity reaches ``target_batches_per_s``,
+        ignoring the CPU cap (callers bound the target by it)."""
+        needed = target_batches_per_s / self.per_worker_batches_per_s
+        # The tolerance keeps float noise (4.0000000001) from adding a worker.
+        return max(1, math.ceil(needed - 1e-9))
+
+
+def measured_settings(run: RunRecord) -> LoaderSettings:
+    """The run's loader settings; ``num_workers`` defaults to 0 for a main-process probe and to
+    the number of worker records otherwise."""
+    loader = run.loader
+    num_workers = loader.num_workers
+    if num_workers is None:
+        num_workers = 0 if run.worker_probe == "main-process" else len(run.workers)
+    return LoaderSettings(
+        num_workers=num_workers,
+        prefetch_factor=loader.prefetch_factor,
+        persistent_workers=bool(loader.persistent_workers),
+    )
+
+
+def data_gaps(run: RunRecord, consumer: ConsumerSummary, producer: ProducerSummary) -> list[str]:
+    """Why the measurements cannot support a model (empty when they can), one phrase each."""
+    gaps = []
+    if consumer.batches == 0:
+        return ["the loader yielded no batch"]
+    if run.worker_probe == "none":
+        gaps.append("the loader is a generic iterable, so its producer side was not measured")
+    elif producer.capacity_batches_per_s is None or producer.per_worker_batches_per_s is None:
+        gaps.append("the worker probe recorded no finished batch")
+    if consumer.demand_batches_per_s is None:
+        gaps.append("no step time was measured")
+    steady = steady_batch_count(run.consumer)
+    if steady < MIN_STEADY_BATCHES:
+        gaps.append(f"only {steady} steady batches were measured (pipecheck needs "
+                    f"{MIN_STEADY_BATCHES})")
+    return gaps
+
+
+def build_model(
+    run: RunRecord, consumer: ConsumerSummary, producer: ProducerSummary
+) -> Optional[ThroughputModel]:
+    """The what-if model of ``run``, or ``None`` when :func:`data_gaps` finds any gap."""
+    if data_gaps(run, consumer, producer):
+        return None
+    settings = measured_settings(run)
+    demand = consumer.demand_batches_per_s
+    per_worker = producer.per_worker_batches_per_s
+    assumptions = [
+        "inter-process costs beyond the measured receive CPU, and worker start-up growing with "
+        "num_workers, are not modeled",
+        "CPU-bound work scales only up to the usable CPUs; latency-bound work scales with "
+        "num_workers until the CPU cap",
+        "per-worker rates were measured under this run's CPU contention",
+    ]
+    receive_s = wait_cpu_per_batch_s(run.consumer) if run.worker_probe == "workers" else None
+    if receive_s is None:
+        receive_s = 0.0
+        assumptions.append("the main thread's cost of receiving a batch from a worker is not "
+                           "measured and taken as 0")
+    worker_cpu = producer.cpu_per_batch_s
+    if worker_cpu is None:
+        worker_cpu = ASSUMED_PRODUCTION_CPU_FRACTION / per_worker
+        assumptions.append("batch production CPU not measured: assumed CPU-bound")
+    main_cpu = main_cpu_per_batch_s(producer.main_cpu_per_batch_s, consumer)
+    if producer.main_cpu_per_batch_s is None:
+        assumptions.append("main-process CPU not measured: assumed one core during each step")
+    record = run.consumer
+    cold = cold_start_s(record, settings.persistent_workers) or 0.0
+    # With persistent workers every epoch after the first started with live workers.
+    warm_epochs = started_epochs(record)[1:] if settings.persistent_workers else []
+    warm = mean(e.first_batch_s for e in warm_epochs)
+    if warm is None:
+        warm = 1.0 / per_worker
+        assumptions.append("first batch with live workers: one batch's production time")
+    batch_times = tuple(b.fetch_s + b.collate_s for w in run.workers for b in w.recent)
+    return ThroughputModel(
+        measured=settings,
+        demand_batches_per_s=demand,
+        per_worker_batches_per_s=per_worker,
+        worker_cpu_per_batch_s=worker_cpu,
+        main_cpu_per_batch_s=main_cpu,
+        usable_cpus=run.environment.usable_cpus,
+        receive_s=receive_s,
+        sustained_batches_per_s=steady_batches_per_s(record),
+        samples_per_batch=ratio(record.samples, record.batches),
+        batch_times_s=batch_times,
+        batches=record.batches,
+        epochs=max(len(started_epochs(record)), 1),
+        cold_start_s=cold,
+        warm_start_s=warm,
+        assumptions=tuple(assumptions),
+    )

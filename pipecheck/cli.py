@@ -1,0 +1,278 @@
+"""The ``pipecheck`` command line: ``main(argv) -> int``, one class per subcommand.
+
+Each subcommand class's docstring is its help text. Commands that end in a report share the
+output options ``--json FILE`` (save the report), ``--quiet`` (no terminal summary) and
+``--width N`` (summary width in columns). ``--debug`` (before or after the subcommand) shows
+tracebacks.
+
+Exit codes:
+
+* 0: success.
+* 1: a ``check`` threshold was violated (:class:`~pipecheck.errors.CheckFailed`).
+* 2: bad input: a :class:`~pipecheck.errors.PipecheckError` (missing or unreadable file, bad
+  target) or a usage error. One line on stderr, ``pipecheck: error: <message>``.
+* 3: an unexpected internal error (a bug in pipecheck or in user code it ran). One line on stderr
+  plus a hint to rerun with ``--debug``. Kept apart from 1 so CI can tell "threshold violated"
+  from "pipecheck crashed".
+* 130: interrupted with Ctrl-C (128 + SIGINT, as shells report it).
+* 141: stdout closed early, e.g. piped into ``head`` (128 + SIGPIPE, as shells report it).
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import inspect
+import os
+import sys
+import traceback
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, TextIO
+
+from pipecheck.errors import BadInputError, PipecheckError
+from pipecheck.render.terminal import MIN_WIDTH
+
+if TYPE_CHECKING:
+    from pipecheck.report import Report
+
+PROG = "pipecheck"
+EXIT_OK = 0
+EXIT_INTERNAL_ERROR = 3
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+
+
+class UsageError(BadInputError):
+    """The command line itself is wrong (unknown option, missing argument, bad value)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises :class:`UsageError` instead of printing usage and exiting,
+    so every error leaves the CLI as one ``pipecheck: error:`` line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# -- option types --------------------------------------------------------------------------------
+
+
+def _count(minimum: int):
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument("--json", metavar="FILE", help="save the report as JSON to FILE")
+    group.add_argument("--quiet", action="store_true", help="do not print the terminal summary")
+    group.add_argument(
+        "--width",
+        metavar="N",
+        type=_count(MIN_WIDTH),
+        help="summary width in columns (default: the terminal's, else 100)",
+    )
+
+
+def _use_color(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    if "NO_COLOR" in os.environ or os.environ.get("TERM") == "dumb":
+        return False
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = None) -> None:
+    """Save (``--json``) first, so a rendering problem cannot lose the measurements; then print."""
+    from pipecheck.render.terminal import render_terminal
+
+    if args.json:
+        saved = report.save(args.json)
+        if not args.quiet:
+            print(f"{PROG}: report saved to {saved}", file=sys.stderr)
+    if args.quiet:
+        return
+    if title is not None:
+        print(f"==> {title} <==")
+    sys.stdout.write(render_terminal(report, width=args.width, color=_use_color(sys.stdout)))
+    sys.stdout.flush()
+
+
+# -- subcommands ---------------------------------------------------------------------------------
+
+
+class Command(abc.ABC):
+    """Base for subcommands: ``name``, arguments, ``run``; the class docstring is the help."""
+
+    name: str
+
+    @abc.abstractmethod
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add this subcommand's options to its parser."""
+
+    @abc.abstractmethod
+    def run(self, args: argparse.Namespace) -> int:
+        """Do the work and return the exit code; errors propagate to :func:`main`."""
+
+
+class DemoCommand(Command):
+    """Run the embedded demo and print its report.
+
+    A real JPEG WebDataset feeds a small CNN trained on the CPU through pipecheck.wrap.
+    Options left out keep the demo's own defaults. The demo data (synthetic JPEG shards) is
+    written once into --data (default: $PIPECHECK_CACHE, else ~/.cache/pipecheck/demo) and
+    reused.
+    """
+
+    name = "demo"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--data", metavar="DIR", help="folder for the demo shards")
+        # No defaults here: options left out keep run_demo's own defaults (one source of truth).
+        parser.add_argument("--workers", metavar="N", type=_count(0), help="DataLoader num_workers")
+        parser.add_argument("--steps", metavar="N", type=_count(1), help="training steps to run")
+        parser.add_argument("--batch-size", metavar="N", type=_count(1), help="samples per batch")
+        parser.add_argument("--images", metavar="N", type=_count(1), help="images in the dataset")
+        parser.add_argument(
+            "--no-progress", action="store_true", help="do not show a progress bar while training"
+        )
+        _add_output_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from pipecheck import demo
+
+        given = {
+            name: getattr(args, name)
+            for name in ("workers", "steps", "batch_size", "images")
+            if getattr(args, name) is not None
+        }
+        report = demo.run_demo(
+            data_dir=args.data, progress=not (args.no_progress or args.quiet), **given
+        )
+        _emit(report, args)
+        return EXIT_OK
+
+
+class ReportCommand(Command):
+    """Render saved JSON reports in the terminal.
+
+    RUN.json is a file written by report.save() or --json. With several files, each is
+    rendered in turn under a header naming it; merging the reports of several ranks into one
+    is not implemented yet. --json copies a single report.
+    """
+
+    name = "report"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("runs", metavar="RUN.json", nargs="+", help="saved report file(s)")
+        _add_output_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from pipecheck.report import load
+
+        if args.json and len(args.runs) > 1:
+            raise UsageError("--json takes a single report; merging several is not supported yet")
+        # Load every file before printing anything: a bad file fails the command up front.
+        reports = [(path, load(path)) for path in args.runs]
+        several = len(reports) > 1
+        for i, (path, report) in enumerate(reports):
+            if i and not args.quiet:
+                print()
+            _emit(report, args, title=path if several else None)
+        return EXIT_OK
+
+
+COMMANDS: tuple[type[Command], ...] = (DemoCommand, ReportCommand)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (exposed for tests and documentation tools)."""
+    from pipecheck import __version__
+
+    parser = _Parser(
+        prog=PROG,
+        description="Is your PyTorch input pipeline holding training back, why, and what to "
+        "change.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
+    for command_class in COMMANDS:
+        command = command_class()
+        doc = inspect.cleandoc(command_class.__doc__ or "")
+        sub = subparsers.add_parser(
+            command.name,
+            help=doc.splitlines()[0] if doc else None,
+            description=doc,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        # SUPPRESS: '--debug' after the subcommand must not reset one given before it.
+        sub.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+        )
+        command.add_arguments(sub)
+        sub.set_defaults(command=command)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``) and return the exit code (see the
+    module docstring). Errors, Ctrl-C and ``SystemExit`` all become exit codes, not exceptions."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in arguments  # known before parsing, so usage errors honour it too
+    try:
+        args = build_parser().parse_args(arguments)
+        return args.command.run(args)
+    except SystemExit as done:  # --help and --version exit through argparse
+        return _exit_code(done.code)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except PipecheckError as err:
+        if debug:
+            traceback.print_exc()
+        print(f"{PROG}: error: {_one_line(str(err))}", file=sys.stderr)
+        return err.exit_code
+    except Exception as err:
+        if debug:
+            traceback.print_exc()
+            hint = ""
+        else:
+            hint = " (run with --debug for the traceback)"
+        message = _one_line(f"{type(err).__name__}: {err}")
+        print(f"{PROG}: internal error: {message}{hint}", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return EXIT_OK
+    return code if isinstance(code, int) else 2
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush is quiet
+    (what the Python docs recommend for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # no real file descriptor behind stdout
+        pass

@@ -1,0 +1,114 @@
+"""Describe the host a run happened on (CPUs, memory, Python, torch, CUDA)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from typing import Any, Optional
+
+import psutil
+
+from pipecheck.records import Environment
+
+
+def collect_environment() -> Environment:
+    """Return the :class:`~pipecheck.records.Environment` of this process.
+
+    ``cpu_count`` is ``os.cpu_count()`` (1 if the OS cannot tell); ``usable_cpus`` the CPUs this
+    process may run on (``os.sched_getaffinity``, else ``cpu_count``). ``torch`` is ``None`` when
+    torch is not importable, and then ``cuda`` is ``False``. ``cuda_device`` is a GPU name, or
+    ``None`` when it cannot be known without creating a CUDA context (see
+    :func:`_cuda_device_name`). Never raises for a missing optional component.
+    """
+    cpu_count = os.cpu_count() or 1
+    torch = _import_torch()
+    cuda = _cuda_available(torch)
+    return Environment(
+        cpu_count=cpu_count,
+        usable_cpus=_usable_cpus(cpu_count),
+        python=platform.python_version(),
+        torch=None if torch is None else str(torch.__version__),
+        platform=platform.platform(),
+        cuda=cuda,
+        cuda_device=_cuda_device_name(torch) if cuda else None,
+        total_memory_bytes=int(psutil.virtual_memory().total),
+        pipecheck=_pipecheck_version(),
+    )
+
+
+def _usable_cpus(cpu_count: int) -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on macOS / Windows
+        return cpu_count
+
+
+def _import_torch() -> Optional[Any]:
+    try:
+        import torch  # lazily: importing torch takes seconds and is optional here
+    except ImportError:
+        return None
+    return torch
+
+
+def _cuda_available(torch: Optional[Any]) -> bool:
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken driver install: report no CUDA rather than fail the run
+        return False
+
+
+def _cuda_device_name(torch: Any) -> Optional[str]:
+    """Name of the GPU, without creating a CUDA context ourselves.
+
+    If the program already initialized CUDA, torch names the current device. Otherwise NVML
+    (``pynvml``, when installed) is asked, and a name is returned only when every GPU it sees
+    has the same name, so CUDA's and NVML's different device orders cannot mislabel it.
+    """
+    try:
+        if torch.cuda.is_initialized():
+            return str(torch.cuda.get_device_name(torch.cuda.current_device()))
+    except Exception:
+        return None
+    return _nvml_common_device_name()
+
+
+def _nvml_common_device_name() -> Optional[str]:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        names = {
+            _as_text(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index)))
+            for index in range(pynvml.nvmlDeviceGetCount())
+        }
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return names.pop() if len(names) == 1 else None
+
+
+def _as_text(name: Any) -> str:
+    return name.decode() if isinstance(name, bytes) else str(name)  # old pynvml returns bytes
+
+
+def _pipecheck_version() -> Optional[str]:
+    try:
+        return importlib.metadata.version("pipecheck")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree
+        import pipecheck
+
+        version = getattr(pipecheck, "__version__", None)
+        return None if version is None else str(version)

@@ -1,0 +1,345 @@
+"""A fixed-size shared file that DataLoader workers write per-batch timings into.
+
+Layout (every field 8 bytes, native byte order, so one aligned store writes a field)::
+
+    file header   AREA_HEADER_WORDS words: magic, layout version, slot count, ring size
+    slot 0        SLOT_HEADER_WORDS words of exact counters, then ring_size records
+    slot 1        ...
+
+Slot header (word index: field): 0 seqlock counter (odd while a writer updates the header),
+1 batches, 2 samples, 3 fetch_s, 4 collate_s, 5 first batch end (perf_counter s),
+6 last batch end, 7 current pid, 8 number of pids ever registered, 9.. the most recent
+``MAX_PIDS`` pids (a small ring of their own).
+
+Ring record (``RECORD_WORDS`` words): seq, end time (perf_counter s), fetch_s, collate_s,
+samples. Record number ``k`` (1-based, equal to the slot's batch count once committed) lives at
+position ``(k - 1) % ring_size``. A writer invalidates the seq, writes the fields, writes the
+seq last, and only then bumps the header's batch count; a reader accepts only records whose
+sequence number shows no writer touched them while it copied the ring, so a writer killed
+mid-record leaves at most one torn record and the reader drops it. Like every seqlock written
+without explicit fences, this relies on stores becoming visible in program order (x86-64 TSO).
+
+One slot has one writer at a time: the writing process holds a POSIX record lock
+(``fcntl.lockf``) on the slot's first byte while it updates, so two processes serving the same
+worker id (a new epoch's worker while the previous one is still shutting down) never interleave.
+The reader never locks: it uses the seqlock and retries.
+
+The area is a plain file (in ``/dev/shm`` when it exists) rather than
+``multiprocessing.shared_memory``, whose resource tracker unlinks or warns when worker processes
+attach under Python 3.11.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import struct
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+MAGIC = 0x31305752_4B434550  # b"PECKRW01" read as a little-endian int64, marks our files
+LAYOUT_VERSION = 1
+WORD_BYTES = 8
+AREA_HEADER_WORDS = 8
+MAX_PIDS = 32
+SLOT_HEADER_WORDS = 48  # 9 counters + MAX_PIDS pids, padded to a multiple of 8 words (64 bytes)
+RECORD_WORDS = 5
+
+# Slot header word indices.
+SEQ, BATCHES, SAMPLES, FETCH_S, COLLATE_S, FIRST_END, LAST_END, PID, PID_COUNT, PIDS = range(10)
+# Ring record word indices.
+REC_SEQ, REC_END, REC_FETCH_S, REC_COLLATE_S, REC_SAMPLES = range(RECORD_WORDS)
+
+_HEADER_FORMAT = "=qqqddddqq" + "q" * MAX_PIDS
+_RECORD_FORMAT = "=qdddq"
+_RECORD_STRUCT = struct.Struct(_RECORD_FORMAT)
+_SEQ_STRUCT = struct.Struct("=q")
+
+# How long a reader waits for a writer to leave its odd (writing) state before falling back:
+# a live writer holds it for microseconds, so 50 ms covers being descheduled on a busy host.
+READ_RETRY_DEADLINE_S = 0.05
+
+
+@dataclass(frozen=True)
+class AreaLayout:
+    """Where each slot lives in the shared file. Picklable: workers receive it with the path."""
+
+    num_slots: int
+    ring_size: int
+
+    def __post_init__(self) -> None:
+        if self.num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {self.num_slots}")
+        if self.ring_size < 1:
+            raise ValueError(f"ring_size must be >= 1, got {self.ring_size}")
+
+    @property
+    def slot_words(self) -> int:
+        words = SLOT_HEADER_WORDS + self.ring_size * RECORD_WORDS
+        return -(-words // 8) * 8  # round up to 64 bytes so every slot starts on a cache line
+
+    @property
+    def size_bytes(self) -> int:
+        return (AREA_HEADER_WORDS + self.num_slots * self.slot_words) * WORD_BYTES
+
+    def header_word(self, slot: int) -> int:
+        """Index (in 8-byte words) of ``slot``'s header."""
+        if not 0 <= slot < self.num_slots:
+            raise IndexError(f"slot {slot} out of range 0..{self.num_slots - 1}")
+        return AREA_HEADER_WORDS + slot * self.slot_words
+
+    def ring_word(self, slot: int) -> int:
+        """Index (in 8-byte words) of ``slot``'s first ring record."""
+        return self.header_word(slot) + SLOT_HEADER_WORDS
+
+
+def shared_dir() -> str:
+    """``/dev/shm`` when it is a writable directory (RAM-backed on Linux), else the temp dir."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    return tempfile.gettempdir()
+
+
+def create_area(layout: AreaLayout) -> tuple[str, mmap.mmap]:
+    """Create a zero-filled shared file for ``layout``; return its path and a shared mapping.
+
+    Raises ``OSError`` when the file cannot be created or sized. The caller owns both: close
+    the mapping and unlink the path when done.
+    """
+    fd, path = tempfile.mkstemp(prefix="pipecheck-workers-", suffix=".bin", dir=shared_dir())
+    try:
+        os.ftruncate(fd, layout.size_bytes)
+        area = mmap.mmap(fd, layout.size_bytes)
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)  # the mapping keeps the memory; workers reopen the file by path
+    struct.pack_into("=qqqq", area, 0, MAGIC, LAYOUT_VERSION, layout.num_slots, layout.ring_size)
+    return path, area
+
+
+class SlotWriter:
+    """The writing end of one slot, used inside the worker process that serves it.
+
+    Counters are read-modify-written in the shared header, so a new process taking the same
+    worker id (every epoch without ``persistent_workers``) adds to what earlier ones wrote.
+    """
+
+    __slots__ = ("_fd", "_area", "_words", "_floats", "_header", "_ring", "_ring_size", "_lock_at")
+
+    def __init__(self, path: str, layout: AreaLayout, slot: int) -> None:
+        """Open ``path`` and map it. Raises ``OSError`` if the file is gone or unreadable and
+        ``ValueError`` if it is not an area of ``layout``."""
+        fd = os.open(path, os.O_RDWR)
+        try:
+            area = mmap.mmap(fd, layout.size_bytes)
+        except BaseException:
+            os.close(fd)
+            raise
+        magic, version, num_slots, ring_size = struct.unpack_from("=qqqq", area, 0)
+        if (magic, version, num_slots, ring_size) != (
+            MAGIC,
+            LAYOUT_VERSION,
+            layout.num_slots,
+            layout.ring_size,
+        ):
+            area.close()
+            os.close(fd)
+            raise ValueError(f"{path} is not a pipecheck worker area for {layout}")
+        self._fd = fd
+        self._area = area
+        # Two typed views of the same bytes: integer fields through one, float fields through
+        # the other; an item assignment is a single aligned 8-byte store.
+        self._words = memoryview(area).cast("q")
+        self._floats = memoryview(area).cast("d")
+        self._header = layout.header_word(slot)
+        self._ring = layout.ring_word(slot)
+        self._ring_size = layout.ring_size
+        self._lock_at = self._header * WORD_BYTES
+
+    def register_process(self, pid: int) -> None:
+        """Record ``pid`` as the slot's current process and add it to the pids seen."""
+        words, h = self._words, self._header
+        self._lock()
+        try:
+            seq = self._begin_write()
+            words[h + PID] = pid
+            count = words[h + PID_COUNT]
+            recent = [words[h + PIDS + i] for i in range(min(count, MAX_PIDS))]
+            if pid not in recent:
+                words[h + PIDS + count % MAX_PIDS] = pid
+                words[h + PID_COUNT] = count + 1
+            words[h + SEQ] = seq + 2
+        finally:
+            self._unlock()
+
+    def add_batch(self, end_time: float, fetch_s: float, collate_s: float, samples: int) -> None:
+        """Commit one produced batch: a ring record, then the header counters.
+
+        ``end_time`` is a perf_counter reading in seconds; durations are seconds.
+        """
+        words, floats, h = self._words, self._floats, self._header
+        self._lock()
+        try:
+            batch_number = words[h + BATCHES] + 1
+            r = self._ring + ((batch_number - 1) % self._ring_size) * RECORD_WORDS
+            words[r + REC_SEQ] = 0  # invalid while the fields change
+            floats[r + REC_END] = end_time
+            floats[r + REC_FETCH_S] = fetch_s
+            floats[r + REC_COLLATE_S] = collate_s
+            words[r + REC_SAMPLES] = samples
+            words[r + REC_SEQ] = batch_number  # last: the record is complete
+            seq = self._begin_write()
+            words[h + BATCHES] = batch_number
+            words[h + SAMPLES] += samples
+            floats[h + FETCH_S] += fetch_s
+            floats[h + COLLATE_S] += collate_s
+            if batch_number == 1:
+                floats[h + FIRST_END] = end_time
+            floats[h + LAST_END] = end_time
+            words[h + SEQ] = seq + 2
+        finally:
+            self._unlock()
+
+    def add_time(self, fetch_s: float, collate_s: float) -> None:
+        """Add producing time that yielded no batch (a sample or collate that raised, the read
+        that hit the end of an iterable dataset) to the totals, without counting a batch."""
+        words, floats, h = self._words, self._floats, self._header
+        self._lock()
+        try:
+            seq = self._begin_write()
+            floats[h + FETCH_S] += fetch_s
+            floats[h + COLLATE_S] += collate_s
+            words[h + SEQ] = seq + 2
+        finally:
+            self._unlock()
+
+    def close(self) -> None:
+        """Release the views, the mapping and the file descriptor."""
+        self._words.release()
+        self._floats.release()
+        self._area.close()
+        os.close(self._fd)
+
+    def _begin_write(self) -> int:
+        """Make the header's seq odd and return the even value it started from. An odd value
+        left by a writer killed mid-update is skipped over."""
+        words, h = self._words, self._header
+        seq = words[h + SEQ]
+        if seq & 1:
+            seq += 1
+        words[h + SEQ] = seq + 1
+        return seq
+
+    def _lock(self) -> None:
+        fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, self._lock_at)
+
+    def _unlock(self) -> None:
+        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, self._lock_at)
+
+
+@dataclass(frozen=True)
+class SlotHeader:
+    """One consistent read of a slot header. Times are perf_counter seconds (absolute);
+    ``first_end``/``last_end`` are ``None`` before the first batch. ``consistent`` is False when
+    a writer never left its odd state within the retry deadline (it died mid-update)."""
+
+    seq: int
+    batches: int
+    samples: int
+    fetch_s: float
+    collate_s: float
+    first_end: Optional[float]
+    last_end: Optional[float]
+    pid: int
+    pids: list[int]
+    consistent: bool = True
+
+
+class RingRecord(NamedTuple):
+    """One batch from a slot's ring; ``end`` is a perf_counter reading in seconds."""
+
+    seq: int
+    end: float
+    fetch_s: float
+    collate_s: float
+    samples: int
+
+
+def _unpack_header(values: tuple, consistent: bool) -> SlotHeader:
+    seq, batches, samples, fetch_s, collate_s, first_end, last_end, pid, pid_count = values[:9]
+    stored = values[9 : 9 + min(pid_count, MAX_PIDS)]
+    # The pid ring holds the newest MAX_PIDS; list them oldest first.
+    start = pid_count % MAX_PIDS if pid_count > MAX_PIDS else 0
+    pids = [p for p in stored[start:] + stored[:start] if p > 0]
+    return SlotHeader(
+        seq=seq,
+        batches=batches,
+        samples=samples,
+        fetch_s=fetch_s,
+        collate_s=collate_s,
+        first_end=first_end if batches > 0 else None,
+        last_end=last_end if batches > 0 else None,
+        pid=pid,
+        pids=pids,
+        consistent=consistent,
+    )
+
+
+def read_header(
+    area: mmap.mmap, layout: AreaLayout, slot: int, *, give_up_on_seq: Optional[int] = None
+) -> SlotHeader:
+    """Read ``slot``'s header without tearing, retrying while a writer is mid-update.
+
+    If the seq stays odd past ``READ_RETRY_DEADLINE_S`` (or equals ``give_up_on_seq``, an odd
+    value already known to be stuck), the last raw read is returned with ``consistent=False``.
+    """
+    offset = layout.header_word(slot) * WORD_BYTES
+    deadline = None
+    while True:
+        (seq,) = _SEQ_STRUCT.unpack_from(area, offset)
+        values = struct.unpack_from(_HEADER_FORMAT, area, offset)
+        (seq_after,) = _SEQ_STRUCT.unpack_from(area, offset)
+        if not seq & 1 and seq == seq_after == values[0]:
+            return _unpack_header(values, consistent=True)
+        now = time.perf_counter()
+        if deadline is None:
+            deadline = now + READ_RETRY_DEADLINE_S
+        if seq == give_up_on_seq or now > deadline:
+            return _unpack_header(values, consistent=False)
+        time.sleep(0 if now + 0.005 < deadline else 0.001)  # yield to the writer
+
+
+def read_ring(area: mmap.mmap, layout: AreaLayout, slot: int, batches: int) -> list[RingRecord]:
+    """Return the committed records of ``slot`` still in its ring, oldest first (up to
+    ``ring_size``).
+
+    ``batches`` is the batch count from a consistent header read taken *before* this call.
+    Records a writer may have been rewriting during the copy, and torn ones, are left out.
+    """
+    ring_size = layout.ring_size
+    start = layout.ring_word(slot) * WORD_BYTES
+    record_bytes = RECORD_WORDS * WORD_BYTES
+    raw = area[start : start + ring_size * record_bytes]
+    batches_after = read_header(area, layout, slot).batches
+    # While we copied, the writer may have been writing records batches+1 .. batches_after+1,
+    # which overwrite the positions of records up to batches_after + 1 - ring_size.
+    oldest_untouched = batches_after + 2 - ring_size
+    records = []
+    for values in _RECORD_STRUCT.iter_unpack(raw):
+        seq = values[REC_SEQ]
+        if not 1 <= seq <= batches:
+            continue
+        if seq < oldest_untouched:
+            # Possibly being overwritten. A writer invalidates the seq before touching the
+            # fields, so if the seq is still the same now, the copy we hold is whole.
+            position = start + ((seq - 1) % ring_size) * record_bytes
+            if _SEQ_STRUCT.unpack_from(area, position)[0] != seq:
+                continue
+        records.append(RingRecord._make(values))
+    records.sort()  # by seq, the first field
+    return records

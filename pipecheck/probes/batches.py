@@ -1,0 +1,82 @@
+"""How many samples and tokens a batch holds, read from its structure.
+
+A collated batch (torch's ``default_collate``) stacks samples along dimension 0, so every
+top-level tensor or array shares that leading size: that size is the sample count. When the
+top-level tensors disagree (an uncollated sample such as ``(image[3, H, W], label)``), the batch
+is one sample. Users with other layouts pass ``samples=callable`` to :func:`pipecheck.wrap`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Callable, Optional
+
+SampleCounter = Callable[[Any], int]
+TokenCounter = Callable[[Any], int]
+
+
+_SCALAR = -1  # a 0-dim tensor/array: collation would have given it a batch dimension
+
+
+def _leading_size(value: Any) -> Optional[int]:
+    shape = getattr(value, "shape", None)
+    if shape is None or isinstance(value, type):
+        return None
+    try:
+        return int(shape[0]) if len(shape) else _SCALAR
+    except (TypeError, IndexError):
+        return None
+
+
+def count_samples(batch: Any) -> int:
+    """Samples in ``batch`` (>= 0): the shared leading size of its top-level tensors/arrays,
+    ``len()`` of a list of plain items, 1 otherwise. Never raises."""
+    size = _leading_size(batch)
+    if size is not None:
+        return 1 if size == _SCALAR else size
+    if isinstance(batch, Mapping):
+        parts = list(batch.values())
+    elif isinstance(batch, (list, tuple)):
+        parts = batch
+    else:
+        return 1
+    if not parts:
+        return 0
+    sizes = {s for s in map(_leading_size, parts) if s is not None}
+    if len(sizes) == 1 and _SCALAR not in sizes:
+        return sizes.pop()
+    if sizes:  # tensors of different leading sizes: an uncollated sample
+        return 1
+    if isinstance(batch, Mapping):
+        lengths = {len(p) for p in parts if isinstance(p, (list, tuple))}
+        return lengths.pop() if len(lengths) == 1 else 1
+    first = parts[0]
+    if isinstance(first, (list, tuple)) and all(isinstance(p, (list, tuple)) for p in parts):
+        lengths = {len(p) for p in parts}
+        return lengths.pop() if len(lengths) == 1 else len(parts)
+    return len(parts)
+
+
+def token_counter_for(batch: Any) -> Optional[TokenCounter]:
+    """A token counter when ``batch`` looks like tokenized text, else ``None``.
+
+    A mapping with ``input_ids`` counts ``attention_mask.sum()`` (real tokens, padding excluded)
+    when a mask is present, else ``input_ids.numel()`` — the usual convention of Hugging Face
+    tokenizers' outputs.
+    """
+    if not isinstance(batch, Mapping) or "input_ids" not in batch:
+        return None
+    if "attention_mask" in batch and hasattr(batch["attention_mask"], "sum"):
+        return _masked_tokens
+    if hasattr(batch["input_ids"], "numel") or hasattr(batch["input_ids"], "size"):
+        return _all_tokens
+    return None
+
+
+def _masked_tokens(batch: Any) -> int:
+    return int(batch["attention_mask"].sum())
+
+
+def _all_tokens(batch: Any) -> int:
+    ids = batch["input_ids"]
+    return int(ids.numel()) if hasattr(ids, "numel") else int(ids.size)

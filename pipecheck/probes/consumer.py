@@ -1,0 +1,245 @@
+"""Consumer timing: wait inside ``next()`` vs compute between batches, per batch, in the main
+process, by timing around the real iterator (no patching of torch).
+
+Memory is bounded whatever the run length: exact counters for the whole run, plus a timeline of
+at most ``timeline_capacity`` batches kept evenly spaced (every ``stride``-th batch; the stride
+doubles each time the buffer fills), plus one small record per epoch.
+
+The hot path per batch is two clock reads, a sample count and a few additions. One batch in
+``CPU_SAMPLE_EVERY`` also reads the main thread's CPU clock (``time.thread_time``, about 1 us on
+Linux) to estimate how much CPU the main thread spends while waiting and while computing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterable, Iterator, Optional
+
+from .._clock import Clock, monotonic
+from ..records import BatchTiming, ConsumerRecord, EpochTiming
+from .batches import SampleCounter, TokenCounter, count_samples, token_counter_for
+
+CPU_SAMPLE_EVERY = 8
+"""Read the thread CPU clock on one batch in this many (a power of two)."""
+
+DEFAULT_TIMELINE_CAPACITY = 8192
+"""Timeline rows kept (about 100 bytes each: under 1 MB)."""
+
+
+def _describe(exc: BaseException) -> str:
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    return f"{name}: {first_line}" if first_line else name
+
+
+class _Epoch:
+    __slots__ = ("epoch", "started", "batches", "samples", "wait", "compute", "last", "first",
+                 "ended")
+
+    def __init__(self, epoch: int, started: float) -> None:
+        self.epoch = epoch
+        self.started = started
+        self.batches = 0
+        self.samples = 0
+        self.wait = 0.0
+        self.compute = 0.0
+        self.last = started
+        self.first: Optional[float] = None
+        self.ended = "running"
+
+
+class ConsumerProbe:
+    """Times every batch the consumer takes from an iterable.
+
+    ``iterate(source)`` returns a generator over ``source`` that yields the same objects in the
+    same order and re-raises whatever ``source`` raises, unchanged. Each call is one epoch.
+    ``snapshot()`` returns a :class:`~pipecheck.records.ConsumerRecord` at any time (during an
+    epoch too), with times relative to ``run_start`` (seconds from ``clock``).
+
+    ``samples`` / ``tokens``: optional callables ``batch -> int``; by default samples are read
+    from the batch's structure (:func:`~pipecheck.probes.batches.count_samples`) and tokens are
+    counted when batches are mappings with ``input_ids``.
+    """
+
+    def __init__(
+        self,
+        *,
+        run_start: float,
+        clock: Clock = monotonic,
+        samples: Optional[SampleCounter] = None,
+        tokens: Optional[TokenCounter] = None,
+        timeline_capacity: int = DEFAULT_TIMELINE_CAPACITY,
+        cpu_clock: Optional[Clock] = None,
+    ) -> None:
+        if timeline_capacity < 2:
+            raise ValueError(f"timeline_capacity must be >= 2, got {timeline_capacity}")
+        self._clock = clock
+        self._cpu_clock = cpu_clock or time.thread_time
+        self._run_start = run_start
+        self._count_samples = samples or count_samples
+        self._count_tokens = tokens
+        self._detect_tokens = tokens is None
+        self._lock = threading.Lock()  # guards the lists against a concurrent snapshot()
+        self._capacity = timeline_capacity
+        self._stride = 1
+        self._rows: list[list[Any]] = []
+        self._epochs: list[_Epoch] = []
+        self.batches = 0
+        self.samples = 0
+        self.tokens: Optional[int] = None
+        self.wait_s = 0.0
+        self.compute_s = 0.0
+        self._cpu = [0.0, 0.0, 0.0, 0.0]  # wait wall, wait cpu, compute wall, compute cpu
+        self._error: Optional[str] = None
+        self._interrupted = False
+
+    # -- hot path ------------------------------------------------------------------------------
+
+    def iterate(self, source: Iterable[Any]) -> Iterator[Any]:
+        """One epoch over ``source`` (a generator; nothing runs until the first ``next()``)."""
+        clock = self._clock
+        epoch = _Epoch(len(self._epochs), clock())
+        with self._lock:
+            self._epochs.append(epoch)
+        row: Optional[list[Any]] = None  # timeline row awaiting its compute time
+        exit_at: Optional[float] = None  # when the last batch was handed to the consumer
+        cpu_mark: Optional[float] = None  # thread CPU clock at that hand-over, when sampled
+        try:
+            iterator = iter(source)
+            while True:
+                entered = clock()
+                if exit_at is not None:
+                    compute = entered - exit_at
+                    self.compute_s += compute
+                    epoch.compute += compute
+                    if row is not None:
+                        row[4] = compute
+                    if cpu_mark is not None:
+                        self._cpu[2] += compute
+                        self._cpu[3] += self._cpu_clock() - cpu_mark
+                sample_cpu = not (self.batches & (CPU_SAMPLE_EVERY - 1))
+                cpu_before = self._cpu_clock() if sample_cpu else 0.0
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    left = clock()
+                    # The final next() (end-of-epoch tail, worker shutdown) is waiting too.
+                    self.wait_s += left - entered
+                    epoch.wait += left - entered
+                    epoch.last = left
+                    epoch.ended = "exhausted"
+                    exit_at = None
+                    return
+                left = clock()
+                wait = left - entered
+                if sample_cpu:
+                    cpu_mark = self._cpu_clock()
+                    self._cpu[0] += wait
+                    self._cpu[1] += cpu_mark - cpu_before
+                else:
+                    cpu_mark = None
+                samples = self._count_samples(batch)
+                if self._count_tokens is not None or self._detect_tokens:
+                    self._add_tokens(batch)
+                index = self.batches
+                self.batches = index + 1
+                self.samples += samples
+                self.wait_s += wait
+                epoch.wait += wait
+                epoch.batches += 1
+                epoch.samples += samples
+                epoch.last = left
+                if epoch.first is None:
+                    epoch.first = wait
+                row = self._record(index, epoch.epoch, entered, wait, samples)
+                exit_at = left
+                yield batch
+        except GeneratorExit:
+            # The consumer dropped the iterator (``break``): the last step ran until now.
+            now = clock()
+            if exit_at is not None:
+                self.compute_s += now - exit_at
+                epoch.compute += now - exit_at
+                if row is not None:
+                    row[4] = now - exit_at
+            epoch.last = now
+            epoch.ended = "break"
+            raise
+        except KeyboardInterrupt:
+            epoch.last = clock()
+            epoch.ended = "interrupted"
+            self._interrupted = True
+            raise
+        except BaseException as exc:
+            epoch.last = clock()
+            epoch.ended = "error"
+            self._error = _describe(exc)
+            raise
+
+    def _add_tokens(self, batch: Any) -> None:
+        if self._detect_tokens:
+            self._detect_tokens = False
+            self._count_tokens = token_counter_for(batch)
+            if self._count_tokens is None:
+                return
+        assert self._count_tokens is not None
+        self.tokens = (self.tokens or 0) + int(self._count_tokens(batch))
+
+    def _record(self, index: int, epoch: int, entered: float, wait: float,
+                samples: int) -> Optional[list[Any]]:
+        if index % self._stride:
+            return None
+        row = [index, epoch, entered - self._run_start, wait, None, samples]
+        with self._lock:
+            self._rows.append(row)
+            if len(self._rows) >= self._capacity:
+                self._stride *= 2
+                self._rows = [r for r in self._rows if r[0] % self._stride == 0]
+        return row
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def snapshot(self) -> ConsumerRecord:
+        """A consistent copy of everything measured so far."""
+        with self._lock:
+            rows = [list(r) for r in self._rows]
+            epochs = list(self._epochs)
+            stride = self._stride
+        timeline = [BatchTiming(index=r[0], epoch=r[1], start_at_s=r[2], wait_s=r[3],
+                                compute_s=r[4], samples=r[5]) for r in rows]
+        epoch_records = [
+            EpochTiming(epoch=e.epoch, started_at_s=e.started - self._run_start,
+                        batches=e.batches, samples=e.samples, wait_s=e.wait,
+                        compute_s=e.compute, wall_s=max(0.0, e.last - e.started),
+                        first_batch_s=e.first, ended=e.ended)
+            for e in epochs
+        ]
+        return ConsumerRecord(
+            batches=self.batches,
+            samples=self.samples,
+            tokens=self.tokens,
+            wait_s=self.wait_s,
+            compute_s=self.compute_s,
+            wall_s=sum(e.wall_s for e in epoch_records),
+            epochs=epoch_records,
+            timeline=timeline,
+            timeline_stride=stride,
+            status=self._status(epoch_records),
+            error=self._error,
+            sampled_wait_wall_s=self._cpu[0],
+            sampled_wait_cpu_s=self._cpu[1],
+            sampled_compute_wall_s=self._cpu[2],
+            sampled_compute_cpu_s=self._cpu[3],
+        )
+
+    def _status(self, epochs: list[EpochTiming]) -> str:
+        if self._error is not None:
+            return "error"
+        if self._interrupted:
+            return "interrupted"
+        if not epochs:
+            return "not-started"
+        if any(e.ended == "running" for e in epochs):
+            return "in-progress"
+        return "complete"

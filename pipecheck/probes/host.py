@@ -1,0 +1,582 @@
+"""Host sampler: CPU, memory and read IO of the training process, its DataLoader workers and
+their children, plus system-wide CPU, iowait and available memory.
+
+A daemon thread reads psutil every ``interval_s`` seconds. CPU percents are computed from
+``cpu_times()`` deltas (psutil's own ``cpu_percent()`` returns a meaningless 0 on its first call).
+PSS (``memory_full_info``, ~5 ms per process) is read at most every ``pss_interval_s``, plus once
+when a process is first seen so that short-lived workers get a value.
+``read_bytes`` counts reads that hit storage; ``read_chars`` also counts page-cache hits.
+
+Known blind spots, by construction of polling: a process that is born and exits between two ticks
+is never seen, and a process that exits loses the CPU and IO it used after the last tick it was
+seen in (at most ``interval_s`` worth). CPU of reaped grandchildren that the kernel folds into a
+parent's ``children_*`` times is not counted, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Optional
+
+import psutil
+
+from pipecheck import _clock
+from pipecheck._clock import Clock
+from pipecheck.records import HostRecord, HostSample, ProcessStats
+
+DEFAULT_MAX_SAMPLES = 2048
+"""Timeline samples kept before decimation halves them (2048 ticks of 0.5 s = 17 minutes at full
+resolution; a longer run keeps every 2nd, 4th, ... tick)."""
+
+_JOIN_TIMEOUT_S = 5.0
+"""How long stop() waits for the sampler thread; one tick takes milliseconds per process."""
+
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied)  # ZombieProcess is a NoSuchProcess
+
+WorkerIds = Callable[[], dict[int, int]]
+"""Returns pid -> DataLoader worker id for the worker processes known so far."""
+
+
+class _ProcessReading(NamedTuple):
+    """One process read at one tick. Counters are cumulative since the process started."""
+
+    key: tuple[int, float]  # (pid, create_time) so a reused pid is a new process
+    ppid: int
+    cpu_s: float
+    rss_bytes: int
+    pss_bytes: Optional[int]
+    read_bytes: Optional[int]
+    read_chars: Optional[int]
+
+
+class _Tick(NamedTuple):
+    elapsed_s: float  # real seconds (perf_counter), the denominator of every rate
+    at_s: float  # seconds since run_start on the injected clock
+    processes: dict[tuple[int, float], _ProcessReading]
+    system_cpu: Any  # psutil.cpu_times() namedtuple
+    available_memory_bytes: int
+
+
+@dataclass
+class _ProcessTrack:
+    """Running totals for one process, updated once per tick it is seen in."""
+
+    pid: int
+    ppid: int
+    first_seen_at_s: float
+    last_seen_at_s: float
+    baseline_cpu_s: float
+    last_cpu_s: float
+    observed_s: float = 0.0
+    rss_max_bytes: int = 0
+    pss_max_bytes: Optional[int] = None
+    pss_last_bytes: Optional[int] = None
+    baseline_read_bytes: Optional[int] = None
+    last_read_bytes: Optional[int] = None
+    baseline_read_chars: Optional[int] = None
+    last_read_chars: Optional[int] = None
+
+    @property
+    def cpu_s(self) -> float:
+        return self.last_cpu_s - self.baseline_cpu_s
+
+
+class _Role(NamedTuple):
+    name: str  # "main", "worker" or "child"
+    worker_id: Optional[int]
+    in_worker_tree: bool  # a worker or a descendant of one: counts towards workers_cpu_s
+
+
+class HostProbe:
+    """Samples the host in a background thread; :meth:`snapshot` returns a ``HostRecord``.
+
+    ``run_start``: a ``clock()`` value; sample times (``at_s``) are seconds since it.
+    ``interval_s`` (> 0): seconds between ticks. ``pss_interval_s`` (> 0): least seconds between
+    PSS reads. ``worker_ids``: returns pid -> DataLoader worker id (called from the sampler thread,
+    so it must be thread-safe); when it is ``None`` or returns ``{}``, every direct child of the
+    main process counts as a worker with ``worker_id`` ``None``. ``pid``: the main process
+    (default: this one). ``max_samples`` (>= 2): timeline bound; when full, every other sample is
+    dropped and the stride doubles. Raises ``ValueError`` for out-of-range arguments.
+
+    Roles are re-derived from the latest ``worker_ids()`` when a snapshot is taken, so a worker
+    reported late still counts as one. ``main_cpu_s`` includes the sampler thread's own CPU time,
+    reported separately as ``overhead_cpu_s``. The probe is single-use: ``start()`` after
+    ``stop()`` does nothing. Never raises from the thread: a failure there ends sampling and is
+    recorded in ``note``.
+    """
+
+    def __init__(
+        self,
+        *,
+        run_start: float,
+        interval_s: float = 0.5,
+        pss_interval_s: float = 1.0,
+        worker_ids: Optional[WorkerIds] = None,
+        clock: Clock = _clock.monotonic,
+        pid: Optional[int] = None,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
+    ) -> None:
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        if not pss_interval_s > 0:
+            raise ValueError(f"pss_interval_s must be > 0, got {pss_interval_s!r}")
+        if max_samples < 2:
+            raise ValueError(f"max_samples must be >= 2, got {max_samples!r}")
+        self._run_start = run_start
+        self._interval_s = float(interval_s)
+        self._pss_interval_s = float(pss_interval_s)
+        self._worker_ids = worker_ids
+        self._clock = clock
+        self._pid = os.getpid() if pid is None else pid
+        self._max_samples = max_samples
+
+        self._stop_event = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._started = False
+        self._stopped = False
+        self._tick_lock = threading.Lock()  # one tick at a time (thread vs stop()'s last tick)
+        self._lock = threading.Lock()  # guards everything below
+
+        self._main: Optional[psutil.Process] = None
+        self._last_pss_elapsed_s: Optional[float] = None
+        self._pss_read_pids: set[int] = set()  # a new process gets its first PSS read at once
+        self._first_tick: Optional[_Tick] = None
+        self._last_tick: Optional[_Tick] = None
+        self._tracks: dict[tuple[int, float], _ProcessTrack] = {}
+        self._timeline: list[HostSample] = []
+        self._stride = 1
+        self._delta_ticks = 0
+        self._overhead_cpu_s = 0.0
+        self._failed = False
+        self._unavailable = False
+        self._note: Optional[str] = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Take the baseline reading now and start the sampler thread. Idempotent.
+
+        If psutil cannot read the main process at all, the probe stays idle and its snapshot has
+        status ``unavailable``; nothing is raised.
+        """
+        if self._started or self._stopped:
+            return
+        self._started = True
+        cpu_before_s = time.thread_time()
+        try:
+            self._main = psutil.Process(self._pid)
+            self._main.cpu_times()  # fails now, not in the thread, if the process is unreadable
+            with self._tick_lock:
+                self._tick()
+        except Exception as error:  # psutil unusable here: report it, never break the run
+            with self._lock:
+                self._unavailable = True
+                self._note = f"psutil cannot read process {self._pid}: {_describe(error)}"
+            return
+        finally:
+            with self._lock:
+                self._overhead_cpu_s += time.thread_time() - cpu_before_s
+        self._thread = threading.Thread(
+            target=self._run, name="pipecheck-host-probe", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (within a tick's duration) and take one last reading. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop_event.set()
+        if self._thread is not None:
+            self._thread.join(_JOIN_TIMEOUT_S)
+        with self._lock:
+            take_last = self._first_tick is not None and not self._failed
+        if not take_last or not self._tick_lock.acquire(timeout=_JOIN_TIMEOUT_S):
+            return
+        cpu_before_s = time.thread_time()
+        try:
+            self._tick()
+        except Exception as error:
+            self._record_failure(error)
+        finally:
+            self._tick_lock.release()
+            with self._lock:
+                self._overhead_cpu_s += time.thread_time() - cpu_before_s
+
+    def __enter__(self) -> "HostProbe":
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop_event.wait(self._interval_s):
+            cpu_before_s = time.thread_time()
+            try:
+                with self._tick_lock:
+                    if self._stop_event.is_set():
+                        break  # stop() takes the last reading itself
+                    self._tick()
+            except Exception as error:
+                self._record_failure(error)
+                break
+            finally:
+                with self._lock:
+                    self._overhead_cpu_s += time.thread_time() - cpu_before_s
+
+    def _record_failure(self, error: BaseException) -> None:
+        with self._lock:
+            self._failed = True
+            at_s = self._last_tick.at_s if self._last_tick is not None else 0.0
+            self._note = f"sampling stopped after at_s={at_s:.2f}: {_describe(error)}"
+
+    # -- one tick ----------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """Read everything, then fold the reading into the totals. Caller holds _tick_lock."""
+        tick = self._read()
+        mapping = self._current_worker_ids()
+        with self._lock:
+            self._apply(tick, mapping)
+
+    def _read(self) -> _Tick:
+        assert self._main is not None
+        elapsed_s = time.perf_counter()
+        pss_due = (
+            self._last_pss_elapsed_s is None
+            or elapsed_s - self._last_pss_elapsed_s >= self._pss_interval_s
+        )
+        if pss_due:
+            self._last_pss_elapsed_s = elapsed_s
+        # The main process must stay readable: if it is not, the exception ends sampling.
+        main = _read_process(self._main, pss_due, must_succeed=True)
+        processes = {main.key: main}
+        for child in self._main.children(recursive=True):
+            want_pss = pss_due or child.pid not in self._pss_read_pids
+            reading = _read_process(child, want_pss, must_succeed=False)
+            if reading is not None:
+                processes[reading.key] = reading
+        self._pss_read_pids.update(
+            key[0] for key, reading in processes.items() if reading.pss_bytes is not None
+        )
+        return _Tick(
+            elapsed_s=elapsed_s,
+            at_s=self._clock() - self._run_start,
+            processes=processes,
+            system_cpu=psutil.cpu_times(),
+            available_memory_bytes=psutil.virtual_memory().available,
+        )
+
+    def _current_worker_ids(self) -> dict[int, int]:
+        if self._worker_ids is None:
+            return {}
+        try:
+            return dict(self._worker_ids())
+        except Exception:  # a broken callback must not stop host sampling
+            return {}
+
+    def _apply(self, tick: _Tick, mapping: dict[int, int]) -> None:
+        previous = self._last_tick
+        is_baseline = previous is None
+        dt_s = 0.0 if previous is None else tick.elapsed_s - previous.elapsed_s
+        cpu_delta_s: dict[tuple[int, float], float] = {}
+        read_bytes_delta = read_chars_delta = None
+
+        for key, reading in tick.processes.items():
+            track = self._tracks.get(key)
+            if track is None:
+                track = self._new_track(reading, tick.at_s, is_baseline)
+                self._tracks[key] = track
+            cpu_delta_s[key] = reading.cpu_s - track.last_cpu_s
+            read_bytes_delta = _add_delta(
+                read_bytes_delta, reading.read_bytes, track.last_read_bytes
+            )
+            read_chars_delta = _add_delta(
+                read_chars_delta, reading.read_chars, track.last_read_chars
+            )
+            _update_track(track, reading, tick.at_s, dt_s)
+
+        if self._first_tick is None:
+            self._first_tick = tick
+        self._last_tick = tick
+        if previous is None:
+            return
+        system_cpu_percent, iowait_percent = _system_percents(previous.system_cpu, tick.system_cpu)
+        if system_cpu_percent is None:
+            # Less than one kernel clock tick since the last reading (stop() right
+            # after a thread tick): rates over so short a span are noise. Totals are kept.
+            return
+        roles = self._roles(mapping)
+        main_key = next(key for key in tick.processes if key[0] == self._pid)
+        in_workers = [key for key in tick.processes if roles[key].in_worker_tree]
+        pss = [self._tracks[key].pss_last_bytes for key in in_workers]
+        self._append_sample(
+            HostSample(
+                at_s=tick.at_s,
+                system_cpu_percent=system_cpu_percent,
+                iowait_percent=iowait_percent,
+                main_cpu_percent=100.0 * cpu_delta_s[main_key] / dt_s,
+                workers_cpu_percent=100.0 * sum(cpu_delta_s[key] for key in in_workers) / dt_s,
+                main_rss_bytes=tick.processes[main_key].rss_bytes,
+                workers_rss_bytes=sum(tick.processes[key].rss_bytes for key in in_workers),
+                # None unless every live worker has a PSS reading: a partial sum would mislead
+                workers_pss_bytes=sum(pss) if pss and None not in pss else None,
+                read_bytes_per_s=None if read_bytes_delta is None else read_bytes_delta / dt_s,
+                read_chars_per_s=None if read_chars_delta is None else read_chars_delta / dt_s,
+                available_memory_bytes=tick.available_memory_bytes,
+            )
+        )
+
+    def _new_track(
+        self, reading: _ProcessReading, at_s: float, is_baseline: bool
+    ) -> _ProcessTrack:
+        # A process present at the baseline is counted from then on; one first seen later was
+        # born since the previous tick, so all of its counters belong to the observed window.
+        cpu_s = reading.cpu_s if is_baseline else 0.0
+        read_bytes = reading.read_bytes if is_baseline else 0
+        read_chars = reading.read_chars if is_baseline else 0
+        return _ProcessTrack(
+            pid=reading.key[0],
+            ppid=reading.ppid,
+            first_seen_at_s=at_s,
+            last_seen_at_s=at_s,
+            baseline_cpu_s=cpu_s,
+            last_cpu_s=cpu_s,
+            baseline_read_bytes=None if reading.read_bytes is None else read_bytes,
+            last_read_bytes=None if reading.read_bytes is None else read_bytes,
+            baseline_read_chars=None if reading.read_chars is None else read_chars,
+            last_read_chars=None if reading.read_chars is None else read_chars,
+        )
+
+    def _append_sample(self, sample: HostSample) -> None:
+        if self._delta_ticks % self._stride == 0:
+            self._timeline.append(sample)
+            if len(self._timeline) > self._max_samples:
+                self._timeline = self._timeline[::2]
+                self._stride *= 2
+        self._delta_ticks += 1
+
+    def _roles(self, mapping: dict[int, int]) -> dict[tuple[int, float], _Role]:
+        ppid_of = {track.pid: track.ppid for track in self._tracks.values()}
+        return {
+            key: _classify(track.pid, ppid_of, self._pid, mapping)
+            for key, track in self._tracks.items()
+        }
+
+    # -- results -----------------------------------------------------------------------------
+
+    def snapshot(self) -> HostRecord:
+        """A consistent copy of what was measured so far; callable any time, from any thread.
+
+        ``samples_taken`` counts ticks that produced a timeline sample (the baseline reading in
+        ``start()`` does not); ``duration_s`` is real seconds from the baseline to the latest
+        reading. ``main_cpu_s`` includes ``overhead_cpu_s``; ``workers_cpu_s`` covers workers and
+        their descendants and is ``None`` when no worker process was ever seen. Per process,
+        ``read_bytes`` / ``read_chars`` are totals over the observed window (``None`` when the
+        platform or permissions hide them). Status is ``unavailable`` before ``start()`` or when
+        psutil could not read the main process.
+        """
+        mapping = self._current_worker_ids()
+        with self._lock:
+            return self._build_record(mapping)
+
+    def _build_record(self, mapping: dict[int, int]) -> HostRecord:
+        first, last = self._first_tick, self._last_tick
+        if self._unavailable or first is None or last is None:
+            return HostRecord(
+                status="unavailable",
+                interval_s=self._interval_s,
+                samples_taken=0,
+                duration_s=0.0,
+                system_cpu_percent_mean=None,
+                iowait_fraction_mean=None,
+                read_bytes_per_s=None,
+                read_chars_per_s=None,
+                main_cpu_s=None,
+                workers_cpu_s=None,
+                overhead_cpu_s=self._overhead_cpu_s,
+                note=self._note or "host probe not started",
+            )
+        roles = self._roles(mapping)
+        processes = sorted(
+            (_process_stats(track, roles[key]) for key, track in self._tracks.items()),
+            key=lambda stats: (stats.first_seen_at_s, stats.pid),
+        )
+        duration_s = last.elapsed_s - first.elapsed_s
+        system_cpu_percent, iowait_percent = _system_percents(first.system_cpu, last.system_cpu)
+        in_worker_tree = [
+            track for key, track in self._tracks.items() if roles[key].in_worker_tree
+        ]
+        main_cpu_s = sum(t.cpu_s for k, t in self._tracks.items() if roles[k].name == "main")
+        return HostRecord(
+            status="ok",
+            interval_s=self._interval_s,
+            samples_taken=self._delta_ticks,
+            duration_s=duration_s,
+            system_cpu_percent_mean=system_cpu_percent,
+            iowait_fraction_mean=None if iowait_percent is None else iowait_percent / 100.0,
+            read_bytes_per_s=_rate(_total(p.read_bytes for p in processes), duration_s),
+            read_chars_per_s=_rate(_total(p.read_chars for p in processes), duration_s),
+            main_cpu_s=main_cpu_s,
+            workers_cpu_s=sum(t.cpu_s for t in in_worker_tree) if in_worker_tree else None,
+            overhead_cpu_s=self._overhead_cpu_s,
+            processes=processes,
+            timeline=list(self._timeline),
+            note=self._note,
+        )
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _read_process(
+    proc: psutil.Process, want_pss: bool, *, must_succeed: bool
+) -> Optional[_ProcessReading]:
+    """Read one process; ``None`` if it vanished or is unreadable (unless ``must_succeed``)."""
+    try:
+        with proc.oneshot():  # one read of /proc/<pid>/stat and statm for all of these
+            ppid = proc.ppid()
+            create_time = proc.create_time()
+            cpu = proc.cpu_times()
+            rss_bytes = proc.memory_info().rss
+    except _GONE:
+        if must_succeed:
+            raise
+        return None
+    read_bytes = read_chars = pss_bytes = None
+    try:
+        io = proc.io_counters()
+        read_bytes = io.read_bytes
+        read_chars = getattr(io, "read_chars", None)  # Linux only
+    except (*_GONE, AttributeError, NotImplementedError):  # no io_counters on this platform
+        pass
+    if want_pss:
+        try:
+            pss_bytes = getattr(proc.memory_full_info(), "pss", None)  # Linux only
+        except (*_GONE, AttributeError, NotImplementedError):
+            pass
+    return _ProcessReading(
+        key=(proc.pid, create_time),
+        ppid=ppid,
+        cpu_s=cpu.user + cpu.system,
+        rss_bytes=rss_bytes,
+        pss_bytes=pss_bytes,
+        read_bytes=read_bytes,
+        read_chars=read_chars,
+    )
+
+
+def _update_track(track: _ProcessTrack, reading: _ProcessReading, at_s: float, dt_s: float) -> None:
+    track.ppid = reading.ppid
+    track.last_seen_at_s = at_s
+    track.observed_s += dt_s
+    track.last_cpu_s = reading.cpu_s
+    track.rss_max_bytes = max(track.rss_max_bytes, reading.rss_bytes)
+    if reading.pss_bytes is not None:
+        track.pss_last_bytes = reading.pss_bytes
+        track.pss_max_bytes = max(track.pss_max_bytes or 0, reading.pss_bytes)
+    if reading.read_bytes is not None:
+        if track.baseline_read_bytes is None:  # became readable later: count from here
+            track.baseline_read_bytes = reading.read_bytes
+        track.last_read_bytes = reading.read_bytes
+    if reading.read_chars is not None:
+        if track.baseline_read_chars is None:
+            track.baseline_read_chars = reading.read_chars
+        track.last_read_chars = reading.read_chars
+
+
+def _classify(
+    pid: int, ppid_of: dict[int, int], main_pid: int, mapping: dict[int, int]
+) -> _Role:
+    """Role of ``pid`` in the main process's tree: main, worker (per ``mapping``, or any direct
+    child of main when the mapping is empty) or child (anything else)."""
+
+    def is_worker(candidate: int) -> bool:
+        if mapping:
+            return candidate in mapping
+        return ppid_of.get(candidate) == main_pid
+
+    if pid == main_pid:
+        return _Role("main", None, False)
+    if is_worker(pid):
+        return _Role("worker", mapping.get(pid), True)
+    seen = {pid}
+    ancestor = ppid_of.get(pid)
+    while ancestor is not None and ancestor != main_pid and ancestor not in seen:
+        if is_worker(ancestor):
+            return _Role("child", None, True)
+        seen.add(ancestor)
+        ancestor = ppid_of.get(ancestor)
+    return _Role("child", None, False)
+
+
+def _process_stats(track: _ProcessTrack, role: _Role) -> ProcessStats:
+    def delta(baseline: Optional[int], last: Optional[int]) -> Optional[int]:
+        return None if baseline is None or last is None else last - baseline
+
+    return ProcessStats(
+        pid=track.pid,
+        role=role.name,
+        cpu_s=track.cpu_s,
+        # over the ticks it was seen in; 0.0 only when seen at a single instant (cpu_s is 0 too)
+        cpu_percent_mean=100.0 * track.cpu_s / track.observed_s if track.observed_s > 0 else 0.0,
+        rss_max_bytes=track.rss_max_bytes,
+        pss_max_bytes=track.pss_max_bytes,
+        read_bytes=delta(track.baseline_read_bytes, track.last_read_bytes),
+        read_chars=delta(track.baseline_read_chars, track.last_read_chars),
+        first_seen_at_s=track.first_seen_at_s,
+        last_seen_at_s=track.last_seen_at_s,
+        worker_id=role.worker_id,
+    )
+
+
+def _system_percents(before: Any, after: Any) -> tuple[Optional[float], Optional[float]]:
+    """(busy percent of all cores, iowait percent) between two ``psutil.cpu_times()`` readings,
+    computed the way psutil's ``cpu_percent`` does; ``None`` when no time passed or the platform
+    has no iowait."""
+    total_s = _cpu_total_s(after) - _cpu_total_s(before)
+    if total_s <= 0:
+        return None, None
+    idle_s = after.idle - before.idle
+    has_iowait = hasattr(after, "iowait")
+    iowait_s = after.iowait - before.iowait if has_iowait else 0.0
+    busy_percent = 100.0 * (total_s - idle_s - iowait_s) / total_s
+    iowait_percent = 100.0 * iowait_s / total_s if has_iowait else None
+    if iowait_percent is not None:
+        iowait_percent = _clamp_percent(iowait_percent)
+    return _clamp_percent(busy_percent), iowait_percent
+
+
+def _cpu_total_s(times: Any) -> float:
+    # On Linux guest time is already inside user/nice; psutil and htop subtract it too.
+    return sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+
+def _clamp_percent(value: float) -> float:
+    return min(100.0, max(0.0, value))  # counters read microseconds apart can overshoot a hair
+
+
+def _add_delta(total: Optional[int], now: Optional[int], before: Optional[int]) -> Optional[int]:
+    """Add ``now - before`` to a running total; ``None`` stays ``None`` until a delta is known."""
+    if now is None or before is None:
+        return total
+    return (total or 0) + now - before
+
+
+def _total(values: Any) -> Optional[int]:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _rate(amount: Optional[int], duration_s: float) -> Optional[float]:
+    if amount is None or duration_s <= 0:
+        return None
+    return amount / duration_s
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"

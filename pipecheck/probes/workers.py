@@ -1,0 +1,565 @@
+"""Per-worker producer timing: how long each DataLoader worker spends fetching and collating.
+
+:class:`WorkerProbe` clones a ``DataLoader`` so that its dataset is a timing proxy and its
+``collate_fn`` a timing wrapper. Inside every worker process (or the main process when
+``num_workers=0``) the proxy adds up fetch time and sample count per batch; the collate wrapper
+times ``collate_fn`` and, when it returns, commits one batch record to that worker's slot of a
+shared file (see :mod:`pipecheck.probes._ring`). The main process reads the slots at any time
+with :meth:`WorkerProbe.snapshot`.
+
+What is measured, per worker id (all durations wall-clock seconds from ``time.perf_counter``):
+
+* ``fetch_s``: time inside the wrapped dataset's ``__getitem__`` / ``__getitems__``, or inside
+  ``iter()`` and every ``next()`` of an ``IterableDataset``'s iterator, including the ``next()``
+  that ends it with ``StopIteration`` and samples whose batch later failed;
+* ``collate_s``: time inside the loader's ``collate_fn`` (``default_convert`` when
+  ``batch_size=None``);
+* ``batches``/``samples``: batches returned by ``collate_fn``, and the dataset items that went
+  into them (with ``batch_size=None`` every item is one "batch" of one sample).
+
+The proxy and wrapper return exactly what the wrapped objects return and let their exceptions
+through untouched; if the shared file cannot be opened in a worker the probe goes silent
+rather than disturb loading. Works with the fork, spawn and forkserver start methods: all the
+proxy carries is the wrapped object, the file path and the slot layout.
+
+Limits: fetch time of samples that ``drop_last`` discards at the very end of a worker's life is
+not counted; with ``num_workers=0`` the per-batch attribution assumes one thread iterates the
+loader at a time; ``samples`` counts dataset items, so a dataset that yields ready-made batches
+with ``batch_size=None`` reports one sample per batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import mmap
+import os
+import threading
+import weakref
+from time import perf_counter
+from typing import Any, Callable, Optional
+
+import torch.utils.data
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from pipecheck.errors import PipecheckError
+from pipecheck.probes import _ring
+from pipecheck.records import WorkerBatch, WorkerRecord
+
+try:  # DataPipes are deprecated; guard for torch versions that drop them.
+    from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
+
+    _DATAPIPE_TYPES: tuple[type, ...] = (IterDataPipe, MapDataPipe)
+except ImportError:  # pragma: no cover - depends on the torch version
+    _DATAPIPE_TYPES = ()
+
+__all__ = ["MAIN_PROCESS_WORKER_ID", "WorkerProbe", "WorkerProbeUnsupported"]
+
+MAIN_PROCESS_WORKER_ID = -1
+"""Worker id reported for the main process when the loader has ``num_workers=0``."""
+
+
+class WorkerProbeUnsupported(PipecheckError):
+    """The loader cannot be instrumented without changing what it yields (for example a
+    DataPipe dataset, which torch seeds and shards by type). Callers fall back to no worker
+    probe."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-process state shared by the dataset proxy and the collate wrapper
+# ---------------------------------------------------------------------------------------------
+
+
+class _SharedArea:
+    """What a worker needs to find its slot: the file path, the layout and the worker count.
+    Immutable and picklable."""
+
+    __slots__ = ("path", "layout", "num_workers")
+
+    def __init__(self, path: str, layout: _ring.AreaLayout, num_workers: int) -> None:
+        self.path = path
+        self.layout = layout
+        self.num_workers = num_workers
+
+    def __getstate__(self) -> tuple:
+        return (self.path, self.layout, self.num_workers)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.path, self.layout, self.num_workers = state
+
+    def slot_of(self, worker_id: int) -> Optional[int]:
+        """The slot for ``worker_id`` (-1 = main process), or ``None`` if it has none."""
+        if self.num_workers == 0:
+            return 0 if worker_id == MAIN_PROCESS_WORKER_ID else None
+        return worker_id if 0 <= worker_id < self.num_workers else None
+
+
+class _BatchAccumulator:
+    """Fetch time and samples since the last batch, in one process, for one probe.
+
+    The dataset proxy adds to ``fetch_s``/``samples`` per sample (attribute updates only, to
+    keep the per-sample cost well under a microsecond); the collate wrapper turns them into a
+    batch record. Attaching to the shared file is deferred to first use because the worker id
+    is only known inside the worker (``get_worker_info()``).
+    """
+
+    __slots__ = ("fetch_s", "samples", "attached", "writer", "area")
+
+    def __init__(self, area: _SharedArea) -> None:
+        self.area = area
+        self.fetch_s = 0.0
+        self.samples = 0
+        self.attached = False
+        self.writer: Optional[_ring.SlotWriter] = None
+
+    def attach(self) -> None:
+        """Open this process's slot and register its pid. Silent (no writer) when this
+        process has no slot or the file is gone: the probe must never break loading."""
+        self.attached = True
+        info = get_worker_info()
+        worker_id = MAIN_PROCESS_WORKER_ID if info is None else info.id
+        slot = self.area.slot_of(worker_id)
+        if slot is None:
+            return
+        try:
+            writer = _ring.SlotWriter(self.area.path, self.area.layout, slot)
+            writer.register_process(os.getpid())
+        except (OSError, ValueError):
+            return
+        self.writer = writer
+
+    def finish_batch(self, end_time: float, collate_s: float) -> None:
+        """Commit the batch whose collation just ended at ``end_time`` (perf_counter s)."""
+        fetch_s, samples = self.fetch_s, self.samples
+        self.fetch_s = 0.0
+        self.samples = 0
+        if self.writer is not None:
+            self.writer.add_batch(end_time, fetch_s, collate_s, samples)
+
+    def flush_unbatched(self, collate_s: float = 0.0) -> None:
+        """Count pending fetch time (and ``collate_s``) as producing time that made no batch:
+        a sample or collate raised, or an iterable dataset ran out."""
+        fetch_s = self.fetch_s
+        self.fetch_s = 0.0
+        self.samples = 0
+        if self.writer is not None and (fetch_s or collate_s):
+            self.writer.add_time(fetch_s, collate_s)
+
+    def add_unbatched_fetch(self, fetch_s: float) -> None:
+        """Count ``fetch_s`` seconds of fetching that belongs to no batch, leaving the pending
+        batch as it is."""
+        if self.writer is not None:
+            self.writer.add_time(fetch_s, 0.0)
+
+    def disable(self) -> None:
+        """Stop writing for good (the probe was closed in this process)."""
+        self.attached = True
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.close()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop the parent's pending values and slot (the parent's slot is
+        not ours; the child attaches to its own on first use)."""
+        self.fetch_s = 0.0
+        self.samples = 0
+        self.attached = False
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            try:
+                writer.close()  # the child's copies of the mapping and descriptor
+            except (OSError, BufferError, ValueError):
+                pass  # a fork hook must never fail the fork
+
+
+# One accumulator per live probe in this process, keyed by probe key. The proxy and the collate
+# wrapper are pickled separately for spawn/forkserver; looking the key up here is what makes
+# them share one accumulator again inside the worker.
+_accumulators: dict[str, _BatchAccumulator] = {}
+
+
+def _accumulator_for(key: str, area: _SharedArea) -> _BatchAccumulator:
+    accumulator = _accumulators.get(key)
+    if accumulator is None:
+        accumulator = _accumulators[key] = _BatchAccumulator(area)
+    return accumulator
+
+
+def _forget_parent_state() -> None:
+    for accumulator in _accumulators.values():
+        accumulator.forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_parent_state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dataset proxies (one class per shape, so hasattr() answers as it would on the wrapped dataset)
+# ---------------------------------------------------------------------------------------------
+
+_PROXY_PREFIX = "_pipecheck_"
+
+
+class _ProxyBase:
+    """Attribute behaviour shared by all dataset proxies.
+
+    Reads of unknown attributes go to the wrapped dataset, and so do writes: torch's own
+    example shards an ``IterableDataset`` by setting attributes on ``get_worker_info().dataset``
+    in ``worker_init_fn``, and that object is the proxy. Names starting with ``_pipecheck_`` and
+    dunder names are never forwarded (that keeps pickling and copying from recursing).
+    """
+
+    def __init__(self, wrapped: Any, key: str, area: _SharedArea) -> None:
+        self.__setstate__((wrapped, key, area))
+
+    def __getstate__(self) -> tuple:
+        return (self._pipecheck_wrapped, self._pipecheck_key, self._pipecheck_area)
+
+    def __setstate__(self, state: tuple) -> None:
+        wrapped, key, area = state
+        object.__setattr__(self, "_pipecheck_wrapped", wrapped)
+        object.__setattr__(self, "_pipecheck_key", key)
+        object.__setattr__(self, "_pipecheck_area", area)
+        object.__setattr__(self, "_pipecheck_acc", _accumulator_for(key, area))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith(_PROXY_PREFIX) or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)
+        try:
+            wrapped = object.__getattribute__(self, "_pipecheck_wrapped")
+        except AttributeError:  # not yet unpickled
+            raise AttributeError(name) from None
+        return getattr(wrapped, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith(_PROXY_PREFIX):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._pipecheck_wrapped, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name.startswith(_PROXY_PREFIX):
+            object.__delattr__(self, name)
+        else:
+            delattr(self._pipecheck_wrapped, name)
+
+    def __repr__(self) -> str:
+        return f"<pipecheck timing proxy of {self._pipecheck_wrapped!r}>"
+
+
+class _SizedMixin:
+    def __len__(self) -> int:
+        return len(self._pipecheck_wrapped)
+
+
+class _MapDatasetProxy(_ProxyBase, Dataset):
+    """Map-style proxy: times each ``__getitem__``."""
+
+    def __getitem__(self, index: Any) -> Any:
+        acc = self._pipecheck_acc
+        if not acc.attached:
+            acc.attach()
+        start = perf_counter()
+        try:
+            item = self._pipecheck_wrapped[index]
+        except BaseException:
+            acc.fetch_s += perf_counter() - start
+            acc.flush_unbatched()
+            raise
+        acc.fetch_s += perf_counter() - start
+        acc.samples += 1
+        return item
+
+
+class _BatchedMapDatasetProxy(_MapDatasetProxy):
+    """Map-style proxy for datasets with ``__getitems__`` (torch then fetches a batch at once)."""
+
+    def __getitems__(self, indices: Any) -> Any:
+        acc = self._pipecheck_acc
+        if not acc.attached:
+            acc.attach()
+        start = perf_counter()
+        try:
+            items = self._pipecheck_wrapped.__getitems__(indices)
+        except BaseException:
+            acc.fetch_s += perf_counter() - start
+            acc.flush_unbatched()
+            raise
+        acc.fetch_s += perf_counter() - start
+        acc.samples += len(indices)
+        return items
+
+
+class _SizedMapDatasetProxy(_SizedMixin, _MapDatasetProxy):
+    pass
+
+
+class _SizedBatchedMapDatasetProxy(_SizedMixin, _BatchedMapDatasetProxy):
+    pass
+
+
+class _TimedIterator:
+    """Times every ``next()`` of an iterable dataset's iterator. A class, not a generator, so
+    an iterator that raises and then carries on behaves exactly as it does unwrapped."""
+
+    __slots__ = ("_iterator", "_acc")
+
+    def __init__(self, iterator: Any, acc: _BatchAccumulator) -> None:
+        self._iterator = iterator
+        self._acc = acc
+
+    def __iter__(self) -> _TimedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        acc = self._acc
+        start = perf_counter()
+        try:
+            item = next(self._iterator)
+        except StopIteration:
+            # The read that finds the end is producing time too. Samples already fetched stay
+            # pending: torch may still collate them as a last partial batch.
+            acc.add_unbatched_fetch(perf_counter() - start)
+            raise
+        except BaseException:
+            acc.fetch_s += perf_counter() - start
+            acc.flush_unbatched()
+            raise
+        acc.fetch_s += perf_counter() - start
+        acc.samples += 1
+        return item
+
+
+class _IterableDatasetProxy(_ProxyBase, IterableDataset):
+    """Iterable proxy: ``iter()`` and each ``next()`` count as fetch time."""
+
+    def __iter__(self) -> _TimedIterator:
+        acc = self._pipecheck_acc
+        if not acc.attached:
+            acc.attach()
+        # Samples still pending here were fetched but never collated (a partial batch dropped
+        # by drop_last in the previous pass of a persistent worker): not a batch, but busy time.
+        acc.flush_unbatched()
+        start = perf_counter()
+        try:
+            iterator = iter(self._pipecheck_wrapped)
+        finally:
+            acc.fetch_s += perf_counter() - start
+        return _TimedIterator(iterator, acc)
+
+
+class _SizedIterableDatasetProxy(_SizedMixin, _IterableDatasetProxy):
+    pass
+
+
+def _proxy_class(dataset: Any) -> type:
+    sized = hasattr(dataset, "__len__")
+    if isinstance(dataset, IterableDataset):
+        return _SizedIterableDatasetProxy if sized else _IterableDatasetProxy
+    # Mirror torch's fetcher test exactly: hasattr(dataset, "__getitems__") and it is truthy.
+    if getattr(dataset, "__getitems__", None):
+        return _SizedBatchedMapDatasetProxy if sized else _BatchedMapDatasetProxy
+    return _SizedMapDatasetProxy if sized else _MapDatasetProxy
+
+
+class _TimedCollate:
+    """Wraps the loader's ``collate_fn``: times it and commits one batch record per call."""
+
+    def __init__(self, collate_fn: Callable[[Any], Any], key: str, area: _SharedArea) -> None:
+        self.__setstate__((collate_fn, key, area))
+
+    def __getstate__(self) -> tuple:
+        return (self.collate_fn, self._key, self._area)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.collate_fn, self._key, self._area = state
+        self._acc = _accumulator_for(self._key, self._area)
+
+    def __call__(self, batch: Any) -> Any:
+        acc = self._acc
+        if not acc.attached:
+            acc.attach()
+        start = perf_counter()
+        try:
+            result = self.collate_fn(batch)
+        except BaseException:
+            acc.flush_unbatched(collate_s=perf_counter() - start)
+            raise
+        end = perf_counter()
+        acc.finish_batch(end, end - start)
+        return result
+
+    def __repr__(self) -> str:
+        return f"<pipecheck timed {self.collate_fn!r}>"
+
+
+# ---------------------------------------------------------------------------------------------
+# The probe (main process)
+# ---------------------------------------------------------------------------------------------
+
+
+def _release_area(key: str, area: mmap.mmap, path: str, owner_pid: int) -> None:
+    """Finalizer: stop this process's writer for ``key``, unmap and delete the file. Only the
+    creating process deletes it (a forked child exiting must not pull it from the workers)."""
+    accumulator = _accumulators.pop(key, None)
+    if accumulator is not None:
+        accumulator.disable()
+    if os.getpid() != owner_pid:
+        return
+    area.close()
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class WorkerProbe:
+    """Per-worker fetch/collate timing for one ``DataLoader``.
+
+    ``num_workers`` must equal the loader's (``>= 0``; 0 means the main process produces,
+    reported as worker id -1). ``run_start`` is a :data:`pipecheck._clock.monotonic` reading;
+    every ``*_at_s`` in the records is seconds since it. ``ring_size`` (``>= 1``) is how many
+    recent batches each worker keeps. The shared file (``/dev/shm`` when present) is created
+    here, before any ``iter()``; raises ``ValueError`` for bad arguments and ``OSError`` if the
+    file cannot be created.
+    """
+
+    def __init__(self, num_workers: int, *, run_start: float, ring_size: int = 1024) -> None:
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.num_workers = num_workers
+        self.run_start = run_start
+        self._layout = _ring.AreaLayout(num_slots=max(1, num_workers), ring_size=ring_size)
+        path, area = _ring.create_area(self._layout)
+        self.path = path
+        self._area = area
+        self._key = os.path.basename(path)  # unique per live file
+        self._shared = _SharedArea(path, self._layout, num_workers)
+        self._known_pids: dict[int, int] = {}
+        self._last_good: dict[int, _ring.SlotHeader] = {}
+        self._stuck_seq: dict[int, int] = {}
+        self._final: Optional[list[WorkerRecord]] = None
+        # The host probe calls pid_to_worker() from its sampler thread; reads and close()
+        # must not interleave (a read of an unmapped area raises).
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _release_area, self._key, area, path, os.getpid())
+
+    def instrument(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
+        """Return a clone of ``loader`` whose dataset and ``collate_fn`` are timed.
+
+        The clone is a shallow copy (same class, sampler, generator, settings) without the
+        original's persistent-worker iterator; ``loader`` itself is not modified. Raises
+        ``ValueError`` if the loader's ``num_workers`` differs from the probe's, and
+        :class:`WorkerProbeUnsupported` for DataPipe datasets (torch seeds and shards those by
+        type, which a proxy would hide).
+        """
+        if loader.num_workers != self.num_workers:
+            raise ValueError(
+                f"loader has num_workers={loader.num_workers}, "
+                f"probe was made for {self.num_workers}"
+            )
+        if not self._finalizer.alive:
+            raise ValueError("this WorkerProbe is closed")
+        dataset = loader.dataset
+        if _DATAPIPE_TYPES and isinstance(dataset, _DATAPIPE_TYPES):
+            raise WorkerProbeUnsupported(
+                f"per-worker timing does not support DataPipe datasets ({type(dataset).__name__})"
+            )
+        proxy = _proxy_class(dataset)(dataset, self._key, self._shared)
+        clone = copy.copy(loader)
+        # DataLoader.__setattr__ refuses `dataset` after init; the clone is ours to change.
+        object.__setattr__(clone, "dataset", proxy)
+        clone.collate_fn = _TimedCollate(loader.collate_fn, self._key, self._shared)
+        clone._iterator = None  # never share the original's persistent workers
+        return clone
+
+    def snapshot(self) -> list[WorkerRecord]:
+        """Exact counters for every worker id that has produced at least one batch, sorted by
+        id. Safe during iteration and after a worker crash; after :meth:`close` it returns the
+        records as they were at close."""
+        with self._lock:
+            if self._final is not None:
+                return list(self._final)
+            return self._read_records()
+
+    def _read_records(self) -> list[WorkerRecord]:
+        records = []
+        for slot in range(self._layout.num_slots):
+            header = self._read_header(slot)
+            if header.batches == 0:
+                continue
+            worker_id = MAIN_PROCESS_WORKER_ID if self.num_workers == 0 else slot
+            self._remember_pids(worker_id, header.pids)
+            ring = _ring.read_ring(self._area, self._layout, slot, header.batches)
+            records.append(
+                WorkerRecord(
+                    id=worker_id,
+                    pid=header.pid,
+                    pids=list(header.pids),
+                    batches=header.batches,
+                    samples=header.samples,
+                    fetch_s=header.fetch_s,
+                    collate_s=header.collate_s,
+                    busy_s=header.fetch_s + header.collate_s,
+                    first_at_s=self._relative(header.first_end),
+                    last_at_s=self._relative(header.last_end),
+                    recent=[
+                        WorkerBatch(
+                            worker_id=worker_id,
+                            end_at_s=record.end - self.run_start,
+                            fetch_s=record.fetch_s,
+                            collate_s=record.collate_s,
+                            samples=record.samples,
+                        )
+                        for record in ring
+                    ],
+                )
+            )
+        return records
+
+    def pid_to_worker(self) -> dict[int, int]:
+        """Every pid that has served a worker id so far (including earlier epochs' processes)
+        mapped to that id; the main process maps to -1 when ``num_workers=0``. Thread-safe."""
+        with self._lock:
+            if self._final is None:
+                self._read_pids()
+            return dict(self._known_pids)
+
+    def _read_pids(self) -> None:
+        for slot in range(self._layout.num_slots):
+            header = self._read_header(slot)
+            worker_id = MAIN_PROCESS_WORKER_ID if self.num_workers == 0 else slot
+            self._remember_pids(worker_id, header.pids)
+
+    def close(self) -> None:
+        """Take a last snapshot, then unmap and delete the shared file. Idempotent. Workers
+        still running keep their mapping and write into the deleted file harmlessly."""
+        with self._lock:
+            if self._final is None and self._finalizer.alive:
+                self._read_pids()
+                self._final = self._read_records()
+            self._finalizer()
+
+    def __enter__(self) -> WorkerProbe:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def _read_header(self, slot: int) -> _ring.SlotHeader:
+        # A writer killed mid-update leaves the seq odd; after one timed-out wait we remember
+        # that value and fall back at once to the last consistent read of the slot.
+        header = _ring.read_header(
+            self._area, self._layout, slot, give_up_on_seq=self._stuck_seq.get(slot)
+        )
+        if header.consistent:
+            self._last_good[slot] = header
+            return header
+        self._stuck_seq[slot] = header.seq
+        return self._last_good.get(slot, header)
+
+    def _remember_pids(self, worker_id: int, pids: list[int]) -> None:
+        for pid in pids:
+            self._known_pids[pid] = worker_id
+
+    def _relative(self, time_s: Optional[float]) -> Optional[float]:
+        return None if time_s is None else time_s - self.run_start

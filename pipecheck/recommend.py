@@ -1,0 +1,354 @@
+"""Recommendations: an ordered list of pure rules from an analysis to DataLoader setting changes.
+
+Rules run in order (``num_workers`` up or down, ``prefetch_factor``, ``persistent_workers``,
+``pin_memory``) and are cumulative: each rule's expected figures assume the changes proposed
+before it are applied. ``current`` is always the measured loader's value. Expected figures come
+from the what-if model (:mod:`pipecheck.analysis.model`); a rule that the model cannot back with
+a gain proposes nothing. With no model (too little data, a generic iterable) the list is empty
+and the diagnosis carries an ``insufficient-data`` finding saying why.
+
+The constants below are pipecheck's choices, not torch's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+from pipecheck.analysis import Analysis
+from pipecheck.analysis.consumer import mean_epoch_wall_s
+from pipecheck.analysis.model import LoaderSettings, Prediction, ThroughputModel
+from pipecheck.analysis.stats import mean
+from pipecheck.analysis.wording import count, mebibytes, percent, rate, seconds
+from pipecheck.records import Expected, Recommendation, RunRecord
+
+MIN_GAIN_FRACTION = 0.05
+"""A change must be predicted to raise steady throughput by at least 5%; the model sees no IPC
+beyond the receive CPU and no shift in contention, so smaller gains are not worth a change."""
+
+UP_HEADROOM = 1.2
+"""More workers are sized for 1.2x the consumer's rate: the model has no jitter beyond the sampled
+batch times, and a producer sized exactly at the demand stalls on every hiccup."""
+
+DOWN_HEADROOM = 2.0
+"""Fewer workers are proposed only if they keep capacity at 2x the demand or more (slack for
+batch-time variance and contention the model does not see)."""
+
+MAX_WORKERS_PER_CPU = 8
+"""Upper bound on proposed workers per usable CPU, even for latency-bound work: beyond it the
+per-process memory and IPC the model ignores usually dominate."""
+
+MAX_PREFETCH_FACTOR = 16
+"""Largest proposed prefetch_factor: past it the batches held in memory (prefetch_factor x
+num_workers) cost more than fixing the slow samples would."""
+
+PERSISTENT_START_SHARE = 0.05
+"""persistent_workers=True is proposed when an epoch's start-up wait is at least 5% of an epoch."""
+
+LATENCY_BOUND_CPU_FRACTION = 0.5
+"""Workers using less CPU than this per busy second are called latency-bound in reasons."""
+
+_LIMIT_WORDS = {
+    "step": "the training step",
+    "workers": "the worker count",
+    "cpu": "the usable CPUs",
+    "batch-time tail": "slow batches",
+    "serial": "loading in the main process",
+}
+
+
+@dataclass(frozen=True)
+class _Context:
+    run: RunRecord
+    analysis: Analysis
+    model: ThroughputModel
+
+    @property
+    def compute_bound_stall(self) -> float:
+        return self.analysis.diagnosis.thresholds["compute_bound_stall_fraction"]
+
+    @property
+    def measured_stall(self) -> float:
+        consumer = self.analysis.consumer
+        steady = consumer.steady_stall_fraction
+        return steady if steady is not None else consumer.stall_fraction
+
+
+_Outcome = Optional[tuple[Recommendation, LoaderSettings]]
+"""A rule's proposal and the settings after applying it, or ``None`` when it proposes nothing."""
+
+_Rule = Callable[[_Context, LoaderSettings], _Outcome]
+
+
+def recommend(run: RunRecord, analysis: Analysis) -> list[Recommendation]:
+    """Ordered setting changes for ``run`` given its ``analysis`` (from
+    :func:`pipecheck.analysis.analyze`); empty when ``analysis.model`` is ``None``. Each
+    proposes a value different from the current one, with expected samples/s and stall
+    (``None`` where the model cannot predict) and a reason quoting measured numbers."""
+    if analysis.model is None:
+        return []
+    context = _Context(run=run, analysis=analysis, model=analysis.model)
+    settings = analysis.model.measured
+    rules: list[_Rule] = [
+        _more_workers,
+        _fewer_workers,
+        _prefetch_factor,
+        _persistent_workers,
+        _pin_memory,
+    ]
+    recommendations = []
+    for rule in rules:
+        outcome = rule(context, settings)
+        if outcome is not None:
+            recommendation, settings = outcome
+            recommendations.append(recommendation)
+    return recommendations
+
+
+def _expected(prediction: Prediction, note: Optional[str] = None) -> Expected:
+    return Expected(
+        samples_per_s=prediction.samples_per_s,
+        stall_fraction=prediction.stall_fraction,
+        note=note,
+    )
+
+
+def _stall_now(context: _Context, settings: LoaderSettings, prediction: Prediction) -> str:
+    """The steady stall before a rule's change: measured when no earlier rule changed the
+    settings, else the model's prediction for the settings so far."""
+    if settings == context.model.measured:
+        return f"{percent(context.measured_stall)} of loop time in steady state"
+    return f"{percent(prediction.steady_stall_fraction)} predicted after the changes above"
+
+
+def _gains(model: ThroughputModel, before: LoaderSettings, after: LoaderSettings) -> bool:
+    old, new = model.predict(before), model.predict(after)
+    return new.steady_batches_per_s >= old.steady_batches_per_s * (1.0 + MIN_GAIN_FRACTION)
+
+
+def _more_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
+    """Input-bound and the producer's mean rate (not its tail) is short of what the consumer
+    takes: the smallest worker count whose capacity reaches :data:`UP_HEADROOM` x that rate, or
+    the CPU cap when that is lower (CPU-bound work gains nothing past the usable CPUs;
+    latency-bound work may exceed them)."""
+    model = context.model
+    if context.analysis.diagnosis.verdict != "input-bound":
+        return None
+    consumer_rate = 1.0 / model.consumer_floor_s()
+    capacity, _ = model.capacity(settings.num_workers)
+    if settings.num_workers > 0 and capacity >= consumer_rate:
+        return None  # the mean rate suffices; slow batches are the prefetch rule's business
+    cpu_cap = model.cpu_cap_batches_per_s()
+    target = UP_HEADROOM * consumer_rate
+    if cpu_cap is not None:
+        target = min(target, cpu_cap)
+    most = MAX_WORKERS_PER_CPU * model.usable_cpus
+    workers = min(model.workers_to_reach(target), most)
+    if workers <= settings.num_workers:
+        return None
+    proposed = replace(settings, num_workers=workers)
+    if not _gains(model, settings, proposed):
+        return None
+    prediction = model.predict(proposed)
+    reason = _more_workers_reason(context, settings, workers, capacity, prediction)
+    recommendation = Recommendation(
+        setting="num_workers",
+        current=settings.num_workers,
+        proposed=workers,
+        expected=_expected(prediction, f"then limited by {_LIMIT_WORDS[prediction.limit]}"),
+        reason=reason,
+    )
+    return recommendation, proposed
+
+
+def _more_workers_reason(
+    context: _Context,
+    settings: LoaderSettings,
+    workers: int,
+    capacity: float,
+    prediction: Prediction,
+) -> str:
+    model = context.model
+    demand = model.demand_batches_per_s
+    stall = percent(context.measured_stall)
+    if settings.num_workers == 0:
+        return (
+            f"With num_workers=0 the main process spends {seconds(1.0 / capacity)} producing each "
+            f"batch between {seconds(1.0 / demand)} steps, so the loop waits {stall} of its time; "
+            f"with {count(workers, 'worker')} production overlaps the step for about "
+            f"{rate(prediction.steady_batches_per_s)} in steady state (demand {rate(demand)})."
+        )
+    cpu_fraction = model.worker_cpu_fraction
+    kind = "latency-bound" if cpu_fraction < LATENCY_BOUND_CPU_FRACTION else "CPU-bound"
+    beyond_cores = (
+        f" (more than the {model.usable_cpus} usable CPUs, which latency-bound work tolerates)"
+        if workers > model.usable_cpus
+        else ""
+    )
+    capped = (
+        f" (the usable CPUs cap production at {rate(prediction.capacity_batches_per_s)})"
+        if prediction.limit == "cpu"
+        else ""
+    )
+    return (
+        f"With {count(settings.num_workers, 'worker')} the loader delivers at most "
+        f"{rate(capacity)} ({rate(model.per_worker_batches_per_s)} each while busy) against a "
+        f"step demand of {rate(demand)}, so the loop waits {stall} of its time; the workers are "
+        f"{kind} ({percent(cpu_fraction)} CPU while busy), so {count(workers, 'worker')}"
+        f"{beyond_cores} should deliver about {rate(prediction.steady_batches_per_s)} in steady "
+        f"state{capped}."
+    )
+
+
+def _fewer_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
+    """Compute-bound with large headroom: the fewest workers (>= 1) whose capacity stays at
+    :data:`DOWN_HEADROOM` x demand and whose predicted stall stays compute-bound."""
+    model = context.model
+    if context.analysis.diagnosis.verdict != "compute-bound" or settings.num_workers < 2:
+        return None
+    demand = model.demand_batches_per_s
+    found = _fewest_sufficient_workers(context, settings)
+    if found is None:
+        return None
+    workers, prediction = found
+    capacity, _ = model.capacity(workers)
+    proposed = replace(settings, num_workers=workers)
+    current_capacity, _ = model.capacity(settings.num_workers)
+    freed = settings.num_workers - workers
+    rss = mean(
+        w.rss_max_bytes for w in context.analysis.producer.workers if w.rss_max_bytes is not None
+    )
+    memory = "" if rss is None else f" (about {mebibytes(rss)} RSS each)"
+    reason = (
+        f"The loader could produce {rate(current_capacity)} against a step demand of "
+        f"{rate(demand)} ({current_capacity / demand:.1f}x) while the loop waits only "
+        f"{percent(context.measured_stall)}; dropping to {count(workers, 'worker')} keeps "
+        f"{capacity / demand:.1f}x headroom and frees "
+        f"{count(freed, 'worker process', 'worker processes')}{memory}."
+    )
+    recommendation = Recommendation(
+        setting="num_workers",
+        current=settings.num_workers,
+        proposed=workers,
+        expected=_expected(prediction, "same throughput, fewer processes"),
+        reason=reason,
+    )
+    return recommendation, proposed
+
+
+def _fewest_sufficient_workers(
+    context: _Context, settings: LoaderSettings
+) -> Optional[tuple[int, Prediction]]:
+    """The smallest worker count below the current one that keeps DOWN_HEADROOM x demand,
+    stays compute-bound and keeps the throughput (within MIN_GAIN_FRACTION), with its
+    prediction."""
+    model = context.model
+    current = model.predict(settings)
+    for workers in range(1, settings.num_workers):
+        capacity, _ = model.capacity(workers)
+        prediction = model.predict(replace(settings, num_workers=workers))
+        if (
+            capacity >= DOWN_HEADROOM * model.demand_batches_per_s
+            and prediction.steady_stall_fraction <= context.compute_bound_stall
+            and prediction.steady_batches_per_s
+            >= current.steady_batches_per_s * (1.0 - MIN_GAIN_FRACTION)
+        ):
+            return workers, prediction
+    return None
+
+
+def _prefetch_factor(context: _Context, settings: LoaderSettings) -> _Outcome:
+    """Stalls are material (above the compute-bound threshold) and the prefetch lead
+    (prefetch_factor x num_workers / demand seconds) is shorter than the p99 batch time: the
+    smallest prefetch_factor whose lead covers the p99, if the model predicts a gain."""
+    model = context.model
+    batch_time = context.analysis.producer.batch_time_s
+    if settings.num_workers == 0 or batch_time is None:
+        return None
+    current = model.predict(settings)
+    lead_s = model.lead_s(settings)
+    if current.steady_stall_fraction <= context.compute_bound_stall or lead_s >= batch_time.p99:
+        return None
+    factor = settings.effective_prefetch_factor()
+    needed = math.ceil(batch_time.p99 * model.demand_batches_per_s / settings.num_workers - 1e-9)
+    proposed_factor = max(needed, factor + 1)
+    if proposed_factor > MAX_PREFETCH_FACTOR:
+        return None
+    proposed = replace(settings, prefetch_factor=proposed_factor)
+    if not _gains(model, settings, proposed):
+        return None
+    prediction = model.predict(proposed)
+    reason = (
+        f"Batch production time has a long tail (p99 {seconds(batch_time.p99)} against a mean "
+        f"of {seconds(batch_time.mean)}): with {settings.num_workers} workers x prefetch_factor "
+        f"{factor} a batch is requested {seconds(lead_s)} before the step needs it, so slow "
+        f"batches stall the loop ({_stall_now(context, settings, current)}); prefetch_factor="
+        f"{proposed_factor} gives {seconds(model.lead_s(proposed))} of lead for "
+        f"{proposed_factor * settings.num_workers} batches held in memory."
+    )
+    recommendation = Recommendation(
+        setting="prefetch_factor",
+        current=factor,
+        proposed=proposed_factor,
+        expected=_expected(prediction, "replaying the measured batch times against the lead"),
+        reason=reason,
+    )
+    return recommendation, proposed
+
+
+def _persistent_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
+    """Workers restart every epoch and that start-up wait is at least
+    :data:`PERSISTENT_START_SHARE` of an epoch's wall time. Expected figures cover a run of
+    the measured epoch count (at least 2, since the first epoch pays the start-up anyway)."""
+    model = context.model
+    if settings.num_workers == 0 or settings.persistent_workers:
+        return None
+    if context.run.loader.persistent_workers is not False:
+        return None  # None: the loader has no such setting
+    epoch_s = mean_epoch_wall_s(context.run.consumer)
+    saved_s = model.cold_start_s - model.warm_start_s
+    if not epoch_s or saved_s <= 0 or model.cold_start_s < PERSISTENT_START_SHARE * epoch_s:
+        return None
+    epochs = max(model.epochs, 2)
+    proposed = replace(settings, persistent_workers=True)
+    prediction = model.predict(proposed, epochs=epochs)
+    reason = (
+        f"Each epoch starts with a {seconds(model.cold_start_s)} wait for its first batch "
+        f"(worker start-up), {percent(model.cold_start_s / epoch_s)} of a {seconds(epoch_s)} "
+        f"epoch; persistent workers pay it once, saving about {seconds(saved_s)} in every later "
+        "epoch."
+    )
+    recommendation = Recommendation(
+        setting="persistent_workers",
+        current=False,
+        proposed=True,
+        expected=_expected(prediction, f"over a {epochs}-epoch run like the measured one"),
+        reason=reason,
+    )
+    return recommendation, proposed
+
+
+def _pin_memory(context: _Context, settings: LoaderSettings) -> _Outcome:
+    """CUDA is available and ``pin_memory`` is False. The effect is not predicted: it depends
+    on the host-to-device copy, which only the device probe could time."""
+    run = context.run
+    if not run.environment.cuda or run.loader.pin_memory is not False:
+        return None
+    batches_per_s = context.analysis.consumer.batches_per_s
+    recommendation = Recommendation(
+        setting="pin_memory",
+        current=False,
+        proposed=True,
+        expected=Expected(
+            samples_per_s=None,
+            stall_fraction=None,
+            note="pipecheck cannot quantify the host-to-device copy without the device probe",
+        ),
+        reason=(
+            f"CUDA is available and each of the {rate(batches_per_s)} is copied to the device "
+            "from pageable memory; page-locked batches let that copy run asynchronously "
+            "(.to(device, non_blocking=True))."
+        ),
+    )
+    return recommendation, settings

@@ -1,0 +1,504 @@
+"""The terminal summary of a Report, built with rich: verdict first, then the numbers behind it.
+
+Sections, in order: verdict line, run context, throughput, data wait (stall), producer vs
+consumer, host, findings, recommendations, and the stress sweep when the report has one. Every
+number carries its unit (:mod:`pipecheck.render.format`); values that were not measured show as
+``n/a``. :func:`renderables` returns the rich objects (``rich.print(report)`` uses them);
+:func:`render_terminal` renders them to a string.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from typing import TYPE_CHECKING, Any, Optional
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from pipecheck.render import format as fmt
+
+if TYPE_CHECKING:
+    from pipecheck.records import ConsumerSummary, HostRecord, ProducerSummary, Quantiles
+    from pipecheck.report import Report
+
+DEFAULT_WIDTH = 100
+"""Columns used when neither the caller nor the terminal gives a width."""
+
+MIN_WIDTH = 20
+"""Narrowest width accepted, in columns: below it even the stacked layout cannot hold a label
+and its value on one line."""
+
+_VERDICT_STYLES = {
+    "input-bound": "bold red",
+    "compute-bound": "bold green",
+    "balanced": "bold yellow",
+    "no-data": "bold",
+}
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+_SEVERITY_STYLES = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_DIM = "dim"
+
+
+def render_terminal(report: "Report", width: Optional[int] = None, color: bool = False) -> str:
+    """The report's terminal summary as a string, ``width`` columns wide.
+
+    ``width=None`` uses the terminal's width (``shutil.get_terminal_size``), or
+    :data:`DEFAULT_WIDTH` when there is none. ``color=True`` adds ANSI colour codes.
+    Raises ``ValueError`` if ``width`` is below :data:`MIN_WIDTH`.
+    """
+    if width is None:
+        width = max(MIN_WIDTH, shutil.get_terminal_size(fallback=(DEFAULT_WIDTH, 24)).columns)
+    if width < MIN_WIDTH:
+        raise ValueError(f"width must be at least {MIN_WIDTH} columns, got {width}")
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+    for renderable in renderables(report):
+        console.print(renderable)
+    text = buffer.getvalue()
+    if color:
+        return text
+    # rich pads table cells to the column width; plain text is easier to diff and grep without.
+    return "\n".join(line.rstrip() for line in text.split("\n"))
+
+
+def renderables(report: "Report") -> list[RenderableType]:
+    """The summary as rich renderables (verdict line first), one per line or section."""
+    parts: list[RenderableType] = [
+        Text(verdict_line(report), style=_VERDICT_STYLES.get(report.diagnosis.verdict, "bold")),
+        Text(_context_line(report), style=_DIM),
+    ]
+    ended = _ended_line(report.consumer)
+    if ended is not None:
+        parts.append(Text(ended, style="bold yellow"))
+    sections = [
+        ("Throughput", _throughput(report.consumer)),
+        ("Data wait (stall)", _stall(report.consumer)),
+        ("Producer vs consumer", _producer_vs_consumer(report.consumer, report.producer)),
+        ("Host", _host(report)),
+        ("Findings", _findings(report)),
+        ("Recommendations", _recommendations(report)),
+    ]
+    if report.stress:
+        sections.append(("Stress sweep", _stress(report.stress)))
+    for title, body in sections:
+        parts.append(Text(""))
+        parts.append(Text(title, style="bold underline"))
+        parts.append(Padding(Group(*body), (0, 0, 0, 2), expand=False))
+    return parts
+
+
+def verdict_line(report: "Report") -> str:
+    """One sentence: the verdict in capitals, the stall behind it and the threshold it was judged
+    against, e.g. ``INPUT-BOUND: the training loop waited for data 41.2% of the time
+    (threshold 10%)``. Thresholds come from ``report.diagnosis.thresholds``."""
+    diagnosis = report.diagnosis
+    verdict = diagnosis.verdict
+    label = verdict.upper()
+    if verdict == "no-data":
+        return f"{label}: no batches were measured, so there is no verdict"
+    stall, steady = _verdict_stall(report)
+    scope = " in steady state" if steady else ""
+    if verdict == "compute-bound":
+        sentence = f"the training loop waited for data only {fmt.percent(stall)} of the time{scope}"
+    else:
+        sentence = f"the training loop waited for data {fmt.percent(stall)} of the time{scope}"
+    threshold = _threshold_phrase(verdict, diagnosis.thresholds)
+    return f"{label}: {sentence}{threshold}"
+
+
+# -- verdict helpers -----------------------------------------------------------------------------
+
+
+def _verdict_stall(report: "Report") -> tuple[Optional[float], bool]:
+    """The stall fraction the verdict was judged on: the verdict finding's evidence when it names
+    one (so the line agrees with the verdict), else the steady-state stall (the verdict's basis,
+    see README), else the whole-run stall. Second item: whether it is the steady-state stall."""
+    for finding in report.diagnosis.findings:
+        if finding.kind != report.diagnosis.verdict:
+            continue
+        for key, steady in (("steady_stall_fraction", True), ("stall_fraction", False)):
+            value = finding.evidence.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value), steady
+    if report.consumer.steady_stall_fraction is not None:
+        return report.consumer.steady_stall_fraction, True
+    return report.consumer.stall_fraction, False
+
+
+def _threshold_phrase(verdict: str, thresholds: dict[str, float]) -> str:
+    """`` (threshold 10%)`` for the key naming this verdict, else all thresholds, else nothing."""
+    if not thresholds:
+        return ""
+    wanted = verdict.replace("-", "_")
+    own = [value for key, value in thresholds.items() if wanted in key.replace("-", "_")]
+    if len(own) == 1:
+        return f" (threshold {_short_percent(own[0])})"
+    listed = ", ".join(f"{_threshold_name(k)} {_short_percent(v)}" for k, v in thresholds.items())
+    return f" (thresholds: {listed})"
+
+
+def _threshold_name(key: str) -> str:
+    for suffix in ("_stall_fraction", "_fraction"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+    return key.replace("_", " ")
+
+
+def _short_percent(fraction: float) -> str:
+    """``0.1 -> "10%"``, ``0.125 -> "12.5%"``: thresholds are round numbers, print them so."""
+    as_percent = fraction * 100
+    decimals = 0 if abs(as_percent - round(as_percent)) < 1e-9 else 1
+    return f"{as_percent:.{decimals}f}%"
+
+
+def _context_line(report: "Report") -> str:
+    env, loader = report.environment, report.loader
+    names = ("num_workers", "prefetch_factor", "batch_size", "pin_memory", "persistent_workers")
+    settings = [
+        f"{name}={fmt.setting_value(getattr(loader, name))}"
+        for name in names
+        if getattr(loader, name) is not None
+    ]
+    cuda = "no CUDA" if not env.cuda else " ".join(filter(None, ("CUDA", env.cuda_device)))
+    torch = f"torch {env.torch}" if env.torch else "no torch"
+    return " · ".join(
+        [
+            f"{report.kind} report, {report.created}",
+            " ".join([loader.type, *settings]),
+            f"{env.cpu_count} CPUs ({env.usable_cpus} usable), {cuda}",
+            f"Python {env.python}, {torch}",
+        ]
+    )
+
+
+def _ended_line(consumer: "ConsumerSummary") -> Optional[str]:
+    if consumer.status == "complete":
+        return None
+    detail = f": {consumer.error}" if consumer.error else ""
+    return f"the run did not complete (status {consumer.status}{detail}); numbers cover what ran"
+
+
+# -- sections ------------------------------------------------------------------------------------
+
+
+def _line(*pairs: tuple[str, str]) -> Text:
+    """A line of ``label value`` pairs separated by `` · ``; labels dim, values plain."""
+    text = Text()
+    for i, (label, value) in enumerate(pairs):
+        if i:
+            text.append(" · ", style=_DIM)
+        if label:
+            text.append(f"{label} ", style=_DIM)
+        text.append(value)
+    return text
+
+
+def _quantiles(q: Optional["Quantiles"]) -> str:
+    if q is None:
+        return fmt.NOT_MEASURED
+    return (
+        f"mean {fmt.seconds(q.mean)}, p50 {fmt.seconds(q.p50)}, "
+        f"p90 {fmt.seconds(q.p90)}, p99 {fmt.seconds(q.p99)}"
+    )
+
+
+def _throughput(consumer: "ConsumerSummary") -> list[RenderableType]:
+    rates = [
+        ("", fmt.rate(consumer.samples_per_s, "samples")),
+        ("", fmt.rate(consumer.batches_per_s, "batches")),
+    ]
+    if consumer.tokens_per_s is not None:
+        rates.append(("", fmt.rate(consumer.tokens_per_s, "tokens")))
+    return [
+        _line(*rates),
+        _line(
+            ("wall", fmt.seconds(consumer.wall_s)),
+            ("", fmt.count(consumer.batches, "batch", "batches")),
+            ("", fmt.count(consumer.samples, "sample")),
+            ("", fmt.count(consumer.epochs, "epoch")),
+        ),
+    ]
+
+
+def _stall(consumer: "ConsumerSummary") -> list[RenderableType]:
+    lines: list[RenderableType] = [
+        _line(
+            ("waited", fmt.seconds(consumer.wait_s)),
+            ("computed", fmt.seconds(consumer.compute_s)),
+            ("stall", fmt.percent(consumer.stall_fraction)),
+            ("steady-state stall", fmt.percent(consumer.steady_stall_fraction)),
+        ),
+        _line(("first batch after", fmt.seconds(consumer.first_batch_s))),
+    ]
+    if consumer.wait_time_s is not None:
+        lines.append(_line(("wait per batch:", _quantiles(consumer.wait_time_s))))
+    if consumer.compute_time_s is not None:
+        lines.append(_line(("step per batch:", _quantiles(consumer.compute_time_s))))
+    return lines
+
+
+def _producer_vs_consumer(
+    consumer: "ConsumerSummary", producer: "ProducerSummary"
+) -> list[RenderableType]:
+    demand = consumer.demand_batches_per_s
+    capacity = producer.capacity_batches_per_s
+    lines: list[RenderableType] = [
+        _line(("consumer demand", f"{fmt.rate(demand, 'batches')} (1 / mean step time)")),
+    ]
+    basis = f" ({producer.capacity_basis})" if producer.capacity_basis else ""
+    lines.append(_line(("producer capacity", f"{fmt.rate(capacity, 'batches')}{basis}")))
+    if demand and capacity is not None:
+        ratio = capacity / demand
+        verdict = "cannot keep up with" if ratio < 1 else "can keep up with"
+        lines.append(_line(("capacity / demand", f"{ratio:.2f}x (the loader {verdict} the step)")))
+    details = []
+    if producer.batch_time_s is not None:
+        details.append(("batch build time:", _quantiles(producer.batch_time_s)))
+    if producer.per_worker_batches_per_s is not None:
+        details.append(("per worker", fmt.rate(producer.per_worker_batches_per_s, "batches")))
+    if producer.cpu_per_batch_s is not None:
+        details.append(("CPU per batch", fmt.seconds(producer.cpu_per_batch_s)))
+    if producer.cpu_fraction is not None:
+        details.append(("worker CPU while busy", fmt.percent(producer.cpu_fraction)))
+    if details:
+        lines.append(_line(*details))
+    if producer.workers:
+        lines.append(_worker_table(producer))
+    else:
+        lines.append(Text(f"no per-worker timing (worker probe: {producer.probe})", style=_DIM))
+    return lines
+
+
+def _worker_table(producer: "ProducerSummary") -> RenderableType:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for header in ("worker", "pid", "batches", "busy", "rate", "CPU/busy", "RSS max"):
+        table.add_column(header, justify="left" if header == "worker" else "right", no_wrap=True)
+    stacked = []
+    for worker in producer.workers:
+        name = "main" if worker.id == -1 else str(worker.id)
+        cells = (
+            f"{worker.batches:,}",
+            fmt.seconds(worker.busy_s),
+            fmt.rate(worker.rate_batches_per_s, "batches"),
+            fmt.percent(worker.cpu_fraction),
+            fmt.mib(worker.rss_max_bytes),
+        )
+        table.add_row(name, str(worker.pid), *cells)
+        stacked.append(
+            Text(f"worker {name} (pid {worker.pid}): ")
+            + _line(
+                ("batches", cells[0]),
+                ("busy", cells[1]),
+                ("rate", cells[2]),
+                ("CPU while busy", cells[3]),
+                ("RSS max", cells[4]),
+            )
+        )
+    return _FitOrStack(table, Group(*stacked))
+
+
+class _FitOrStack:
+    """A table where it fits without wrapping its cells, else the same facts as stacked lines
+    (a squeezed table breaks numbers from their units on narrow terminals)."""
+
+    def __init__(self, table: Table, stacked: RenderableType) -> None:
+        self.table = table
+        self.stacked = stacked
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table if _unwrapped_width(self.table) <= options.max_width else self.stacked
+
+
+def _unwrapped_width(table: Table) -> int:
+    """Columns ``table`` needs with its ``no_wrap`` columns whole and the others at their
+    ``min_width`` (rich's own measurement assumes every cell may wrap between words)."""
+    total = 0
+    for column in table.columns:
+        cells = [column.header, *column.cells]
+        if column.no_wrap:
+            total += max(cell_len(c.plain if isinstance(c, Text) else str(c)) for c in cells)
+        else:
+            total += column.min_width or 0
+    # Between two columns: right padding, the blank divider of SIMPLE_HEAD, left padding.
+    return total + 3 * (len(table.columns) - 1)
+
+
+def _host(report: "Report") -> list[RenderableType]:
+    host: Optional[HostRecord] = report.host
+    if host is None:
+        return [Text("host sampling was not run", style=_DIM)]
+    if host.status != "ok":
+        note = f": {host.note}" if host.note else ""
+        return [Text(f"host sampling {host.status}{note}", style=_DIM)]
+    # With num_workers=0 there are no worker processes: say nothing rather than "0" or "n/a".
+    has_workers = report.loader.num_workers != 0
+    cpu = [("CPU main", fmt.cores(_per_wall(host.main_cpu_s, host.duration_s)))]
+    if has_workers:
+        cpu.append(("workers", fmt.cores(_per_wall(host.workers_cpu_s, host.duration_s))))
+    cpu.append(("system", f"{fmt.percent_value(host.system_cpu_percent_mean)} of all cores"))
+    cpu.append(("iowait", fmt.percent(host.iowait_fraction_mean)))
+    lines: list[RenderableType] = [
+        _line(*cpu),
+        _line(
+            ("read from storage", fmt.bytes_rate(host.read_bytes_per_s)),
+            ("incl. page cache", fmt.bytes_rate(host.read_chars_per_s)),
+        ),
+    ]
+    memory = _memory_line(report, has_workers)
+    if memory is not None:
+        lines.append(memory)
+    samples = fmt.count(host.samples_taken, "sample")
+    overhead_cores = _per_wall(host.overhead_cpu_s, host.duration_s)
+    lines.append(
+        _line(
+            ("sampler", f"{samples} every {fmt.seconds(host.interval_s)}"),
+            ("overhead", f"{fmt.seconds(host.overhead_cpu_s)} CPU "
+             f"({fmt.percent(overhead_cores)} of one core)"),
+        )
+    )
+    return lines
+
+
+def _per_wall(cpu_s: Optional[float], wall_s: float) -> Optional[float]:
+    """CPU seconds per wall second (cores); ``None`` when either is unknown or the wall is 0."""
+    if cpu_s is None or not wall_s:
+        return None
+    return cpu_s / wall_s
+
+
+def _memory_line(report: "Report", has_workers: bool) -> Optional[Text]:
+    """Peak memory from the host samples in the timeline; ``None`` when there are none."""
+    samples = report.timeline.host
+    if not samples:
+        return None
+    pairs = [("memory: main RSS peak", fmt.size(max(s.main_rss_bytes for s in samples)))]
+    if has_workers:
+        pairs.append(("workers RSS peak", fmt.size(max(s.workers_rss_bytes for s in samples))))
+        pss = [s.workers_pss_bytes for s in samples if s.workers_pss_bytes is not None]
+        if pss:
+            pairs.append(("workers PSS peak", fmt.size(max(pss))))
+    pairs.append(("lowest available", fmt.size(min(s.available_memory_bytes for s in samples))))
+    return _line(*pairs)
+
+
+def _findings(report: "Report") -> list[RenderableType]:
+    findings = sorted(report.diagnosis.findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
+    if not findings:
+        return [Text("none", style=_DIM)]
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for finding in findings:
+        marker = Text(f"[{finding.severity}]", style=_SEVERITY_STYLES.get(finding.severity, ""))
+        grid.add_row(marker, Text(finding.message))
+    return [grid]
+
+
+def _recommendations(report: "Report") -> list[RenderableType]:
+    """A compact table of the changes, then each one's reason as a numbered paragraph (reasons
+    are long; a table column would squeeze them into a narrow strip)."""
+    if not report.recommendations:
+        return [Text(_why_no_recommendations(report))]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("#", no_wrap=True)
+    table.add_column("setting", no_wrap=True)
+    table.add_column("current -> proposed", no_wrap=True)
+    table.add_column("expected throughput", justify="right", no_wrap=True)
+    table.add_column("expected stall", justify="right", no_wrap=True)
+    stacked = []
+    reasons = Table.grid(padding=(0, 1))
+    reasons.add_column(no_wrap=True)
+    reasons.add_column()
+    for number, rec in enumerate(report.recommendations, start=1):
+        change = f"{fmt.setting_value(rec.current)} -> {fmt.setting_value(rec.proposed)}"
+        expected_rate = fmt.rate(rec.expected.samples_per_s, "samples")
+        expected_stall = fmt.percent(rec.expected.stall_fraction)
+        table.add_row(f"{number}.", rec.setting, change, expected_rate, expected_stall)
+        summary = _line(
+            (f"{rec.setting}:", change), ("expected", expected_rate), ("stall", expected_stall)
+        )
+        stacked.append(Text(f"{number}. ") + summary)
+        reason = Text.assemble((f"{rec.setting}: ", "bold"), rec.reason)
+        if rec.expected.note:
+            reason.append(f" ({rec.expected.note})", style=_DIM)
+        reasons.add_row(f"{number}.", reason)
+    return [
+        Text("cumulative: each figure assumes the changes above it", style=_DIM),
+        _FitOrStack(table, Group(*stacked)),
+        Text(""),
+        reasons,
+    ]
+
+
+def _why_no_recommendations(report: "Report") -> str:
+    consumer, diagnosis = report.consumer, report.diagnosis
+    if diagnosis.verdict == "no-data" or consumer.batches == 0:
+        measured = fmt.count(consumer.batches, "batch", "batches")
+        return f"No recommendations: insufficient data ({measured} measured); run more steps."
+    if any(finding.kind == "insufficient-data" for finding in diagnosis.findings):
+        return (
+            "No recommendations: the measurements are insufficient to predict the effect of a "
+            "change (see Findings)."
+        )
+    if diagnosis.verdict == "compute-bound":
+        return (
+            "No recommendations: the loop is compute-bound, so no loader change is predicted "
+            "to help."
+        )
+    if report.producer.capacity_batches_per_s is None:
+        return (
+            "No recommendations: producer capacity was not measured, so the effect of a change "
+            "cannot be predicted."
+        )
+    return "No recommendations: no change is predicted to help."
+
+
+def _stress(stress: dict[str, Any]) -> list[RenderableType]:
+    """The sweep's trials (config, throughput, stall, measured or predicted) and its choices."""
+    trials = [t for t in stress.get("trials") or [] if isinstance(t, dict)]
+    lines: list[RenderableType] = []
+    if trials:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        for header in ("config", "samples/s", "batches/s", "stall", "source"):
+            table.add_column(header, justify="left" if header == "config" else "right")
+        for trial in trials:
+            table.add_row(
+                _config_text(trial.get("config")),
+                fmt.rate(_number(trial.get("samples_per_s")), "samples"),
+                fmt.rate(_number(trial.get("batches_per_s")), "batches"),
+                fmt.percent(_number(trial.get("stall_fraction"))),
+                "measured" if trial.get("measured") else "predicted",
+            )
+        lines.append(table)
+    for key in ("best", "recommended"):
+        choice = stress.get(key)
+        if isinstance(choice, dict) and choice:
+            config = choice.get("config", choice)
+            lines.append(_line((f"{key}:", _config_text(config))))
+    return lines or [Text("no trials recorded", style=_DIM)]
+
+
+def _config_text(config: Any) -> str:
+    if isinstance(config, dict):
+        return " ".join(f"{k}={fmt.setting_value(v)}" for k, v in config.items())
+    return fmt.NOT_MEASURED if config is None else str(config)
+
+
+def _number(value: Any) -> Optional[float]:
+    """A JSON number as a float; ``None`` for anything else (null, text, booleans)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)

@@ -1,0 +1,295 @@
+"""The Report: what a run measured, what analysis concluded and what to change, in one object.
+
+A :class:`Report` is built once from a finished :class:`~pipecheck.records.RunRecord`
+(:func:`build_report`), then rendered (``print(report)``), saved as JSON (:meth:`Report.save`) and
+read back (:func:`load`). The JSON layout is the contract in DESIGN.md, schema :data:`SCHEMA`:
+readers reject other schema versions instead of guessing. Keys are written in a fixed order
+(:data:`KEY_ORDER`) so saved reports diff cleanly. NaN and infinity never reach the JSON: they are
+written as ``null`` ("not measured").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+import os
+import pathlib
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Optional
+
+from pipecheck.errors import BadInputError, ReportFormatError
+from pipecheck.records import (
+    ConsumerSummary,
+    Diagnosis,
+    Environment,
+    HostRecord,
+    LoaderConfig,
+    ProducerSummary,
+    Recommendation,
+    Timeline,
+    from_jsonable,
+    to_jsonable,
+)
+
+if TYPE_CHECKING:
+    from pipecheck.records import RunRecord
+
+SCHEMA = "pipecheck.report/1"
+"""Schema identifier written into (and required from) every saved report."""
+
+KINDS = ("wrap", "stress")
+"""Which driver produced a report: ``wrap`` (online, inside training) or ``stress`` (offline)."""
+
+KEY_ORDER = (
+    "schema",
+    "kind",
+    "created",
+    "environment",
+    "loader",
+    "consumer",
+    "producer",
+    "host",
+    "diagnosis",
+    "recommendations",
+    "stress",
+    "timeline",
+)
+"""Top-level JSON keys in the order they are written (the large timeline last)."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """One run's measurements, diagnosis and recommendations.
+
+    ``kind`` is one of :data:`KINDS` (``ValueError`` otherwise); ``created`` is ISO 8601 UTC.
+    ``host`` is the host sampler's summary with its ``timeline`` emptied: the host samples live in
+    ``timeline.host``. ``stress`` holds the offline sweep (trials, best, recommended) for
+    ``kind="stress"`` reports, else ``None``.
+    """
+
+    kind: str
+    created: str
+    environment: Environment
+    loader: LoaderConfig
+    consumer: ConsumerSummary
+    producer: ProducerSummary
+    host: Optional[HostRecord]
+    diagnosis: Diagnosis
+    recommendations: list[Recommendation]
+    timeline: Timeline = field(repr=False)
+    stress: Optional[dict[str, Any]] = None
+    schema: str = SCHEMA
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
+    # -- JSON ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract of DESIGN.md as plain Python values, keys in :data:`KEY_ORDER`.
+
+        Non-finite floats become ``None``. Raises ``TypeError`` naming the key path if a value
+        (e.g. a recommendation's ``proposed``) is not representable in JSON.
+        """
+        flat = to_jsonable(self)
+        ordered = {key: flat[key] for key in KEY_ORDER}
+        return _json_safe(ordered, "report")
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """The report as JSON text (``indent`` spaces per level; ``None`` for one line)."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Report":
+        """Rebuild a report from :meth:`to_dict` output (e.g. parsed JSON).
+
+        Unknown keys are ignored (newer writers may add keys). Raises
+        :class:`~pipecheck.errors.ReportFormatError` (one line, naming the key path) when
+        ``data`` is not an object, its schema is missing or not :data:`SCHEMA`, a required key is
+        missing, or a value has the wrong type.
+        """
+        if not isinstance(data, dict):
+            raise ReportFormatError(
+                f"not a pipecheck report: expected a JSON object, got {_json_type_name(data)}"
+            )
+        schema = data.get("schema")
+        if schema is None:
+            raise ReportFormatError("not a pipecheck report: it has no 'schema' key")
+        if schema != SCHEMA:
+            raise ReportFormatError(
+                f"report schema {schema!r} is not supported; this pipecheck reads {SCHEMA}"
+            )
+        try:
+            return from_jsonable(cls, data, "report")
+        except KeyError as err:
+            raise ReportFormatError(f"report is missing key {err.args[0]}") from err
+        except (TypeError, ValueError) as err:
+            raise ReportFormatError(f"report is malformed: {err}") from err
+
+    def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
+        """Write the report as JSON to ``path`` atomically and return the path.
+
+        The text goes to a temporary file in the same directory, is flushed to disk (``fsync``) and
+        then renamed over ``path`` (``os.replace``), so a reader never sees a half-written report.
+        Raises :class:`~pipecheck.errors.BadInputError` when the file cannot be written (missing
+        directory, no permission).
+        """
+        target = pathlib.Path(path)
+        text = self.to_json()
+        temp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            # os.open with 0o666 lets the umask decide permissions, as a plain open() would.
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(text)
+                    handle.write("\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(temp, target)
+            except BaseException:
+                temp.unlink(missing_ok=True)
+                raise
+        except OSError as err:
+            raise BadInputError(f"cannot write report to {target}: {err.strerror or err}") from err
+        _fsync_directory(target.parent)
+        return target
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def render(self, width: Optional[int] = None) -> str:
+        """The terminal summary as plain text, ``width`` columns wide (``None``: the terminal's
+        width, 100 when there is no terminal). See :mod:`pipecheck.render.terminal`."""
+        from pipecheck.render.terminal import render_terminal
+
+        return render_terminal(self, width=width)
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        """Lets ``rich.print(report)`` show the summary with the console's colours and width."""
+        from pipecheck.render.terminal import renderables
+
+        yield from renderables(self)
+
+
+def load(path: str | os.PathLike[str]) -> Report:
+    """Read a report saved by :meth:`Report.save`.
+
+    Raises :class:`~pipecheck.errors.BadInputError` when ``path`` does not exist, is a directory
+    or cannot be read, and :class:`~pipecheck.errors.ReportFormatError` (a subclass) when it is not
+    UTF-8 JSON, or not a :data:`SCHEMA` report. Messages are one line and name the path.
+    """
+    source = pathlib.Path(path)
+    try:
+        raw = source.read_bytes()
+    except FileNotFoundError as err:
+        raise BadInputError(f"no such report file: {source}") from err
+    except IsADirectoryError as err:
+        raise BadInputError(f"{source} is a directory, not a report file") from err
+    except OSError as err:
+        raise BadInputError(f"cannot read {source}: {err.strerror or err}") from err
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as err:
+        raise ReportFormatError(f"{source} is not a pipecheck report (not UTF-8 text)") from err
+    except json.JSONDecodeError as err:
+        raise ReportFormatError(
+            f"{source} is not JSON ({err.msg} at line {err.lineno} column {err.colno})"
+        ) from err
+    except ValueError as err:  # raised by _reject_constant
+        raise ReportFormatError(f"{source}: {err}") from err
+    try:
+        return Report.from_dict(data)
+    except ReportFormatError as err:
+        raise ReportFormatError(f"{source}: {err}") from err
+
+
+def build_report(run: "RunRecord", *, stress: Optional[dict[str, Any]] = None) -> Report:
+    """Analyze a finished run, recommend changes and assemble the :class:`Report`.
+
+    The timeline gathers the bounded per-event detail: the consumer's sampled batches and epochs,
+    the workers' recent batches sorted by end time, and the host samples (moved out of ``host``).
+    ``stress`` is the offline sweep for ``run.kind == "stress"``.
+    """
+    # Imported here so this module (and loading saved reports) does not need analysis code.
+    from pipecheck.analysis import analyze
+    from pipecheck.recommend import recommend
+
+    analysis = analyze(run)
+    recommendations = list(recommend(run, analysis))
+    worker_batches = sorted(
+        (batch for worker in run.workers for batch in worker.recent), key=lambda b: b.end_at_s
+    )
+    host_samples = list(run.host.timeline) if run.host is not None else []
+    host = dataclasses.replace(run.host, timeline=[]) if run.host is not None else None
+    return Report(
+        kind=run.kind,
+        created=run.created,
+        environment=run.environment,
+        loader=run.loader,
+        consumer=analysis.consumer,
+        producer=analysis.producer,
+        host=host,
+        diagnosis=analysis.diagnosis,
+        recommendations=recommendations,
+        timeline=Timeline(
+            batches=list(run.consumer.timeline),
+            epochs=list(run.consumer.epochs),
+            worker_batches=worker_batches,
+            host=host_samples,
+        ),
+        stress=stress,
+    )
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _json_safe(value: Any, where: str) -> Any:
+    """Copy of ``value`` that ``json.dumps(allow_nan=False)`` accepts: non-finite floats become
+    ``None``, numpy-style scalars become ``int``/``float``, paths become strings."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        as_float = float(value)
+        return as_float if math.isfinite(as_float) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"{where} holds a {type(value).__name__}, which JSON cannot represent")
+
+
+def _json_type_name(value: Any) -> str:
+    names = {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"holds {name}, which is not valid JSON")
+
+
+def _fsync_directory(directory: pathlib.Path) -> None:
+    """Make the rename durable; some filesystems refuse directory fsync, which is harmless."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

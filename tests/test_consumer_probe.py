@@ -1,0 +1,159 @@
+"""Consumer probe against a fake clock: exact wait/compute accounting, epochs, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipecheck._clock import FakeClock
+from pipecheck.probes.consumer import ConsumerProbe
+
+
+class TimedSource:
+    """Yields ``n`` batches; producing batch i advances the clock by ``produce_s[i]``."""
+
+    def __init__(self, clock: FakeClock, produce_s: list[float], batch_size: int = 4,
+                 fail_at: int | None = None, exc: BaseException | None = None) -> None:
+        self.clock, self.produce_s, self.batch_size = clock, produce_s, batch_size
+        self.fail_at, self.exc = fail_at, exc
+
+    def __iter__(self):
+        for i, cost in enumerate(self.produce_s):
+            self.clock.advance(cost)
+            if i == self.fail_at:
+                raise self.exc
+            yield [i] * self.batch_size
+
+
+def consume(probe, source, clock, compute_s, stop_after=None):
+    got = []
+    for i, batch in enumerate(probe.iterate(source)):
+        got.append(batch)
+        clock.advance(compute_s)
+        if stop_after is not None and i + 1 >= stop_after:
+            break
+    return got
+
+
+def test_wait_and_compute_are_exact():
+    clock = FakeClock(100.0)
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    source = TimedSource(clock, [0.5, 0.1, 0.1, 0.1])
+    got = consume(probe, source, clock, compute_s=0.2)
+    assert got == [[i] * 4 for i in range(4)]
+    rec = probe.snapshot()
+    assert rec.batches == 4 and rec.samples == 16
+    assert rec.wait_s == pytest.approx(0.8)
+    assert rec.compute_s == pytest.approx(0.8)
+    assert rec.wall_s == pytest.approx(1.6)
+    (epoch,) = rec.epochs
+    assert epoch.first_batch_s == pytest.approx(0.5)
+    assert epoch.ended == "exhausted"
+    assert rec.status == "complete"
+    assert [b.wait_s for b in rec.timeline] == pytest.approx([0.5, 0.1, 0.1, 0.1])
+    assert [b.compute_s for b in rec.timeline] == pytest.approx([0.2] * 4)
+    assert rec.timeline[0].start_at_s == pytest.approx(0.0)
+    assert rec.timeline[1].start_at_s == pytest.approx(0.7)
+
+
+def test_epochs_and_break():
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    consume(probe, TimedSource(clock, [0.1] * 5), clock, 0.3)
+    clock.advance(10.0)  # evaluation between epochs is neither wait nor compute
+    consume(probe, TimedSource(clock, [0.1] * 5), clock, 0.3, stop_after=2)
+    rec = probe.snapshot()
+    assert [e.ended for e in rec.epochs] == ["exhausted", "break"]
+    assert rec.epochs[1].batches == 2
+    assert rec.epochs[1].started_at_s == pytest.approx(0.1 * 5 + 0.3 * 5 + 10.0)
+    assert rec.batches == 7
+    assert rec.compute_s == pytest.approx(0.3 * 7)
+    assert rec.wall_s == pytest.approx(2.0 + 0.8)
+
+
+def test_loader_error_is_reraised_unchanged_and_recorded():
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    err = ValueError("bad sample 7\nsecond line")
+    with pytest.raises(ValueError) as info:
+        consume(probe, TimedSource(clock, [0.1] * 5, fail_at=2, exc=err), clock, 0.1)
+    assert info.value is err
+    rec = probe.snapshot()
+    assert rec.status == "error"
+    assert rec.error == "ValueError: bad sample 7"
+    assert rec.batches == 2
+
+
+def test_keyboard_interrupt_inside_next_keeps_counts():
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    src = TimedSource(clock, [0.1] * 5, fail_at=3, exc=KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        consume(probe, src, clock, 0.1)
+    rec = probe.snapshot()
+    assert rec.status == "interrupted"
+    assert rec.batches == 3
+    assert rec.epochs[0].ended == "interrupted"
+
+
+def test_zero_batches():
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    assert consume(probe, TimedSource(clock, []), clock, 0.1) == []
+    rec = probe.snapshot()
+    assert rec.batches == 0 and rec.epochs[0].first_batch_s is None
+    assert rec.status == "complete"
+
+
+def test_timeline_is_bounded_and_evenly_spaced():
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, timeline_capacity=64,
+                          cpu_clock=lambda: 0.0)
+    consume(probe, TimedSource(clock, [0.001] * 1000, batch_size=1), clock, 0.001)
+    rec = probe.snapshot()
+    assert rec.batches == 1000
+    assert len(rec.timeline) < 64
+    strides = {b.index % rec.timeline_stride for b in rec.timeline}
+    assert strides == {0}
+    assert rec.timeline[-1].index > 900  # covers the whole run, not just its start
+
+
+def test_tokens_from_input_ids_and_mask():
+    import torch
+
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    batches = [{"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": mask}] * 3
+    assert len(list(probe.iterate(batches))) == 3
+    rec = probe.snapshot()
+    assert rec.tokens == 9 and rec.samples == 6
+
+
+def test_no_tokens_for_image_batches():
+    import torch
+
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    list(probe.iterate([(torch.zeros(8, 3, 4, 4), torch.zeros(8))] * 2))
+    rec = probe.snapshot()
+    assert rec.tokens is None and rec.samples == 16
+
+
+def test_sampled_cpu_clock_splits_wait_and_compute():
+    clock = FakeClock()
+    cpu = FakeClock()
+
+    class CpuSource:
+        def __iter__(self):
+            for _ in range(16):
+                clock.advance(0.1)
+                cpu.advance(0.05)  # half of the wait burns CPU
+                yield 1
+
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=cpu)
+    for _ in probe.iterate(CpuSource()):
+        clock.advance(0.2)
+        cpu.advance(0.2)  # compute is all CPU
+    rec = probe.snapshot()
+    assert rec.sampled_wait_cpu_s / rec.sampled_wait_wall_s == pytest.approx(0.5)
+    assert rec.sampled_compute_cpu_s / rec.sampled_compute_wall_s == pytest.approx(1.0)

@@ -1,0 +1,287 @@
+"""Terminal summary: verdict first, sections in order, units everywhere, layouts at several
+widths; and the format helpers it is built from."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import re
+
+import pytest
+from rich.console import Console
+
+from pipecheck.records import Diagnosis, Finding, HostRecord
+from pipecheck.render import format as fmt
+from pipecheck.render.terminal import render_terminal, verdict_line
+from report_factory import replace_consumer, sample_report
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+SECTIONS = ("Throughput", "Data wait (stall)", "Producer vs consumer", "Host", "Findings",
+            "Recommendations")
+
+
+def _lines(report, width=100):
+    return render_terminal(report, width=width).splitlines()
+
+
+def _with_diagnosis(report, **changes):
+    return dataclasses.replace(report, diagnosis=dataclasses.replace(report.diagnosis, **changes))
+
+
+# -- layout at 100 columns -----------------------------------------------------------------------
+
+
+def test_verdict_line_comes_first_with_its_numbers():
+    lines = _lines(sample_report())
+    assert lines[0] == (
+        "INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%)"
+    )
+
+
+def test_sections_appear_in_order_after_the_verdict():
+    lines = _lines(sample_report())
+    positions = [lines.index(title) for title in SECTIONS]
+    assert positions == sorted(positions) and positions[0] > 1
+
+
+def test_numbers_carry_units():
+    text = render_terminal(sample_report(), width=100)
+    for expected in ("256 samples/s", "8.00 batches/s", "wall 12.50 s", "100 batches",
+                     "stall 41.2%", "steady-state stall 38.0%", "first batch after 1.20 s",
+                     "mean 51.5 ms", "consumer demand 13.6 batches/s",
+                     "producer capacity 9.50 batches/s (sum of per-worker busy rates)",
+                     "CPU main 0.55 cores", "workers 1.58 cores", "system 97.0% of all cores",
+                     "iowait 0.4%", "read from storage 1.50 MB/s", "workers RSS peak 420 MiB",
+                     "overhead 60.0 ms CPU"):
+        assert expected in text, expected
+    assert "tokens/s" not in text  # not countable in this run, so not shown
+
+
+def test_tokens_per_second_shown_when_measured():
+    report = replace_consumer(sample_report(), tokens=409600, tokens_per_s=32768.0)
+    assert "32,768 tokens/s" in render_terminal(report, width=100)
+
+
+def test_worker_table_has_a_row_per_worker():
+    lines = _lines(sample_report())
+    header = next(line for line in lines if line.strip().startswith("worker") and "pid" in line)
+    for column in ("busy", "rate", "CPU/busy", "RSS max"):
+        assert column in header
+    row = next(line for line in lines if "4101" in line)
+    assert row.split()[:3] == ["0", "4101", "50"]
+    assert "10.40 s" in row and "4.81 batches/s" in row and "94.0%" in row and "210.0 MiB" in row
+
+
+def test_recommendation_row_shows_change_effect_and_reason():
+    lines = _lines(sample_report())
+    start = lines.index("Recommendations")
+    assert lines[start + 1].strip() == "cumulative: each figure assumes the changes above it"
+    header = lines[start + 2]
+    for column in ("setting", "current -> proposed", "expected throughput", "expected stall"):
+        assert column in header
+    row = lines[start + 4]
+    assert row.split()[:5] == ["1.", "num_workers", "2", "->", "4"]
+    assert "410 samples/s" in row and row.rstrip().endswith("6.0%")
+    reason = " ".join(" ".join(lines[start + 5:]).split())
+    assert reason == (
+        "1. num_workers: each worker delivers 4.8 batches/s; the step takes 13.6 "
+        "(capped by 2 usable CPUs)"  # the expected effect's note follows the reason
+    )
+
+
+def test_several_recommendations_keep_their_order():
+    first = sample_report().recommendations[0]
+    second = dataclasses.replace(first, setting="persistent_workers", current=False,
+                                 proposed=True, reason="start-up paid once")
+    lines = _lines(sample_report(recommendations=[first, second]))
+    rows = [line.split()[:2] for line in lines if line.strip()[:2] in ("1.", "2.")]
+    assert rows == [["1.", "num_workers"], ["2.", "persistent_workers"],
+                    ["1.", "num_workers:"], ["2.", "persistent_workers:"]]
+
+
+def test_findings_are_sorted_by_severity_and_printed_literally():
+    lines = _lines(sample_report())
+    start = lines.index("Findings")
+    assert lines[start + 1].strip().startswith("[critical] the loop waited")
+    assert lines[start + 1].rstrip().endswith("[2 workers busy]")  # brackets are not rich markup
+    assert lines[start + 2].strip().startswith("[info]")
+
+
+def test_not_measured_values_show_as_na_never_zero():
+    report = replace_consumer(sample_report(), steady_stall_fraction=None, first_batch_s=None)
+    text = render_terminal(report, width=100)
+    assert "steady-state stall n/a" in text and "first batch after n/a" in text
+
+
+# -- other verdicts and empty sections ---------------------------------------------------------
+
+
+def test_compute_bound_line_and_why_there_are_no_recommendations():
+    report = _with_diagnosis(
+        sample_report(recommendations=[]),
+        verdict="compute-bound",
+        findings=[Finding(kind="compute-bound", severity="info", message="fine",
+                          evidence={"steady_stall_fraction": 0.012})],
+        thresholds={"input_bound_stall_fraction": 0.1, "compute_bound_stall_fraction": 0.03},
+    )
+    text = render_terminal(report, width=100)
+    assert verdict_line(report) == (
+        "COMPUTE-BOUND: the training loop waited for data only 1.2% of the time in steady state "
+        "(threshold 3%)"
+    )
+    assert " ".join(text.split()).startswith(verdict_line(report))  # wrapped, still first
+    assert ("No recommendations: the loop is compute-bound, so no loader change is predicted "
+            "to help.") in text
+
+
+def test_balanced_line_lists_both_thresholds():
+    report = _with_diagnosis(sample_report(), verdict="balanced", findings=[])
+    # No verdict finding: the steady-state stall (the verdict's basis) is shown.
+    assert verdict_line(report) == (
+        "BALANCED: the training loop waited for data 38.0% of the time in steady state "
+        "(thresholds: input bound 10%, compute bound 5%)"
+    )
+
+
+def test_no_data_report_says_data_is_insufficient():
+    consumer = replace_consumer(sample_report(), batches=0, samples=0, stall_fraction=None,
+                                steady_stall_fraction=None, samples_per_s=None,
+                                batches_per_s=None).consumer
+    report = _with_diagnosis(sample_report(consumer=consumer, recommendations=[]),
+                             verdict="no-data", findings=[])
+    text = render_terminal(report, width=100)
+    assert text.splitlines()[0] == "NO-DATA: no batches were measured, so there is no verdict"
+    assert "No recommendations: insufficient data (0 batches measured)" in text
+    assert "n/a samples/s" not in text and "n/a" in text
+
+
+def test_unfinished_run_is_flagged_under_the_verdict():
+    report = replace_consumer(sample_report(), status="error", error="OSError: shard 3 missing")
+    lines = _lines(report)
+    ended = next(i for i, line in enumerate(lines) if "did not complete" in line)
+    assert ended < lines.index("Throughput")
+    assert "OSError: shard 3 missing" in " ".join(lines[ended:ended + 2])
+
+
+def test_host_unavailable_and_absent():
+    unavailable = dataclasses.replace(sample_report().host, status="unavailable",
+                                      note="psutil cannot read /proc")
+    text = render_terminal(sample_report(host=unavailable), width=100)
+    assert "host sampling unavailable: psutil cannot read /proc" in text
+    assert "host sampling was not run" in render_terminal(sample_report(host=None), width=100)
+
+
+def test_main_process_loading_shows_no_worker_host_figures():
+    loader = dataclasses.replace(sample_report().loader, num_workers=0, prefetch_factor=None)
+    lines = _lines(sample_report(loader=loader))
+    host = lines[lines.index("Host") + 1:lines.index("Findings")]
+    assert host[0].strip().startswith("CPU main 0.55 cores · system 97.0% of all cores")
+    assert not any("workers" in line for line in host)
+
+
+def test_no_workers_says_why():
+    producer = dataclasses.replace(sample_report().producer, workers=[], probe="none")
+    text = render_terminal(sample_report(producer=producer), width=100)
+    assert "no per-worker timing (worker probe: none)" in text
+
+
+def test_stress_sweep_is_rendered():
+    stress = {
+        "trials": [
+            {"config": {"num_workers": 2}, "samples_per_s": 120.0, "batches_per_s": 3.75,
+             "stall_fraction": 0.3, "measured": True},
+            {"config": {"num_workers": 4}, "samples_per_s": 200.0, "batches_per_s": 6.25,
+             "stall_fraction": None, "measured": False},
+        ],
+        "best": {"config": {"num_workers": 4}},
+        "recommended": {"config": {"num_workers": 4}},
+    }
+    lines = _lines(sample_report(kind="stress", stress=stress))
+    start = lines.index("Stress sweep")
+    body = lines[start:]
+    assert any("num_workers=2" in l and "120 samples/s" in l and "30.0%" in l and "measured" in l
+               for l in body)
+    assert any("num_workers=4" in l and "n/a" in l and "predicted" in l for l in body)
+    assert "best: num_workers=4" in " ".join(body)
+
+
+# -- widths, colour, rich integration ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("width", [100, 80, 60, 40])
+def test_every_line_fits_the_width_and_nothing_is_cut(width):
+    text = render_terminal(sample_report(), width=width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "…" not in text  # no cell truncated with an ellipsis
+    words = " ".join(text.split())
+    assert "each worker delivers 4.8 batches/s; the step takes 13.6" in words
+    assert "num_workers" in words and "2 -> 4" in words
+
+
+def test_narrow_terminal_stacks_the_recommendation_table():
+    lines = _lines(sample_report(), width=70)
+    start = lines.index("Recommendations")
+    stacked = "1. num_workers: 2 -> 4 · expected 410 samples/s · stall 6.0%"
+    assert lines[start + 2].strip() == stacked
+
+
+def test_color_adds_ansi_codes_only_when_asked():
+    plain = render_terminal(sample_report(), width=100)
+    colored = render_terminal(sample_report(), width=100, color=True)
+    assert not ANSI.search(plain)
+    assert ANSI.search(colored)
+    assert ANSI.sub("", colored).splitlines()[0] == plain.splitlines()[0]
+
+
+def test_width_below_minimum_is_refused():
+    with pytest.raises(ValueError, match="at least 20"):
+        render_terminal(sample_report(), width=10)
+
+
+def test_str_and_rich_print_show_the_summary(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    report = sample_report()
+    assert str(report) == report.render() == render_terminal(report, width=100)
+    buffer = io.StringIO()
+    Console(file=buffer, width=100, color_system=None).print(report)
+    assert buffer.getvalue().splitlines()[0] == str(report).splitlines()[0]
+
+
+# -- format helpers ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value_s, text", [
+    (0.00085, "850 µs"), (0.0123, "12.3 ms"), (0.2, "200 ms"), (1.2, "1.20 s"),
+    (125.0, "2 min 05 s"), (3720.0, "1 h 02 min"), (0.0, "0 s"), (None, "n/a"),
+    (math.nan, "n/a"),
+])
+def test_seconds(value_s, text):
+    assert fmt.seconds(value_s) == text
+
+
+@pytest.mark.parametrize("value_bytes, text", [
+    (512, "512 B"), (12.3 * 1024, "12.3 KiB"), (210 * 1024**2, "210 MiB"),
+    (1.5 * 1024**3, "1.50 GiB"), (None, "n/a"),
+])
+def test_size(value_bytes, text):
+    assert fmt.size(value_bytes) == text
+
+
+def test_rates_fractions_and_counts():
+    assert fmt.percent(0.412) == "41.2%"
+    assert fmt.percent(None) == "n/a"
+    assert fmt.percent_value(97.0) == "97.0%"
+    assert fmt.rate(12.34, "samples") == "12.3 samples/s"
+    assert fmt.rate(999.7, "samples") == "1,000 samples/s"
+    assert fmt.rate(12345.6, "tokens") == "12,346 tokens/s"
+    assert fmt.rate(math.inf, "batches") == "n/a"
+    assert fmt.bytes_rate(1.5e6) == "1.50 MB/s"
+    assert fmt.bytes_rate(3780.0) == "3.78 kB/s" and fmt.bytes_rate(850.0) == "850 B/s"
+    assert fmt.bytes_rate(2.5e9) == "2.50 GB/s"
+    assert fmt.cores(1.8) == "1.80 cores"
+    assert fmt.mib(210 * 1024**2) == "210.0 MiB"
+    assert fmt.count(1, "batch", "batches") == "1 batch"
+    assert fmt.count(3, "batch", "batches") == "3 batches"
+    assert fmt.count(2, "epoch") == "2 epochs"
+    assert fmt.setting_value(True) == "True" and fmt.setting_value("spawn") == "'spawn'"

@@ -1,0 +1,516 @@
+"""Tests for pipecheck.probes.workers (and its shared ring) with real DataLoaders and workers."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import signal
+import struct
+import threading
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
+
+from helpers_datasets import (
+    FailingDataset,
+    GetitemsDataset,
+    HangingDataset,
+    IndexDataset,
+    NoisyDataset,
+    PlainRange,
+    ShardedRange,
+    SleepDataset,
+    SlowCollate,
+    SlowEndRange,
+    UnsizedDataset,
+    shard_plain_range,
+)
+from pipecheck.probes import _ring
+from pipecheck.probes.workers import WorkerProbe, WorkerProbeUnsupported
+
+
+@pytest.fixture
+def make_probe():
+    """Build probes that are closed at the end of the test even if it fails."""
+    probes = []
+
+    def make(num_workers: int, **kwargs) -> WorkerProbe:
+        probe = WorkerProbe(num_workers, run_start=time.perf_counter(), **kwargs)
+        probes.append(probe)
+        return probe
+
+    yield make
+    for probe in probes:
+        probe.close()
+
+
+def assert_same_batches(expected, actual) -> None:
+    assert len(expected) == len(actual)
+    for left, right in zip(expected, actual):
+        assert_same_value(left, right)
+
+
+def assert_same_value(left, right) -> None:
+    assert type(left) is type(right)
+    if isinstance(left, torch.Tensor):
+        assert left.dtype == right.dtype and torch.equal(left, right)
+    elif isinstance(left, dict):
+        assert left.keys() == right.keys()
+        for key in left:
+            assert_same_value(left[key], right[key])
+    elif isinstance(left, (list, tuple)):
+        assert len(left) == len(right)
+        for a, b in zip(left, right):
+            assert_same_value(a, b)
+    else:
+        assert left == right
+
+
+# ---------------------------------------------------------------------------------------------
+# Fetch timing and exact counts under every start method
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_fetch_time_and_exact_counts_per_worker(context, make_probe):
+    sleep_s, samples, batch_size = 0.02, 24, 4
+    loader = DataLoader(
+        SleepDataset(samples, sleep_s),
+        batch_size=batch_size,
+        num_workers=2,
+        multiprocessing_context=context,
+    )
+    probe = make_probe(2)
+    batches = list(probe.instrument(loader))
+    assert len(batches) == samples // batch_size
+
+    records = probe.snapshot()
+    assert [r.id for r in records] == [0, 1]
+    assert sum(r.batches for r in records) == samples // batch_size
+    assert sum(r.samples for r in records) == samples
+    for record in records:
+        assert record.samples == record.batches * batch_size
+        assert 0.8 * record.samples * sleep_s <= record.fetch_s <= 3 * record.samples * sleep_s
+        assert record.busy_s == pytest.approx(record.fetch_s + record.collate_s)
+        assert record.pid != os.getpid() and record.pids == [record.pid]
+        assert 0 < record.first_at_s <= record.last_at_s
+        assert len(record.recent) == record.batches
+        assert sum(b.fetch_s for b in record.recent) == pytest.approx(record.fetch_s)
+        assert [b.end_at_s for b in record.recent] == sorted(b.end_at_s for b in record.recent)
+        assert {b.worker_id for b in record.recent} == {record.id}
+    assert probe.pid_to_worker() == {r.pid: r.id for r in records}
+
+
+def test_main_process_is_worker_minus_one(make_probe):
+    sleep_s = 0.005
+    loader = DataLoader(SleepDataset(12, sleep_s), batch_size=4)
+    probe = make_probe(0)
+    list(probe.instrument(loader))
+    (record,) = probe.snapshot()
+    assert (record.id, record.pid, record.pids) == (-1, os.getpid(), [os.getpid()])
+    assert (record.batches, record.samples) == (3, 12)
+    assert 0.8 * 12 * sleep_s <= record.fetch_s <= 3 * 12 * sleep_s
+    assert probe.pid_to_worker() == {os.getpid(): -1}
+
+
+# ---------------------------------------------------------------------------------------------
+# The instrumented clone yields exactly what the original yields
+# ---------------------------------------------------------------------------------------------
+
+
+def _map_shuffled(num_workers, persistent=False):
+    return DataLoader(
+        NoisyDataset(30),
+        batch_size=4,
+        shuffle=True,
+        num_workers=num_workers,
+        persistent_workers=persistent,
+        generator=torch.Generator().manual_seed(1234),
+    )
+
+
+LOADER_FACTORIES = {
+    "map-shuffled-main": lambda: _map_shuffled(0),
+    "map-shuffled-2-workers": lambda: _map_shuffled(2),
+    "map-shuffled-persistent": lambda: _map_shuffled(2, persistent=True),
+    "getitems-2-workers": lambda: DataLoader(
+        GetitemsDataset(22), batch_size=5, shuffle=True, num_workers=2,
+        generator=torch.Generator().manual_seed(7),
+    ),
+    "iterable-split-in-iter": lambda: DataLoader(ShardedRange(0, 23), batch_size=3, num_workers=2),
+    "iterable-split-by-worker-init-fn": lambda: DataLoader(
+        PlainRange(0, 23), batch_size=3, num_workers=2, worker_init_fn=shard_plain_range
+    ),
+    "unbatched-main": lambda: DataLoader(NoisyDataset(7), batch_size=None),
+    "unsized-with-sampler": lambda: DataLoader(
+        UnsizedDataset(), batch_size=2, sampler=SequentialSampler(range(9)), num_workers=2
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOADER_FACTORIES))
+def test_clone_yields_identical_batches_over_epochs(name, make_probe):
+    factory = LOADER_FACTORIES[name]
+    epochs = 3
+    torch.manual_seed(99)  # the main process draws from the global RNG when num_workers=0
+    plain = factory()
+    expected = [list(plain) for _ in range(epochs)]
+
+    torch.manual_seed(99)
+    original = factory()
+    probe = make_probe(original.num_workers)
+    clone = probe.instrument(original)
+    actual = [list(clone) for _ in range(epochs)]
+
+    for expected_epoch, actual_epoch in zip(expected, actual):
+        assert_same_batches(expected_epoch, actual_epoch)
+    delivered = sum(len(epoch) for epoch in actual)
+    assert sum(r.batches for r in probe.snapshot()) == delivered
+    assert _len_or_error(clone) == _len_or_error(plain)
+
+
+def _len_or_error(loader):
+    try:
+        return len(loader)
+    except TypeError:  # unsized datasets: both must refuse len() the same way
+        return TypeError
+
+
+def test_proxy_has_the_wrapped_dataset_shape(make_probe):
+    probe = make_probe(0)
+    assert not hasattr(probe.instrument(DataLoader(SleepDataset(4, 0))).dataset, "__getitems__")
+    assert hasattr(probe.instrument(DataLoader(GetitemsDataset(4))).dataset, "__getitems__")
+    unsized_proxy = probe.instrument(DataLoader(UnsizedDataset(), sampler=[0])).dataset
+    assert not hasattr(unsized_proxy, "__len__")
+    iterable_proxy = probe.instrument(DataLoader(PlainRange(0, 4))).dataset
+    assert isinstance(iterable_proxy, IterableDataset) and not hasattr(iterable_proxy, "__len__")
+    map_proxy = probe.instrument(DataLoader(SleepDataset(4, 0))).dataset
+    assert not isinstance(map_proxy, IterableDataset) and len(map_proxy) == 4
+
+
+def test_getitems_is_used_and_counted_per_sample(make_probe):
+    dataset = GetitemsDataset(10)
+    probe = make_probe(0)
+    batches = list(probe.instrument(DataLoader(dataset, batch_size=4)))
+    assert dataset.getitems_calls == len(batches) == 3  # torch fetched through __getitems__
+    (record,) = probe.snapshot()
+    assert (record.batches, record.samples) == (3, 10)
+    assert [b.samples for b in record.recent] == [4, 4, 2]
+
+
+def test_proxy_forwards_attributes_and_pickles(make_probe):
+    dataset = SleepDataset(5, 0.0)
+    proxy = make_probe(0).instrument(DataLoader(dataset)).dataset
+    assert proxy.sleep_s == 0.0
+    proxy.sleep_s = 0.001  # writes reach the wrapped dataset (worker_init_fn sharding relies on it)
+    assert dataset.sleep_s == 0.001
+    with pytest.raises(AttributeError):
+        proxy.no_such_attribute
+
+    copied = pickle.loads(pickle.dumps(proxy))
+    assert type(copied) is type(proxy)
+    assert copied.n == 5 and len(copied) == 5 and torch.equal(copied[3], torch.tensor([3]))
+    # An instance that was never initialised (as during unpickling) must not recurse.
+    bare = type(proxy).__new__(type(proxy))
+    with pytest.raises(AttributeError):
+        bare.n
+
+
+# ---------------------------------------------------------------------------------------------
+# Collate time, unbatched loaders, iterable datasets
+# ---------------------------------------------------------------------------------------------
+
+
+def test_collate_heavy_collate_fn_dominates(make_probe):
+    collate_sleep_s = 0.03
+    loader = DataLoader(
+        IndexDataset(16), batch_size=4, num_workers=2, collate_fn=SlowCollate(collate_sleep_s)
+    )
+    probe = make_probe(2)
+    list(probe.instrument(loader))
+    records = probe.snapshot()
+    collate_s = sum(r.collate_s for r in records)
+    fetch_s = sum(r.fetch_s for r in records)
+    assert sum(r.batches for r in records) == 4
+    assert 0.8 * 4 * collate_sleep_s <= collate_s <= 3 * 4 * collate_sleep_s
+    assert collate_s > 5 * fetch_s
+
+
+def test_unbatched_loader_records_one_batch_per_sample(make_probe):
+    probe = make_probe(0, ring_size=4)
+    items = list(probe.instrument(DataLoader(IndexDataset(6), batch_size=None)))
+    assert len(items) == 6
+    (record,) = probe.snapshot()
+    assert (record.batches, record.samples) == (6, 6)
+    assert [b.samples for b in record.recent] == [1, 1, 1, 1]  # the ring keeps the newest 4
+
+
+def test_iterable_time_until_stop_iteration_counts_as_fetch(make_probe):
+    end_sleep_s = 0.1
+    probe = make_probe(0)
+    batches = list(probe.instrument(DataLoader(SlowEndRange(10, end_sleep_s), batch_size=4)))
+    assert [len(b) for b in batches] == [4, 4, 2]
+    (record,) = probe.snapshot()
+    assert (record.batches, record.samples) == (3, 10)
+    assert [b.samples for b in record.recent] == [4, 4, 2]
+    assert 0.8 * end_sleep_s <= record.fetch_s <= 3 * end_sleep_s
+
+
+# ---------------------------------------------------------------------------------------------
+# Epochs: non-persistent workers are new processes that add to the same slot
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_counters_accumulate_over_epochs(persistent, make_probe):
+    loader = DataLoader(
+        IndexDataset(16), batch_size=4, num_workers=2, persistent_workers=persistent
+    )
+    probe = make_probe(2)
+    clone = probe.instrument(loader)
+    list(clone)
+    first = {r.id: r for r in probe.snapshot()}
+    list(clone)
+    second = {r.id: r for r in probe.snapshot()}
+
+    assert sum(r.batches for r in second.values()) == 8
+    assert sum(r.samples for r in second.values()) == 32
+    for worker_id, record in second.items():
+        assert record.batches == 2 * first[worker_id].batches
+        assert record.fetch_s >= first[worker_id].fetch_s
+        assert len(record.pids) == (1 if persistent else 2)
+        assert len(set(record.pids)) == len(record.pids)
+        assert record.pid == record.pids[-1]
+    assert len(probe.pid_to_worker()) == (2 if persistent else 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors and crashes
+# ---------------------------------------------------------------------------------------------
+
+
+def _first_error(loader):
+    iterator = iter(loader)
+    try:
+        for _ in iterator:
+            pass
+    except Exception as error:
+        # Drop the frames that hold the iterator, so its workers shut down now (by refcount)
+        # rather than in a later gc pass, where torch waits out its join timeouts.
+        error.__traceback__ = None
+        return error
+    finally:
+        del iterator
+    raise AssertionError("the loader did not raise")
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_worker_exception_reaches_user_unchanged(num_workers, make_probe):
+    def make_loader():
+        return DataLoader(FailingDataset(20, bad_index=5), batch_size=2, num_workers=num_workers)
+
+    plain_error = _first_error(make_loader())
+    probe = make_probe(num_workers)
+    probed_error = _first_error(probe.instrument(make_loader()))
+
+    assert type(probed_error) is type(plain_error) is ValueError
+    if num_workers == 0:
+        assert probed_error.args == plain_error.args == ("sample 5 is corrupt",)
+    else:
+        # torch re-raises with the worker's traceback text; the proxy adds frames to it, but
+        # the headline and the original error line are the same.
+        plain_lines, probed_lines = str(plain_error).splitlines(), str(probed_error).splitlines()
+        assert probed_lines[0] == plain_lines[0]
+        assert probed_lines[-1] == plain_lines[-1] == "ValueError: sample 5 is corrupt"
+
+    records = probe.snapshot()  # still readable; only successful batches are counted
+    assert all(r.samples == 2 * r.batches for r in records)
+    if num_workers == 0:
+        assert sum(r.batches for r in records) == 2  # batches 0 and 1 came before index 5
+
+
+def test_snapshot_after_a_worker_is_killed(make_probe):
+    loader = DataLoader(
+        HangingDataset(40, hang_index=8, hang_s=60.0),  # batch 4 goes to worker 0
+        batch_size=2,
+        num_workers=2,
+        multiprocessing_context="fork",
+    )
+    probe = make_probe(2)
+    iterator = iter(probe.instrument(loader))
+    for _ in range(4):
+        next(iterator)
+    victim = next(pid for pid, worker_id in probe.pid_to_worker().items() if worker_id == 0)
+    with pytest.raises(RuntimeError, match="exited unexpectedly|killed by signal") as caught:
+        time.sleep(0.2)  # let worker 0 reach the hanging sample
+        os.kill(victim, signal.SIGKILL)
+        next(iterator)
+    caught.value.__traceback__ = None  # release the iterator's frames: shut workers down now
+    del iterator, caught
+
+    records = {r.id: r for r in probe.snapshot()}
+    assert records[0].pid == victim
+    assert records[0].batches >= 2
+    for record in records.values():
+        assert record.samples == 2 * record.batches
+        assert len(record.recent) == record.batches
+
+
+# ---------------------------------------------------------------------------------------------
+# Snapshot during iteration, lifecycle, original untouched
+# ---------------------------------------------------------------------------------------------
+
+
+def test_snapshot_during_iteration_is_consistent(make_probe):
+    loader = DataLoader(SleepDataset(40, 0.002), batch_size=4, num_workers=2)
+    probe = make_probe(2)
+    iterator = iter(probe.instrument(loader))
+    for _ in range(3):
+        next(iterator)
+    during = probe.snapshot()
+    produced = sum(r.batches for r in during)
+    assert 3 <= produced <= 10
+    for record in during:
+        assert record.samples == 4 * record.batches
+        assert len(record.recent) == record.batches
+        assert sum(b.samples for b in record.recent) == record.samples
+    remaining = list(iterator)
+    assert 3 + len(remaining) == 10
+    assert sum(r.batches for r in probe.snapshot()) == 10
+
+
+def test_close_removes_the_file_and_keeps_the_last_snapshot(make_probe):
+    probe = make_probe(0)
+    list(probe.instrument(DataLoader(IndexDataset(8), batch_size=4)))
+    assert os.path.exists(probe.path)
+    before = probe.snapshot()
+    probe.close()
+    probe.close()  # idempotent
+    assert not os.path.exists(probe.path)
+    assert probe.snapshot() == before and before[0].batches == 2
+
+
+def test_clone_keeps_working_silently_after_close(make_probe):
+    probe = make_probe(2)
+    clone = probe.instrument(DataLoader(IndexDataset(8), batch_size=4, num_workers=2))
+    probe.close()
+    assert len(list(clone)) == 2  # workers cannot open the deleted file: loading goes on
+
+
+def test_pid_lookups_from_another_thread_survive_close(make_probe):
+    # The host probe calls pid_to_worker() from its sampler thread while the driver closes.
+    probe = make_probe(0)
+    list(probe.instrument(DataLoader(IndexDataset(8), batch_size=4)))
+    errors, seen = [], []
+
+    def poll():
+        try:
+            for _ in range(2000):
+                seen.append(probe.pid_to_worker())
+        except Exception as error:  # surfaced by the assertion below
+            errors.append(error)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    probe.close()
+    poller.join()
+    assert errors == []
+    assert seen and all(pids == {os.getpid(): -1} for pids in seen)
+    with pytest.raises(ValueError, match="closed"):
+        probe.instrument(DataLoader(IndexDataset(8)))
+
+
+def test_finalizer_removes_the_file_without_close():
+    probe = WorkerProbe(2, run_start=time.perf_counter())
+    path = probe.path
+    assert os.path.exists(path)
+    del probe
+    gc.collect()
+    assert not os.path.exists(path)
+
+
+def test_original_loader_is_untouched(make_probe):
+    dataset, collate_fn = IndexDataset(8), SlowCollate(0.0)
+    loader = DataLoader(
+        dataset, batch_size=4, num_workers=2, persistent_workers=True, collate_fn=collate_fn
+    )
+    list(loader)  # the original now holds live persistent workers
+    original_iterator = loader._iterator
+    clone = make_probe(2).instrument(loader)
+
+    assert clone is not loader and type(clone) is type(loader)
+    assert loader.dataset is dataset and loader.collate_fn is collate_fn
+    assert loader._iterator is original_iterator and clone._iterator is None
+    assert clone.dataset is not dataset and clone.collate_fn is not collate_fn
+    assert clone.sampler is loader.sampler and clone.persistent_workers
+    assert len(list(clone)) == len(list(loader)) == 2
+
+
+def test_rejects_mismatched_worker_count_and_datapipes(make_probe):
+    probe = make_probe(2)
+    with pytest.raises(ValueError, match="num_workers=0"):
+        probe.instrument(DataLoader(IndexDataset(4)))
+    from torch.utils.data.datapipes.iter import IterableWrapper
+
+    with pytest.raises(WorkerProbeUnsupported):
+        probe.instrument(DataLoader(IterableWrapper(range(4)), num_workers=2))
+    with pytest.raises(ValueError):
+        WorkerProbe(-1, run_start=0.0)
+    with pytest.raises(ValueError):
+        WorkerProbe(1, run_start=0.0, ring_size=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared ring: wrap-around, torn records, a writer killed mid-update
+# ---------------------------------------------------------------------------------------------
+
+
+def test_ring_keeps_the_newest_records_oldest_first(make_probe):
+    probe = make_probe(0, ring_size=4)
+    list(probe.instrument(DataLoader(IndexDataset(10), batch_size=1)))
+    (record,) = probe.snapshot()
+    assert record.batches == 10 and len(record.recent) == 4
+    ends = [b.end_at_s for b in record.recent]
+    assert ends == sorted(ends) and ends[-1] == pytest.approx(record.last_at_s)
+
+
+def test_torn_record_and_stuck_header_are_not_reported(make_probe):
+    probe = make_probe(1, ring_size=8)
+    layout = _ring.AreaLayout(num_slots=1, ring_size=8)
+    writer = _ring.SlotWriter(probe.path, layout, 0)
+    try:
+        writer.register_process(4242)
+        for i in range(3):
+            writer.add_batch(probe.run_start + i + 1.0, 0.5, 0.25, 16)
+        (good,) = probe.snapshot()
+        assert (good.batches, good.samples, good.fetch_s) == (3, 48, 1.5)
+
+        # A writer killed mid-record: record 4 carries a seq but the header never counted it.
+        ring_at = layout.ring_word(0) * _ring.WORD_BYTES
+        struct.pack_into("=qdddq", probe._area, ring_at + 3 * 40, 4, 9e9, 9e9, 9e9, 999)
+        # ... and killed again with the header's seqlock left odd and a counter half-updated.
+        header_at = layout.header_word(0) * _ring.WORD_BYTES
+        seq = struct.unpack_from("=q", probe._area, header_at)[0]
+        struct.pack_into("=qq", probe._area, header_at, seq + 1, 999)
+
+        started = time.perf_counter()
+        (stuck,) = probe.snapshot()
+        first_read_s = time.perf_counter() - started
+        assert (stuck.batches, stuck.samples) == (3, 48)  # the last consistent header
+        assert [b.samples for b in stuck.recent] == [16, 16, 16]
+        started = time.perf_counter()
+        probe.snapshot()
+        assert time.perf_counter() - started < max(first_read_s, 0.01)  # stuck seq remembered
+
+        # The next process serving this id repairs the seqlock and carries on counting.
+        struct.pack_into("=qq", probe._area, header_at, seq + 1, 3)
+        writer.add_batch(probe.run_start + 5.0, 0.5, 0.25, 16)
+        (repaired,) = probe.snapshot()
+        assert (repaired.batches, repaired.samples) == (4, 64)
+        assert [b.end_at_s for b in repaired.recent] == [1.0, 2.0, 3.0, 5.0]
+        assert repaired.pids == [4242]
+    finally:
+        writer.close()

@@ -1,0 +1,179 @@
+"""pipecheck.wrap on real DataLoaders with real worker processes: transparency and robustness."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+import pipecheck
+from wrap_datasets import EmptyDataset, FailingDataset, RangeStream, SquaresDataset
+
+
+def seeded_loader(**kw) -> DataLoader:
+    return DataLoader(SquaresDataset(37), batch_size=4, shuffle=True,
+                      generator=torch.Generator().manual_seed(7), **kw)
+
+
+def epochs_of(loader, n_epochs: int) -> list[list]:
+    out = []
+    for _ in range(n_epochs):
+        out.append([(x.tolist(), y.tolist()) for x, y in loader])
+    return out
+
+
+@pytest.mark.parametrize("workers,context", [(0, None), (2, "fork"), (2, "spawn")])
+def test_identical_batches_map_style(workers, context):
+    kw = dict(num_workers=workers, multiprocessing_context=context)
+    plain = epochs_of(seeded_loader(**kw), 3)
+    wrapped = pipecheck.wrap(seeded_loader(**kw))
+    assert epochs_of(wrapped, 3) == plain
+    assert plain[0] != plain[1]  # the shuffle really differs per epoch
+    report = wrapped.report()
+    assert report.consumer.batches == 3 * 10
+    assert report.consumer.samples == 3 * 37
+    wrapped.close()
+
+
+def test_identical_batches_iterable_with_workers():
+    def make():
+        return DataLoader(RangeStream(50), batch_size=5, num_workers=2)
+
+    plain = [[b.tolist() for b in make()] for _ in range(2)]
+    wrapped = pipecheck.wrap(make())
+    got = [[b.tolist() for b in wrapped] for _ in range(2)]
+    assert got == plain
+    report = wrapped.report()
+    assert report.consumer.samples == 100
+    assert sum(w.batches for w in report.producer.workers) == 20
+    wrapped.close()
+
+
+def test_len_attributes_and_set_epoch():
+    ds = SquaresDataset(20)
+    sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=3)
+    loader = DataLoader(ds, batch_size=5, sampler=sampler)
+    wrapped = pipecheck.wrap(loader)
+    assert len(wrapped) == 4
+    assert wrapped.dataset is ds and wrapped.batch_size == 5 and wrapped.sampler is sampler
+    wrapped.sampler.set_epoch(1)
+    first = [y.tolist() for _, y in wrapped]
+    sampler.set_epoch(1)
+    assert first == [y.tolist() for _, y in loader]
+    wrapped.set_epoch_seen = True  # attributes set on the wrapper stay on the wrapper
+    assert not hasattr(loader, "set_epoch_seen")
+    wrapped.close()
+
+
+def test_original_loader_is_untouched():
+    loader = seeded_loader(num_workers=2)
+    dataset, collate = loader.dataset, loader.collate_fn
+    wrapped = pipecheck.wrap(loader)
+    list(wrapped)
+    assert loader.dataset is dataset and loader.collate_fn is collate
+    wrapped.close()
+
+
+def test_break_then_next_epoch():
+    wrapped = pipecheck.wrap(DataLoader(SquaresDataset(40), batch_size=4, num_workers=2))
+    for i, _ in enumerate(wrapped):
+        if i == 2:
+            break
+    assert len(list(wrapped)) == 10
+    report = wrapped.report()
+    assert report.consumer.batches == 13
+    assert report.consumer.epochs == 2
+    wrapped.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_worker_exception_reaches_user_unchanged(workers):
+    def run(loader):
+        with pytest.raises(ValueError) as info:
+            for _ in loader:
+                pass
+        return info.value
+
+    plain = run(DataLoader(FailingDataset(30, bad=13), batch_size=4, num_workers=workers))
+    wrapped = pipecheck.wrap(DataLoader(FailingDataset(30, bad=13), batch_size=4,
+                                        num_workers=workers))
+    err = run(wrapped)
+    assert type(err) is type(plain)
+    assert "corrupt sample 13" in str(err) and "corrupt sample 13" in str(plain)
+    report = wrapped.report()
+    assert report.consumer.status == "error"
+    assert "corrupt sample 13" in (report.consumer.error or "")
+    assert any(f.kind == "loader-error" for f in report.diagnosis.findings)
+    # the wrapper still works afterwards
+    wrapped_ok = pipecheck.wrap(DataLoader(SquaresDataset(8), batch_size=4))
+    assert len(list(wrapped_ok)) == 2
+    wrapped.close()
+    wrapped_ok.close()
+
+
+def test_ctrl_c_in_the_loop_keeps_a_usable_report():
+    wrapped = pipecheck.wrap(DataLoader(SquaresDataset(80), batch_size=4, num_workers=2))
+    seen = 0
+    with pytest.raises(KeyboardInterrupt):
+        for _ in wrapped:
+            seen += 1
+            if seen == 5:
+                os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, delivered mid-step
+    report = wrapped.report()
+    assert report.consumer.batches == 5
+    assert "5" in report.render(width=100)
+    wrapped.close()
+
+
+def test_zero_batches_report_says_so():
+    wrapped = pipecheck.wrap(DataLoader(EmptyDataset(), batch_size=4))
+    assert list(wrapped) == []
+    report = wrapped.report()
+    assert report.consumer.batches == 0
+    assert report.diagnosis.verdict == "no-data"
+    assert any(f.kind == "no-batches" for f in report.diagnosis.findings)
+    assert "no batches" in report.render(width=100).lower()
+    wrapped.close()
+
+
+@pytest.mark.parametrize("bad", [42, None, "images/", 3.5])
+def test_wrapping_a_non_iterable_raises_type_error(bad):
+    with pytest.raises(TypeError, match=type(bad).__name__):
+        pipecheck.wrap(bad)
+
+
+def test_generator_and_plain_iterables():
+    def gen():
+        for i in range(6):
+            yield torch.full((3, 2), float(i))
+
+    wrapped = pipecheck.wrap(gen())
+    assert [b[0, 0].item() for b in wrapped] == [0, 1, 2, 3, 4, 5]
+    report = wrapped.report()
+    assert report.consumer.batches == 6 and report.consumer.samples == 18
+    assert report.loader.num_workers is None
+    wrapped.close()
+
+
+def test_custom_sample_and_token_counters():
+    batches = [{"ids": torch.ones(4, 10)}] * 3
+    wrapped = pipecheck.wrap(batches, samples=lambda b: 4, tokens=lambda b: 40)
+    list(wrapped)
+    report = wrapped.report()
+    assert report.consumer.samples == 12
+    assert report.consumer.tokens == 120
+    assert report.consumer.tokens_per_s is not None and report.consumer.tokens_per_s > 0
+    wrapped.close()
+
+
+def test_report_save_and_load_round_trip(tmp_path):
+    wrapped = pipecheck.wrap(seeded_loader(num_workers=2))
+    list(wrapped)
+    report = wrapped.report()
+    path = report.save(tmp_path / "run.json")
+    again = pipecheck.load(path)
+    assert again == report
+    wrapped.close()
