@@ -34,7 +34,7 @@ from rich.progress import (
 from rich.text import Text
 from torch import nn
 
-from .demo_data import CLASS_NAMES, default_data_dir, ensure_shards
+from .demo_data import CLASS_NAMES, DemoArgumentError, ensure_shards
 
 if TYPE_CHECKING:  # pipecheck.Report is imported lazily: the report layer is not needed to build
     from .report import Report
@@ -68,7 +68,7 @@ class DemoAugment:
 
     def __init__(self, crop: int = CROP_SIZE) -> None:
         if crop < 8:
-            raise ValueError(f"crop must be >= 8 pixels, got {crop}")
+            raise DemoArgumentError(f"crop must be >= 8 pixels, got {crop}")
         self.crop = crop
 
     def __call__(self, image) -> torch.Tensor:  # noqa: ANN001 - a PIL.Image.Image
@@ -131,14 +131,18 @@ def build_loader(urls: list[str], *, workers: int = 0, batch_size: int = 32, cro
     ``pin_memory``).
 
     Raises:
-        ValueError: ``workers`` negative or more than the number of shards (extra workers would
+        DemoArgumentError: (a ``ValueError``) ``workers`` negative or more than the number of shards (extra workers would
             get no shard and sit idle), or ``batch_size < 1``.
     """
-    if workers < 0 or workers > len(urls):
-        raise ValueError(f"workers must be between 0 and the number of shards ({len(urls)}), got {workers}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    _check_loader_args(workers=workers, shards=len(urls), batch_size=batch_size)
     return torch.utils.data.DataLoader(build_dataset(urls, crop=crop), batch_size=batch_size, num_workers=workers)
+
+
+def _check_loader_args(*, workers: int, shards: int, batch_size: int) -> None:
+    if workers < 0 or workers > shards:
+        raise DemoArgumentError(f"workers must be between 0 and the number of shards ({shards}), got {workers}")
+    if batch_size < 1:
+        raise DemoArgumentError(f"batch_size must be >= 1, got {batch_size}")
 
 
 def build_model(num_classes: int = len(CLASS_NAMES)) -> nn.Module:
@@ -193,48 +197,50 @@ def run_demo(
         ``pipecheck.Report`` of the run (``kind == "wrap"``).
 
     Raises:
-        ValueError: an argument is out of range.
+        DemoArgumentError: (a ``ValueError``) an argument is out of range.
         RuntimeError: a pass over the data produced no batch (empty or unreadable shards).
     """
     import pipecheck  # late: pipecheck/__init__ may import this module's siblings
 
     if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+        raise DemoArgumentError(f"steps must be >= 1, got {steps}")
     if epochs_hint is not None and epochs_hint < 1:
-        raise ValueError(f"epochs_hint must be >= 1 or None, got {epochs_hint}")
+        raise DemoArgumentError(f"epochs_hint must be >= 1 or None, got {epochs_hint}")
+    _check_loader_args(workers=workers, shards=shards, batch_size=batch_size)  # before generating
     console = _stderr_console() if progress else None
 
     started = time.perf_counter()
     urls = ensure_shards(data_dir, images=images, shards=shards, seed=seed)
     if console is not None:
-        folder = Path(urls[0]).parent if urls else default_data_dir()
-        console.print(f"[dim]demo data: {len(urls)} shards, {images} JPEG images in {folder} "
+        console.print(f"[dim]demo data: {len(urls)} shards, {images} JPEG images in {Path(urls[0]).parent} "
                       f"(ready in {time.perf_counter() - started:.1f} s)[/dim]")
 
     torch.manual_seed(seed)
     model = build_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)  # 0.05 stayed at chance here
     loader = pipecheck.wrap(build_loader(urls, workers=workers, batch_size=batch_size))
     model.train()
-
-    with _Progress(console, steps, batch_size) as bar:
-        done, passes = 0, 0
-        while done < steps and (epochs_hint is None or passes < epochs_hint):
-            batches_this_pass = 0
-            for images_batch, labels in loader:
-                optimizer.zero_grad(set_to_none=True)
-                loss = nn.functional.cross_entropy(model(images_batch), labels)
-                loss.backward()
-                optimizer.step()
-                done += 1
-                batches_this_pass += 1
-                bar.advance(loss.item())
-                if done >= steps:
-                    break
-            passes += 1
-            if batches_this_pass == 0:
-                raise RuntimeError(f"a pass over the demo shards produced no batch: {urls}")
-    return loader.report()
+    try:
+        with _Progress(console, steps, batch_size) as bar:
+            done, passes = 0, 0
+            while done < steps and (epochs_hint is None or passes < epochs_hint):
+                batches_this_pass = 0
+                for images_batch, labels in loader:  # each for-loop is one epoch of the report
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = nn.functional.cross_entropy(model(images_batch), labels)
+                    loss.backward()
+                    optimizer.step()
+                    done += 1
+                    batches_this_pass += 1
+                    bar.advance(loss.item())
+                    if done >= steps:
+                        break
+                passes += 1
+                if batches_this_pass == 0:
+                    raise RuntimeError(f"a pass over the demo shards produced no batch: {urls}")
+        return loader.report()
+    finally:
+        loader.close()  # stop the host sampler thread and free the worker probe's shared memory
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from typing import Iterator, Optional, Union
 import numpy as np
 from PIL import Image, ImageDraw
 
+from .errors import BadInputError
+
 CLASS_NAMES = (
     "circle",
     "ring",
@@ -39,6 +41,13 @@ CLASS_NAMES = (
     "half-disk",
 )
 """Label ``i`` means the large shape drawn in the image is ``CLASS_NAMES[i]``."""
+
+
+
+class DemoArgumentError(BadInputError, ValueError):
+    """A demo parameter is out of range. A ``ValueError`` for library callers; a
+    :class:`~pipecheck.errors.BadInputError` so the CLI reports it in one line (exit code 2)."""
+
 
 SHARD_PATTERN = "demo-{:06d}.tar"
 MANIFEST_NAME = "demo-manifest.json"
@@ -87,15 +96,15 @@ def ensure_shards(
     exists. Generation uses up to two processes (about 5 s per 1000 images on two cores).
 
     Raises:
-        ValueError: a parameter is out of range.
+        DemoArgumentError: (a ``ValueError``) a parameter is out of range.
         OSError: the folder cannot be created or written.
     """
     if shards < 1:
-        raise ValueError(f"shards must be >= 1, got {shards}")
+        raise DemoArgumentError(f"shards must be >= 1, got {shards}")
     if images < shards:
-        raise ValueError(f"images ({images}) must be >= shards ({shards}) so no shard is empty")
+        raise DemoArgumentError(f"images ({images}) must be >= shards ({shards}) so no shard is empty")
     if size < 32:
-        raise ValueError(f"size must be >= 32 pixels, got {size}")
+        raise DemoArgumentError(f"size must be >= 32 pixels, got {size}")
 
     folder = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     folder.mkdir(parents=True, exist_ok=True)
@@ -235,7 +244,8 @@ def _write_shard(task: tuple[str, int, dict]) -> str:
     final = Path(folder) / SHARD_PATTERN.format(shard)
     fd, tmp = tempfile.mkstemp(prefix=final.name + ".", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as stream, wds.TarWriter(stream) as writer:
+        # A fixed member mtime makes a rebuilt shard byte-identical (reproducible tar files).
+        with os.fdopen(fd, "wb") as stream, wds.TarWriter(stream, mtime=0) as writer:
             for index in shard_range(shard, images=params["images"], shards=params["shards"]):
                 jpeg, label = make_image(index, size=params["size"], seed=params["seed"])
                 writer.write({"__key__": f"{index:06d}", "jpg": jpeg, "cls": label})

@@ -28,7 +28,7 @@ from .environment import collect_environment
 from .probes.batches import SampleCounter, TokenCounter
 from .probes.consumer import ConsumerProbe
 from .probes.host import HostProbe
-from .probes.workers import WorkerProbe
+from .probes.workers import WorkerProbe, WorkerProbeUnsupported
 from .records import LoaderConfig, RunRecord
 
 
@@ -135,8 +135,12 @@ class WrappedLoader:
         self._workers: Optional[WorkerProbe] = None
         self._source = loader
         if workers and inner is not None:
-            self._workers = WorkerProbe(inner.num_workers, run_start=self._run_start)
-            self._source = _instrumented(loader, self._workers)
+            probe = WorkerProbe(inner.num_workers, run_start=self._run_start)
+            try:
+                self._source = _instrumented(loader, probe)
+                self._workers = probe
+            except WorkerProbeUnsupported:  # e.g. DataPipes: measure the consumer side only
+                probe.close()
         self._host: Optional[HostProbe] = None
         if host:
             pids = self._workers.pid_to_worker if self._workers is not None else None
@@ -211,7 +215,8 @@ def wrap(
             are mappings with ``input_ids`` (``attention_mask.sum()`` when present).
         host: sample CPU / memory / IO with psutil every ``host_interval_s`` seconds (> 0).
         workers: time fetch and collate inside DataLoader workers.
-        clock: monotonic seconds; tests pass a fake clock.
+        clock: monotonic seconds for the consumer probe; tests pass a fake clock (worker
+            timestamps always come from ``time.perf_counter``).
 
     Returns:
         a :class:`WrappedLoader` to iterate instead of ``loader``; call ``.report()`` for the

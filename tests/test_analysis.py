@@ -8,6 +8,7 @@ import pytest
 
 from fake_pipeline import FakeRun, simulate
 from pipecheck.analysis import Analysis, LoaderSettings, analyze
+from pipecheck.analysis.producer import cpu_cap_batches_per_s
 from pipecheck.analysis.stats import quantiles, ratio
 from pipecheck.records import (
     BatchTiming,
@@ -343,6 +344,16 @@ def test_tail_replay_uses_the_prefetch_lead():
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def test_cpu_cap_shares_the_cpus_with_the_main_process():
+    # 2 CPUs, 50 ms worker CPU + 50 ms main CPU per batch: 20 batches/s when the step could go
+    # faster (demand 40/s); a step capped at 10/s holds 0.5 cores and leaves 1.5 to workers.
+    assert cpu_cap_batches_per_s(2, 0.05, 0.05, demand_batches_per_s=40) == pytest.approx(20)
+    assert cpu_cap_batches_per_s(2, 0.05, 0.05, demand_batches_per_s=10) == pytest.approx(30)
+    at_demand = cpu_cap_batches_per_s(2, 0.05, 0.05, demand_batches_per_s=20)
+    assert at_demand == pytest.approx(20)  # the two regimes meet at the demand
+    assert cpu_cap_batches_per_s(2, 0.0, 0.05, demand_batches_per_s=20) is None
 
 
 def test_stats_helpers():

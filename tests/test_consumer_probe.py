@@ -73,7 +73,7 @@ def test_epochs_and_break():
 def test_loader_error_is_reraised_unchanged_and_recorded():
     clock = FakeClock()
     probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
-    err = ValueError("bad sample 7\nsecond line")
+    err = ValueError("bad sample 7")
     with pytest.raises(ValueError) as info:
         consume(probe, TimedSource(clock, [0.1] * 5, fail_at=2, exc=err), clock, 0.1)
     assert info.value is err
@@ -81,6 +81,17 @@ def test_loader_error_is_reraised_unchanged_and_recorded():
     assert rec.status == "error"
     assert rec.error == "ValueError: bad sample 7"
     assert rec.batches == 2
+
+
+def test_worker_error_description_keeps_the_original_message():
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    err = ValueError("Caught ValueError in DataLoader worker process 0.\nOriginal Traceback "
+                     "(most recent call last):\n  File x, line 1\nValueError: corrupt 13\n")
+    with pytest.raises(ValueError):
+        consume(probe, TimedSource(clock, [0.1], fail_at=0, exc=err), clock, 0.1)
+    assert probe.snapshot().error == ("ValueError: Caught ValueError in DataLoader worker "
+                                      "process 0. ValueError: corrupt 13")
 
 
 def test_keyboard_interrupt_inside_next_keeps_counts():

@@ -7,6 +7,7 @@ import os
 import pickle
 import signal
 import struct
+import subprocess
 import threading
 import time
 
@@ -430,6 +431,23 @@ def test_finalizer_removes_the_file_without_close():
     del probe
     gc.collect()
     assert not os.path.exists(path)
+
+
+def test_files_of_killed_processes_are_swept(tmp_path):
+    dead = subprocess_pid_that_has_exited()
+    stale = tmp_path / f"{_ring.AREA_PREFIX}{dead}-abc.bin"
+    live = tmp_path / f"{_ring.AREA_PREFIX}{os.getpid()}-abc.bin"
+    unrelated = tmp_path / "something-else.bin"
+    for path in (stale, live, unrelated):
+        path.write_bytes(b"x")
+    assert _ring.remove_stale_areas(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and live.exists() and unrelated.exists()
+
+
+def subprocess_pid_that_has_exited() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
 
 
 def test_original_loader_is_untouched(make_probe):

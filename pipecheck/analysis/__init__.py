@@ -28,9 +28,9 @@ from pipecheck.analysis.verdict import (
 from pipecheck.records import ConsumerSummary, Diagnosis, ProducerSummary, RunRecord
 
 __all__ = [
+    "Analysis",
     "DEFAULT_COMPUTE_BOUND_STALL",
     "DEFAULT_INPUT_BOUND_STALL",
-    "Analysis",
     "LoaderSettings",
     "Prediction",
     "ThroughputModel",

@@ -50,7 +50,7 @@ def summarize_consumer(record: ConsumerRecord) -> ConsumerSummary:
         tokens=record.tokens,
         epochs=len(record.epochs),
         steady_stall_fraction=steady,
-        demand_batches_per_s=ratio(compute_measured_batches(record), record.compute_s),
+        demand_batches_per_s=ratio(1.0, ratio(record.compute_s, compute_measured_batches(record))),
         wait_time_s=quantiles(b.wait_s for b in record.timeline),
         compute_time_s=quantiles(b.compute_s for b in record.timeline if b.compute_s is not None),
         status=record.status,

@@ -169,8 +169,9 @@ def cpu_cap_batches_per_s(
     shared = usable_cpus / (worker_cpu_per_batch_s + main_cpu_per_batch_s)
     if shared <= demand_batches_per_s:
         return shared
-    main_cores = demand_batches_per_s * main_cpu_per_batch_s
-    return max(usable_cpus - main_cores, 0.0) / worker_cpu_per_batch_s
+    # Reached only when cpus > demand x (worker + main), so the spare CPUs are positive.
+    spare_cpus = usable_cpus - demand_batches_per_s * main_cpu_per_batch_s
+    return spare_cpus / worker_cpu_per_batch_s
 
 
 def _workers_summary(

@@ -257,8 +257,8 @@ def _cpu_saturated_finding(run: RunRecord) -> Optional[Finding]:
         return None
     cores_used = cpu_s / host.duration_s
     usable = run.environment.usable_cpus
-    busy = cores_used / usable
-    if busy < CPU_SATURATED_FRACTION:
+    busy = ratio(cores_used, usable)
+    if busy is None or busy < CPU_SATURATED_FRACTION:
         return None
     return Finding(
         kind="cpu-saturated",

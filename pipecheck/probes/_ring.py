@@ -103,13 +103,52 @@ def shared_dir() -> str:
     return tempfile.gettempdir()
 
 
+AREA_PREFIX = "pipecheck-workers-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_areas(directory: str) -> list[str]:
+    """Delete area files in ``directory`` whose creating process no longer exists (it was
+    killed before its finalizer ran); return their paths. The creator's pid is in the name."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        if not (name.startswith(AREA_PREFIX) and name.endswith(".bin")):
+            continue
+        pid_text = name[len(AREA_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
 def create_area(layout: AreaLayout) -> tuple[str, mmap.mmap]:
     """Create a zero-filled shared file for ``layout``; return its path and a shared mapping.
 
-    Raises ``OSError`` when the file cannot be created or sized. The caller owns both: close
-    the mapping and unlink the path when done.
+    Files left behind by killed processes are swept first. Raises ``OSError`` when the file
+    cannot be created or sized. The caller owns both: close the mapping and unlink the path
+    when done.
     """
-    fd, path = tempfile.mkstemp(prefix="pipecheck-workers-", suffix=".bin", dir=shared_dir())
+    directory = shared_dir()
+    remove_stale_areas(directory)
+    fd, path = tempfile.mkstemp(prefix=f"{AREA_PREFIX}{os.getpid()}-", suffix=".bin", dir=directory)
     try:
         os.ftruncate(fd, layout.size_bytes)
         area = mmap.mmap(fd, layout.size_bytes)
@@ -129,10 +168,13 @@ class SlotWriter:
     worker id (every epoch without ``persistent_workers``) adds to what earlier ones wrote.
     """
 
-    __slots__ = ("_fd", "_area", "_words", "_floats", "_header", "_ring", "_ring_size", "_lock_at")
+    __slots__ = ("_fd", "_area", "_words", "_floats", "_header", "_ring", "_ring_size", "_lock_at",
+                 "_locking")
 
-    def __init__(self, path: str, layout: AreaLayout, slot: int) -> None:
-        """Open ``path`` and map it. Raises ``OSError`` if the file is gone or unreadable and
+    def __init__(self, path: str, layout: AreaLayout, slot: int, *, locking: bool = True) -> None:
+        """Open ``path`` and map it. ``locking=False`` skips the per-update record lock (two
+        syscalls) for a slot only one process can ever write: the main process's slot when
+        ``num_workers=0``. Raises ``OSError`` if the file is gone or unreadable and
         ``ValueError`` if it is not an area of ``layout``."""
         fd = os.open(path, os.O_RDWR)
         try:
@@ -160,6 +202,7 @@ class SlotWriter:
         self._ring = layout.ring_word(slot)
         self._ring_size = layout.ring_size
         self._lock_at = self._header * WORD_BYTES
+        self._locking = locking
 
     def register_process(self, pid: int) -> None:
         """Record ``pid`` as the slot's current process and add it to the pids seen."""
@@ -236,10 +279,12 @@ class SlotWriter:
         return seq
 
     def _lock(self) -> None:
-        fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, self._lock_at)
+        if self._locking:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, self._lock_at)
 
     def _unlock(self) -> None:
-        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, self._lock_at)
+        if self._locking:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, self._lock_at)
 
 
 @dataclass(frozen=True)

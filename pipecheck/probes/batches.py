@@ -57,6 +57,36 @@ def count_samples(batch: Any) -> int:
     return len(parts)
 
 
+def counter_for(first_batch: Any) -> SampleCounter:
+    """A sample counter specialised to the structure of ``first_batch``.
+
+    Batches of one loader share a structure, so the general walk of :func:`count_samples`
+    runs once; later batches read one leading dimension (about 0.1 us instead of 1 us). Any
+    batch the fast path cannot read falls back to :func:`count_samples`.
+    """
+    n = count_samples(first_batch)
+    if _leading_size(first_batch) == n:
+        return _count_leading
+    if isinstance(first_batch, (list, tuple)) and first_batch:
+        if _leading_size(first_batch[0]) == n:
+            return _count_first_leading
+    return count_samples
+
+
+def _count_leading(batch: Any) -> int:
+    try:
+        return batch.shape[0]
+    except (AttributeError, IndexError, TypeError):
+        return count_samples(batch)
+
+
+def _count_first_leading(batch: Any) -> int:
+    try:
+        return batch[0].shape[0]
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return count_samples(batch)
+
+
 def token_counter_for(batch: Any) -> Optional[TokenCounter]:
     """A token counter when ``batch`` looks like tokenized text, else ``None``.
 

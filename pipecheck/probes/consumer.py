@@ -18,19 +18,28 @@ from typing import Any, Iterable, Iterator, Optional
 
 from .._clock import Clock, monotonic
 from ..records import BatchTiming, ConsumerRecord, EpochTiming
-from .batches import SampleCounter, TokenCounter, count_samples, token_counter_for
+from .batches import SampleCounter, TokenCounter, counter_for, token_counter_for
 
 CPU_SAMPLE_EVERY = 8
 """Read the thread CPU clock on one batch in this many (a power of two)."""
+_CPU_SAMPLE_MASK = CPU_SAMPLE_EVERY - 1
 
 DEFAULT_TIMELINE_CAPACITY = 8192
 """Timeline rows kept (about 100 bytes each: under 1 MB)."""
 
 
 def _describe(exc: BaseException) -> str:
-    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    """One line: the exception type and first message line; for torch's re-raised worker
+    errors ("Caught ValueError in DataLoader worker process 0." + traceback) also the last
+    line, which holds the original message."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     name = type(exc).__name__
-    return f"{name}: {first_line}" if first_line else name
+    if not lines:
+        return name
+    text = lines[0]
+    if len(lines) > 1 and lines[-1] != lines[0]:
+        text = f"{text} {lines[-1]}"
+    return f"{name}: {text}"
 
 
 class _Epoch:
@@ -77,19 +86,18 @@ class ConsumerProbe:
         self._clock = clock
         self._cpu_clock = cpu_clock or time.thread_time
         self._run_start = run_start
-        self._count_samples = samples or count_samples
-        self._count_tokens = tokens
-        self._detect_tokens = tokens is None
+        # Sample/token counters are specialised on the first batch (see _first_batch).
+        self._user_samples = samples
+        self._count_samples: SampleCounter = self._first_batch
+        self._user_tokens = tokens
+        self._count_tokens: Optional[TokenCounter] = None
         self._lock = threading.Lock()  # guards the lists against a concurrent snapshot()
         self._capacity = timeline_capacity
         self._stride = 1
         self._rows: list[list[Any]] = []
         self._epochs: list[_Epoch] = []
         self.batches = 0
-        self.samples = 0
         self.tokens: Optional[int] = None
-        self.wait_s = 0.0
-        self.compute_s = 0.0
         self._cpu = [0.0, 0.0, 0.0, 0.0]  # wait wall, wait cpu, compute wall, compute cpu
         self._error: Optional[str] = None
         self._interrupted = False
@@ -99,67 +107,68 @@ class ConsumerProbe:
     def iterate(self, source: Iterable[Any]) -> Iterator[Any]:
         """One epoch over ``source`` (a generator; nothing runs until the first ``next()``)."""
         clock = self._clock
+        cpu_clock = self._cpu_clock
+        cpu = self._cpu
         epoch = _Epoch(len(self._epochs), clock())
         with self._lock:
             self._epochs.append(epoch)
         row: Optional[list[Any]] = None  # timeline row awaiting its compute time
         exit_at: Optional[float] = None  # when the last batch was handed to the consumer
         cpu_mark: Optional[float] = None  # thread CPU clock at that hand-over, when sampled
+        entered = epoch.started  # iter() (worker start-up) is part of the first wait
         try:
             iterator = iter(source)
             while True:
-                entered = clock()
                 if exit_at is not None:
+                    entered = clock()
                     compute = entered - exit_at
-                    self.compute_s += compute
                     epoch.compute += compute
                     if row is not None:
                         row[4] = compute
                     if cpu_mark is not None:
-                        self._cpu[2] += compute
-                        self._cpu[3] += self._cpu_clock() - cpu_mark
-                sample_cpu = not (self.batches & (CPU_SAMPLE_EVERY - 1))
-                cpu_before = self._cpu_clock() if sample_cpu else 0.0
-                try:
-                    batch = next(iterator)
-                except StopIteration:
-                    left = clock()
-                    # The final next() (end-of-epoch tail, worker shutdown) is waiting too.
-                    self.wait_s += left - entered
-                    epoch.wait += left - entered
-                    epoch.last = left
-                    epoch.ended = "exhausted"
-                    exit_at = None
-                    return
-                left = clock()
-                wait = left - entered
-                if sample_cpu:
-                    cpu_mark = self._cpu_clock()
-                    self._cpu[0] += wait
-                    self._cpu[1] += cpu_mark - cpu_before
-                else:
-                    cpu_mark = None
-                samples = self._count_samples(batch)
-                if self._count_tokens is not None or self._detect_tokens:
-                    self._add_tokens(batch)
+                        cpu[2] += compute
+                        cpu[3] += cpu_clock() - cpu_mark
                 index = self.batches
+                if index & _CPU_SAMPLE_MASK:
+                    try:
+                        batch = next(iterator)
+                    except StopIteration:
+                        break
+                    left = clock()
+                    cpu_mark = None
+                else:
+                    cpu_before = cpu_clock()
+                    try:
+                        batch = next(iterator)
+                    except StopIteration:
+                        break
+                    left = clock()
+                    cpu_mark = cpu_clock()
+                    cpu[0] += left - entered
+                    cpu[1] += cpu_mark - cpu_before
+                wait = left - entered
+                samples = self._count_samples(batch)
+                if self._count_tokens is not None:
+                    self._add_tokens(batch)
                 self.batches = index + 1
-                self.samples += samples
-                self.wait_s += wait
                 epoch.wait += wait
                 epoch.batches += 1
                 epoch.samples += samples
-                epoch.last = left
+                epoch.last = exit_at = left
                 if epoch.first is None:
                     epoch.first = wait
-                row = self._record(index, epoch.epoch, entered, wait, samples)
-                exit_at = left
+                row = None if index % self._stride else self._record(
+                    index, epoch.epoch, entered, wait, samples)
                 yield batch
+            # StopIteration: the final next() (end-of-epoch tail, worker shutdown) waits too.
+            left = clock()
+            epoch.wait += left - entered
+            epoch.last = left
+            epoch.ended = "exhausted"
         except GeneratorExit:
             # The consumer dropped the iterator (``break``): the last step ran until now.
             now = clock()
             if exit_at is not None:
-                self.compute_s += now - exit_at
                 epoch.compute += now - exit_at
                 if row is not None:
                     row[4] = now - exit_at
@@ -177,19 +186,18 @@ class ConsumerProbe:
             self._error = _describe(exc)
             raise
 
+    def _first_batch(self, batch: Any) -> int:
+        """Counts the first batch and picks the counters for the rest of the run."""
+        self._count_samples = self._user_samples or counter_for(batch)
+        self._count_tokens = self._user_tokens or token_counter_for(batch)
+        return self._count_samples(batch)
+
     def _add_tokens(self, batch: Any) -> None:
-        if self._detect_tokens:
-            self._detect_tokens = False
-            self._count_tokens = token_counter_for(batch)
-            if self._count_tokens is None:
-                return
         assert self._count_tokens is not None
         self.tokens = (self.tokens or 0) + int(self._count_tokens(batch))
 
     def _record(self, index: int, epoch: int, entered: float, wait: float,
-                samples: int) -> Optional[list[Any]]:
-        if index % self._stride:
-            return None
+                samples: int) -> list[Any]:
         row = [index, epoch, entered - self._run_start, wait, None, samples]
         with self._lock:
             self._rows.append(row)
@@ -216,11 +224,11 @@ class ConsumerProbe:
             for e in epochs
         ]
         return ConsumerRecord(
-            batches=self.batches,
-            samples=self.samples,
+            batches=sum(e.batches for e in epoch_records),
+            samples=sum(e.samples for e in epoch_records),
             tokens=self.tokens,
-            wait_s=self.wait_s,
-            compute_s=self.compute_s,
+            wait_s=sum(e.wait_s for e in epoch_records),
+            compute_s=sum(e.compute_s for e in epoch_records),
             wall_s=sum(e.wall_s for e in epoch_records),
             epochs=epoch_records,
             timeline=timeline,

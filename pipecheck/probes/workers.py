@@ -121,7 +121,9 @@ class _BatchAccumulator:
         if slot is None:
             return
         try:
-            writer = _ring.SlotWriter(self.area.path, self.area.layout, slot)
+            # Only worker processes can share a slot (an old epoch's worker and a new one).
+            writer = _ring.SlotWriter(self.area.path, self.area.layout, slot,
+                                      locking=info is not None)
             writer.register_process(os.getpid())
         except (OSError, ValueError):
             return
