@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import pipecheck
 
-VOCAB = 1024
+VOCAB = 512
 SEQ_LEN = 64
 WORDS = ("pipeline", "worker", "batch", "shard", "decode", "tensor", "epoch", "stall", "step",
          "loader", "prefetch", "queue", "memory", "core", "disk", "cache", "model", "token")
@@ -51,7 +51,8 @@ class Documents(IterableDataset):
         start, step = (info.id, info.num_workers) if info is not None else (0, 1)
         for index in range(start, self.count, step):
             rng = random.Random(index)  # document `index` is the same in any worker
-            text = " ".join(rng.choice(WORDS) + str(rng.randrange(40)) for _ in range(rng.randrange(40, 400)))
+            words = rng.randrange(40, 400)
+            text = " ".join(rng.choice(WORDS) + str(rng.randrange(40)) for _ in range(words))
             ids = tokenize(text)[:SEQ_LEN]
             mask = [1] * len(ids) + [0] * (SEQ_LEN - len(ids))
             yield {
@@ -83,9 +84,12 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for epoch in range(2):
         for batch in loader:
-            logits = model(batch["input_ids"][:, :-1])
-            targets = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
-            loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
+            ids, mask = batch["input_ids"], batch["attention_mask"]
+            logits = model(ids[:, :-1])
+            # Predict each next token; padding positions are ignored (-100).
+            targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+            loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1),
+                                               ignore_index=-100)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

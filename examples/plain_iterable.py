@@ -41,7 +41,8 @@ class RemoteBatchStream:
             time.sleep(LATENCY_S)  # waiting on the network: no CPU used
             payload = rng.integers(0, 256, size=(self.batch_size, self.features), dtype=np.uint8)
             features = payload.astype(np.float32) / 255.0
-            features = (features - features.mean(axis=1, keepdims=True)) / (features.std(axis=1, keepdims=True) + 1e-6)
+            mean, std = features.mean(axis=1, keepdims=True), features.std(axis=1, keepdims=True)
+            features = (features - mean) / (std + 1e-6)
             labels = (payload[:, 0] > 127).astype(np.int64)  # learnable: the first raw byte
             yield torch.from_numpy(features), torch.from_numpy(labels)
 

@@ -21,6 +21,7 @@ import tempfile
 import numpy as np
 import torch
 import webdataset as wds
+from PIL import Image
 from torch import nn
 
 import pipecheck
@@ -30,13 +31,15 @@ CROP = 64
 BATCH_SIZE = 16
 
 
-def augment(image) -> torch.Tensor:  # noqa: ANN001 - a PIL image from .decode("pil")
-    """Random crop of 60-100 % of the side, resized to ``CROP``, random flip, scaled to
-    [-1, 1], as a float tensor ``(3, CROP, CROP)``. Module-level so workers can pickle it."""
+def augment(image: Image.Image) -> torch.Tensor:
+    """A decoded image -> float tensor ``(3, CROP, CROP)`` in [-1, 1]: random square crop of
+    60-100 % of the side, resized to ``CROP``, random flip. Module-level so workers can pickle
+    it."""
     side = int(image.size[0] * random.uniform(0.6, 1.0))
     left = random.randint(0, image.size[0] - side)
     top = random.randint(0, image.size[1] - side)
-    array = np.asarray(image.resize((CROP, CROP), box=(left, top, left + side, top + side)), dtype=np.float32)
+    cropped = image.resize((CROP, CROP), box=(left, top, left + side, top + side))
+    array = np.asarray(cropped, dtype=np.float32)
     if random.random() < 0.5:
         array = array[:, ::-1]
     return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)) / 127.5 - 1.0)

@@ -43,7 +43,6 @@ CLASS_NAMES = (
 """Label ``i`` means the large shape drawn in the image is ``CLASS_NAMES[i]``."""
 
 
-
 class DemoArgumentError(BadInputError, ValueError):
     """A demo parameter is out of range. A ``ValueError`` for library callers; a
     :class:`~pipecheck.errors.BadInputError` so the CLI reports it in one line (exit code 2)."""
@@ -102,14 +101,16 @@ def ensure_shards(
     if shards < 1:
         raise DemoArgumentError(f"shards must be >= 1, got {shards}")
     if images < shards:
-        raise DemoArgumentError(f"images ({images}) must be >= shards ({shards}) so no shard is empty")
+        raise DemoArgumentError(
+            f"images ({images}) must be >= shards ({shards}) so no shard is empty")
     if size < 32:
         raise DemoArgumentError(f"size must be >= 32 pixels, got {size}")
 
     folder = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     folder.mkdir(parents=True, exist_ok=True)
     folder = folder.resolve()
-    params = {"format": _FORMAT_VERSION, "images": images, "shards": shards, "size": size, "seed": seed}
+    params = {"format": _FORMAT_VERSION, "images": images, "shards": shards, "size": size,
+              "seed": seed}
     paths = [folder / SHARD_PATTERN.format(i) for i in range(shards)]
 
     with _locked(folder):
@@ -119,12 +120,12 @@ def ensure_shards(
             todo = [i for i, p in enumerate(paths) if not _intact(p, recorded, i)]
         else:
             todo = list(range(shards))
-            _remove_stale(folder, keep=set(paths))
         if todo:
+            _remove_stale(folder, keep=set(paths))
             (folder / MANIFEST_NAME).unlink(missing_ok=True)  # never valid while shards change
             _write_shards(folder, todo, params)
-            shard_bytes = [p.stat().st_size for p in paths]
-            _atomic_write_text(folder / MANIFEST_NAME, json.dumps({"params": params, "shard_bytes": shard_bytes}, indent=1))
+            manifest = {"params": params, "shard_bytes": [p.stat().st_size for p in paths]}
+            _atomic_write_text(folder / MANIFEST_NAME, json.dumps(manifest, indent=1))
     return [str(p) for p in paths]
 
 
@@ -151,7 +152,8 @@ def make_image(index: int, *, size: int = 256, seed: int = 0) -> tuple[bytes, in
     radius = rng.uniform(0.22, 0.32) * size
     rotation = float(rng.uniform(0, 2 * math.pi))
     image.paste(_colour(rng), mask=_shape_mask(label, size, cx, cy, radius, rotation))
-    noisy = np.asarray(image, dtype=np.float32) + rng.normal(0.0, _NOISE_STD, (size, size, 3)).astype(np.float32)
+    noise = rng.normal(0.0, _NOISE_STD, (size, size, 3)).astype(np.float32)
+    noisy = np.asarray(image, dtype=np.float32) + noise
     image = Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
     buffer = io.BytesIO()
     image.save(buffer, "JPEG", quality=_JPEG_QUALITY)
@@ -177,20 +179,22 @@ def _gradient(rng: np.random.Generator, size: int) -> np.ndarray:
     return (top[None] * (1 - rows) + bottom[None] * rows).astype(np.uint8)
 
 
-def _polygon(cx: float, cy: float, radii: list[float], rotation: float) -> list[tuple[float, float]]:
-    n = len(radii)
-    return [
-        (cx + r * math.cos(rotation + 2 * math.pi * k / n), cy + r * math.sin(rotation + 2 * math.pi * k / n))
-        for k, r in enumerate(radii)
-    ]
+Points = list[tuple[float, float]]
 
 
-def _rotated(points: list[tuple[float, float]], cx: float, cy: float, angle: float) -> list[tuple[float, float]]:
+def _polygon(cx: float, cy: float, radii: list[float], rotation: float) -> Points:
+    """Vertices at equal angles around ``(cx, cy)``, vertex ``k`` at distance ``radii[k]``."""
+    angles = [rotation + 2 * math.pi * k / len(radii) for k in range(len(radii))]
+    return [(cx + r * math.cos(a), cy + r * math.sin(a)) for r, a in zip(radii, angles)]
+
+
+def _rotated(points: Points, cx: float, cy: float, angle: float) -> Points:
     c, s = math.cos(angle), math.sin(angle)
     return [(cx + (x - cx) * c - (y - cy) * s, cy + (x - cx) * s + (y - cy) * c) for x, y in points]
 
 
-def _shape_mask(label: int, size: int, cx: float, cy: float, r: float, rotation: float) -> Image.Image:
+def _shape_mask(label: int, size: int, cx: float, cy: float, r: float,
+                rotation: float) -> Image.Image:
     """An 8-bit mask (255 inside) of shape ``CLASS_NAMES[label]`` centred at ``(cx, cy)``
     with outer radius ``r`` pixels, turned by ``rotation`` radians."""
     mask = Image.new("L", (size, size), 0)
@@ -209,8 +213,9 @@ def _shape_mask(label: int, size: int, cx: float, cy: float, r: float, rotation:
         draw.polygon(_polygon(cx, cy, [r, r * 0.4] * 5, rotation), fill=255)
     elif name == "plus":
         arm = r * 0.28
-        for bar in ([(cx - r, cy - arm), (cx + r, cy - arm), (cx + r, cy + arm), (cx - r, cy + arm)],
-                    [(cx - arm, cy - r), (cx + arm, cy - r), (cx + arm, cy + r), (cx - arm, cy + r)]):
+        across = [(cx - r, cy - arm), (cx + r, cy - arm), (cx + r, cy + arm), (cx - r, cy + arm)]
+        upright = [(cx - arm, cy - r), (cx + arm, cy - r), (cx + arm, cy + r), (cx - arm, cy + r)]
+        for bar in (across, upright):
             draw.polygon(_rotated(bar, cx, cy, rotation), fill=255)
     elif name == "bars":  # three parallel bars with gaps between them
         half = r * 0.18
@@ -218,7 +223,8 @@ def _shape_mask(label: int, size: int, cx: float, cy: float, r: float, rotation:
             bar = [(cx - r, y - half), (cx + r, y - half), (cx + r, y + half), (cx - r, y + half)]
             draw.polygon(_rotated(bar, cx, cy, rotation), fill=255)
     elif name == "ellipse":  # elongated, 2.5:1
-        outline = [(cx + r * math.cos(a), cy + 0.4 * r * math.sin(a)) for a in np.linspace(0, 2 * math.pi, 48, endpoint=False)]
+        angles = np.linspace(0, 2 * math.pi, 48, endpoint=False)
+        outline = [(cx + r * math.cos(a), cy + 0.4 * r * math.sin(a)) for a in angles]
         draw.polygon(_rotated(outline, cx, cy, rotation), fill=255)
     elif name == "crescent":  # a disk with an offset disk bitten out
         draw.ellipse(box, fill=255)
@@ -283,7 +289,9 @@ def _read_manifest(folder: Path) -> Optional[dict]:
 
 
 def _remove_stale(folder: Path, keep: set[Path]) -> None:
-    for old in folder.glob("demo-*.tar"):
+    """Delete shards not in ``keep`` and temp files a killed writer left (the lock is held, so
+    no writer is running)."""
+    for old in [*folder.glob("demo-*.tar"), *folder.glob("demo-*.tar.*.tmp")]:
         if old not in keep:
             old.unlink(missing_ok=True)
 

@@ -110,8 +110,8 @@ class ConsumerRecord:
 
     ``timeline`` keeps every ``timeline_stride``-th batch (the stride doubles whenever the buffer
     fills), so it covers the whole run in bounded memory. ``sampled_*`` fields come from reading
-    the main thread's CPU clock around a subset of batches (``thread_time``): CPU seconds spent
-    per wall second while waiting and while computing.
+    the main process's CPU clock around a subset of batches (``process_time``, all its threads):
+    CPU seconds spent per wall second while waiting and while computing.
     """
 
     batches: int

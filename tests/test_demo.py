@@ -91,19 +91,21 @@ def test_truncated_or_missing_shard_is_rebuilt_alone(tmp_path):
     with open(paths[1], "r+b") as shard:
         shard.truncate(len(original) // 2)
     Path(paths[2]).unlink()
+    (tmp_path / "demo-000002.tar.x1y2.tmp").write_bytes(b"left by a killed writer")
     untouched = file_state([paths[0], paths[3]])
 
     assert demo_data.ensure_shards(tmp_path, **SMALL) == paths
     assert Path(paths[1]).read_bytes() == original
     assert Path(paths[2]).is_file()
     assert file_state([paths[0], paths[3]]) == untouched
-    assert not list(tmp_path.glob("*.tmp")), "temporary files must not be left behind"
+    assert not list(tmp_path.glob("*.tmp")), "temporary files must be cleaned up"
 
 
 def test_changed_parameters_rebuild_and_remove_stale_shards(tmp_path):
     demo_data.ensure_shards(tmp_path, **SMALL)
     paths = demo_data.ensure_shards(tmp_path, images=10, shards=2, size=64, seed=3)
-    assert sorted(p.name for p in tmp_path.glob("demo-*.tar")) == ["demo-000000.tar", "demo-000001.tar"]
+    names = sorted(p.name for p in tmp_path.glob("demo-*.tar"))
+    assert names == ["demo-000000.tar", "demo-000001.tar"]
     keys = [s["__key__"] for s in wds.WebDataset(paths, shardshuffle=False, empty_check=False)]
     assert len(keys) == 10
 
@@ -204,8 +206,29 @@ def test_progress_goes_to_stderr(run_dir, capfd):
     assert "demo data: 4 shards" in err and "3/3" in err
 
 
+def test_torch_threads_are_set_for_the_run_and_restored(run_dir, monkeypatch):
+    seen = []
+    real_train = demo._train
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(demo, "_train", spy)
+    before = torch.get_num_threads()
+    demo.run_demo(data_dir=run_dir, workers=0, steps=2, torch_threads=1, **RUN)
+    assert seen == [1]
+    assert torch.get_num_threads() == before
+
+
+def test_default_threads_are_the_cores_workers_leave_free(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert [demo.default_torch_threads(w) for w in (0, 1, 3, 4, 8)] == [4, 3, 1, 1, 1]
+
+
 @pytest.mark.parametrize("kwargs", [dict(steps=0), dict(workers=5), dict(workers=-1),
-                                    dict(batch_size=0), dict(epochs_hint=0)])
+                                    dict(batch_size=0), dict(epochs_hint=0),
+                                    dict(torch_threads=0)])
 def test_run_demo_rejects_bad_arguments_before_generating(tmp_path, kwargs):
     with pytest.raises(ValueError):
         demo.run_demo(data_dir=tmp_path, **{**RUN, "steps": 5, **kwargs})

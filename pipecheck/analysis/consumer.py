@@ -98,7 +98,7 @@ def steady_batches_per_s(record: ConsumerRecord) -> Optional[float]:
 
 
 def wait_cpu_per_batch_s(record: ConsumerRecord) -> Optional[float]:
-    """Main-thread CPU seconds per batch spent inside ``next()``: the sampled CPU per wall
+    """Main-process CPU seconds per batch spent inside ``next()``: the sampled CPU per wall
     second while waiting x the mean wait. With workers that is the cost of receiving a batch
     (unpickling, mapping shared memory), paid even when the batch is ready; with
     ``num_workers=0`` it is batch production. ``None`` when not sampled or no batches."""

@@ -4,7 +4,7 @@ measured run.
 The model, per steady batch (every batch but each epoch's first):
 
 * demand ``D = 1 / mean step time`` (the consumer's ceiling);
-* the consumer's floor per batch with workers: the step plus the main thread's CPU time to
+* the consumer's floor per batch with workers: the step plus the main process's CPU time to
   receive a batch inside ``next()`` (unpickling, shared memory), paid even when it is ready;
 * producer capacity with ``N >= 1`` workers: ``min(N x r, CPU cap)``, ``r`` the measured
   per-worker rate (batches / busy time) and the CPU cap from the measured worker and main-process

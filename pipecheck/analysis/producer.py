@@ -102,7 +102,7 @@ def usable_host(host: Optional[HostRecord]) -> Optional[HostRecord]:
 
 
 def production_cpu_fraction(run: RunRecord) -> Optional[float]:
-    """Main-thread CPU seconds per wall second while waiting in ``next()`` (sampled by the
+    """Main-process CPU seconds per wall second while waiting in ``next()`` (sampled by the
     consumer probe). With ``num_workers=0`` that wait is batch production."""
     consumer = run.consumer
     return ratio(consumer.sampled_wait_cpu_s, consumer.sampled_wait_wall_s)
@@ -111,7 +111,7 @@ def production_cpu_fraction(run: RunRecord) -> Optional[float]:
 def measured_main_cpu(run: RunRecord, consumer: ConsumerSummary) -> MainCpu:
     """Main-process CPU per batch outside production, from the best source available:
 
-    1. the consumer probe's sampled main-thread CPU during compute x mean step time, plus
+    1. the consumer probe's sampled main-process CPU during compute x mean step time, plus
        (with workers) the CPU spent receiving each batch inside ``next()``;
     2. the host sampler's main-process CPU (less the sampler's own, and less production CPU
        when ``num_workers=0``) over the batches;
@@ -124,7 +124,7 @@ def measured_main_cpu(run: RunRecord, consumer: ConsumerSummary) -> MainCpu:
         receive_s = wait_cpu_per_batch_s(record) if run.worker_probe == "workers" else None
         return MainCpu(
             cpu_per_compute_s * step_s + (receive_s or 0.0),
-            "main-thread CPU sampled during steps and batch hand-over",
+            "main-process CPU sampled during steps and batch hand-over",
         )
     host = usable_host(run.host)
     if host is None or host.main_cpu_s is None or record.batches == 0:
