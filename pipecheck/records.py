@@ -246,6 +246,9 @@ class RunRecord:
     workers: list[WorkerRecord]
     worker_probe: str
     host: Optional[HostRecord]
+    probed_epochs: Optional[int] = None
+    """Epochs the worker probe timed (``None``: all). With ``num_workers=0`` and batches that
+    take under ``pipecheck.wrap.FAST_BATCH_S`` to produce, only some epochs are timed."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,15 +21,24 @@ import multiprocessing
 import weakref
 from typing import Any, Callable, Iterator, Optional
 
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader
+from torch.utils.data._utils.collate import default_collate
 
 from . import _clock
 from .environment import collect_environment
 from .probes.batches import SampleCounter, TokenCounter
-from .probes.consumer import ConsumerProbe
+from .probes.consumer import ConsumerProbe, FixedBatches
 from .probes.host import HostProbe
 from .probes.workers import WorkerProbe, WorkerProbeUnsupported
 from .records import LoaderConfig, RunRecord
+
+
+FAST_BATCH_S = 200e-6
+"""Production time per batch under which the ``num_workers=0`` probe times only some epochs:
+its measured cost is about 2 us per batch (``benchmarks/overhead.py``), 1% of 200 us."""
+
+FAST_BATCH_EPOCH_STRIDE = 8
+"""For such fast batches, time one epoch in this many (always the first)."""
 
 
 def _describe_value(value: Any) -> str:
@@ -100,6 +109,26 @@ def describe_loader(loader: Any) -> LoaderConfig:
     )
 
 
+def fixed_batches(loader: Any) -> Optional[FixedBatches]:
+    """Batch sizes of ``loader``'s next epoch when they follow from its settings alone: a
+    DataLoader whose ``batch_sampler`` is torch's own ``BatchSampler`` over a sized sampler and
+    whose ``collate_fn`` is ``default_collate`` (which keeps one sample per index). ``None``
+    otherwise: then every batch is counted from its structure."""
+    if type(loader) is not DataLoader or loader.collate_fn is not default_collate:
+        return None
+    batch_sampler = loader.batch_sampler
+    if type(batch_sampler) is not BatchSampler:
+        return None
+    try:
+        samples = len(batch_sampler.sampler)
+    except TypeError:
+        return None
+    size = batch_sampler.batch_size
+    if batch_sampler.drop_last:
+        samples = samples // size * size
+    return FixedBatches(batch_size=size, samples_per_epoch=samples)
+
+
 def _instrumented(loader: Any, probe: WorkerProbe) -> Any:
     """A copy of ``loader`` whose producing DataLoader carries the worker probe."""
     if isinstance(loader, DataLoader):
@@ -141,6 +170,8 @@ class WrappedLoader:
                 self._workers = probe
             except WorkerProbeUnsupported:  # e.g. DataPipes: measure the consumer side only
                 probe.close()
+        self._epochs = 0
+        self._probed_epochs = 0
         self._host: Optional[HostProbe] = None
         if host:
             pids = self._workers.pid_to_worker if self._workers is not None else None
@@ -151,7 +182,28 @@ class WrappedLoader:
     def __iter__(self) -> Iterator[Any]:
         if self._host is not None:
             self._host.start()
-        return self._consumer.iterate(self._source)
+        source = self._source
+        if self._config.num_workers == 0 and self._workers is not None:
+            if self._time_production_this_epoch():
+                self._probed_epochs += 1
+            else:
+                source = self.loader  # same sampler and generator: the same batches
+        self._epochs += 1
+        return self._consumer.iterate(source, fixed_batches(self.loader))
+
+    def _time_production_this_epoch(self) -> bool:
+        """With ``num_workers=0`` the probe runs inside ``next()`` in the main process, where
+        its ~2 us per batch is paid by the training loop itself. Time every epoch while batches
+        take at least :data:`FAST_BATCH_S` to produce (probe cost < 1%); for faster batches, one
+        epoch in :data:`FAST_BATCH_EPOCH_STRIDE`."""
+        if self._epochs % FAST_BATCH_EPOCH_STRIDE == 0:
+            return True
+        assert self._workers is not None
+        records = self._workers.snapshot()
+        batches = sum(r.batches for r in records)
+        if not batches:
+            return True
+        return sum(r.busy_s for r in records) / batches >= FAST_BATCH_S
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -181,7 +233,8 @@ class WrappedLoader:
             probe = "workers" if (self._config.num_workers or 0) > 0 else "main-process"
         return RunRecord(kind="wrap", created=self._created, environment=collect_environment(),
                          loader=self._config, consumer=self._consumer.snapshot(),
-                         workers=workers, worker_probe=probe, host=host)
+                         workers=workers, worker_probe=probe, host=host,
+                         probed_epochs=self._probed_epochs if probe == "main-process" else None)
 
     def report(self) -> Any:
         """A :class:`pipecheck.Report` of everything measured so far (safe at any time)."""

@@ -134,7 +134,9 @@ def measured_main_cpu(run: RunRecord, consumer: ConsumerSummary) -> MainCpu:
         fraction = production_cpu_fraction(run)
         if fraction is None:
             fraction = ASSUMED_PRODUCTION_CPU_FRACTION
-        production_s = sum(w.busy_s for w in run.workers)
+        # Per-batch production x all batches: the probe may have timed only some epochs.
+        probed = sum(w.batches for w in run.workers)
+        production_s = sum(w.busy_s for w in run.workers) / probed * record.batches if probed else 0.0
         main_cpu_s = max(main_cpu_s - production_s * fraction, 0.0)
     return MainCpu(main_cpu_s / record.batches, "host sampler's main-process CPU per batch")
 

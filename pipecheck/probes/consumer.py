@@ -5,7 +5,10 @@ Memory is bounded whatever the run length: exact counters for the whole run, plu
 at most ``timeline_capacity`` batches kept evenly spaced (every ``stride``-th batch; the stride
 doubles each time the buffer fills), plus one small record per epoch.
 
-The hot path per batch is two clock reads, a sample count and a few additions. One batch in
+The hot path per batch is two clock reads, two appends to a typed array and, unless the batch
+sizes are known up front (``FixedBatches``), a sample count (about 1 us in all;
+``benchmarks/overhead.py``). Every ``FOLD_BATCHES`` batches the arrays are folded
+with numpy into the counters and the timeline, so they never grow past that. One batch in
 ``CPU_SAMPLE_EVERY`` also reads the main process's CPU clock (``time.process_time``, about 1 us
 on Linux) to estimate how many cores the main process uses while waiting and while computing.
 It is the process clock, not the thread's, because a training step runs on torch's intra-op
@@ -16,15 +19,23 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterable, Iterator, Optional
+from array import array
+from typing import Any, Iterable, Iterator, NamedTuple, Optional
+
+import numpy as np
 
 from .._clock import Clock, monotonic
 from ..records import BatchTiming, ConsumerRecord, EpochTiming
-from .batches import SampleCounter, TokenCounter, counter_for, token_counter_for
+from .batches import (SampleCounter, TokenCounter, count_samples, counter_for,
+                      token_counter_for)
 
-CPU_SAMPLE_EVERY = 8
-"""Read the process CPU clock on one batch in this many (a power of two)."""
+CPU_SAMPLE_EVERY = 64
+"""Read the process CPU clock on one batch in this many (a power of two dividing
+``FOLD_BATCHES``)."""
 _CPU_SAMPLE_MASK = CPU_SAMPLE_EVERY - 1
+
+FOLD_BATCHES = 4096
+"""Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""
 
 DEFAULT_TIMELINE_CAPACITY = 8192
 """Timeline rows kept (about 100 bytes each: under 1 MB)."""
@@ -44,13 +55,58 @@ def _describe(exc: BaseException) -> str:
     return f"{name}: {text}"
 
 
-class _Epoch:
-    __slots__ = ("epoch", "started", "batches", "samples", "wait", "compute", "last", "first",
-                 "ended")
+class FixedBatches(NamedTuple):
+    """Batch sizes known without looking at batches: torch's ``BatchSampler`` with
+    ``default_collate`` yields ``batch_size`` samples per batch except the epoch's last, and
+    ``samples_per_epoch`` in all (``len(sampler)``, rounded down to whole batches with
+    ``drop_last``). Counting from it saves about 0.6 us per batch."""
 
-    def __init__(self, epoch: int, started: float) -> None:
+    batch_size: int
+    samples_per_epoch: int
+
+
+class _Chunk:
+    """Derived figures of a run of buffered batches (see :meth:`_Epoch.chunk`)."""
+
+    __slots__ = ("entered", "waits", "computes", "sizes", "last_left")
+
+    def __init__(self, marks: array, sizes: array, next_entered: Optional[float],
+                 fixed: Optional[FixedBatches], samples_before: int) -> None:
+        # Slicing copies under the GIL in one step; a numpy view of the live array would block
+        # the generator's appends (BufferError) if another thread took this snapshot.
+        if fixed is None:
+            n = min(len(sizes), len(marks) // 2)
+            self.sizes = np.array(sizes[:n], dtype=np.int64)
+        else:
+            n = len(marks) // 2
+            full = np.full(n, fixed.batch_size, dtype=np.int64)
+            room = fixed.samples_per_epoch - samples_before - (np.cumsum(full) - full)
+            self.sizes = np.clip(room, 0, full)
+        times = np.array(marks[: 2 * n], dtype=np.float64)
+        self.entered = times[0::2]
+        left = times[1::2]
+        self.waits = left - self.entered
+        # compute of batch i: from its hand-over to the next next() call; unknown for the last
+        # batch until that call happens (NaN)
+        self.computes = np.full(n, np.nan)
+        if n:
+            self.computes[:-1] = self.entered[1:] - left[:-1]
+            if next_entered is not None:
+                self.computes[-1] = next_entered - left[-1]
+        self.last_left = float(left[-1]) if n else None
+
+
+class _Epoch:
+    """One pass: folded counters plus the batches buffered since the last fold."""
+
+    __slots__ = ("epoch", "started", "base_index", "batches", "samples", "wait", "compute",
+                 "last", "first", "ended", "marks", "sizes", "fixed")
+
+    def __init__(self, epoch: int, started: float, base_index: int,
+                 fixed: Optional[FixedBatches]) -> None:
         self.epoch = epoch
         self.started = started
+        self.base_index = base_index  # run-wide index of this epoch's first batch
         self.batches = 0
         self.samples = 0
         self.wait = 0.0
@@ -58,6 +114,15 @@ class _Epoch:
         self.last = started
         self.first: Optional[float] = None
         self.ended = "running"
+        self.marks = array("d")  # entered, left per buffered batch
+        self.sizes = array("q")  # samples per buffered batch (unless fixed)
+        self.fixed = fixed
+
+    def chunk(self, next_entered: Optional[float]) -> _Chunk:
+        return _Chunk(self.marks, self.sizes, next_entered, self.fixed, self.samples)
+
+    def buffered(self) -> int:
+        return len(self.marks) // 2
 
 
 class ConsumerProbe:
@@ -90,15 +155,15 @@ class ConsumerProbe:
         self._run_start = run_start
         # Sample/token counters are specialised on the first batch (see _first_batch).
         self._user_samples = samples
-        self._count_samples: SampleCounter = self._first_batch
+        self._count_samples: SampleCounter = count_samples
         self._user_tokens = tokens
         self._count_tokens: Optional[TokenCounter] = None
-        self._lock = threading.Lock()  # guards the lists against a concurrent snapshot()
+        self._primed = False
+        self._lock = threading.Lock()  # folds vs a concurrent snapshot()
         self._capacity = timeline_capacity
         self._stride = 1
-        self._rows: list[list[Any]] = []
+        self._rows: list[tuple] = []
         self._epochs: list[_Epoch] = []
-        self.batches = 0
         self.tokens: Optional[int] = None
         self._cpu = [0.0, 0.0, 0.0, 0.0]  # wait wall, wait cpu, compute wall, compute cpu
         self._error: Optional[str] = None
@@ -106,125 +171,152 @@ class ConsumerProbe:
 
     # -- hot path ------------------------------------------------------------------------------
 
-    def iterate(self, source: Iterable[Any]) -> Iterator[Any]:
-        """One epoch over ``source`` (a generator; nothing runs until the first ``next()``)."""
+    def iterate(self, source: Iterable[Any],
+                fixed: Optional[FixedBatches] = None) -> Iterator[Any]:
+        """One epoch over ``source`` (a generator; nothing runs until the first ``next()``).
+        ``fixed``: batch sizes known up front (ignored when a ``samples`` counter was given)."""
         clock = self._clock
         cpu_clock = self._cpu_clock
         cpu = self._cpu
-        epoch = _Epoch(len(self._epochs), clock())
+        if self._user_samples is not None:
+            fixed = None
         with self._lock:
+            base = sum(e.batches + e.buffered() for e in self._epochs)
+            epoch = _Epoch(len(self._epochs), clock(), base, fixed)
             self._epochs.append(epoch)
-        row: Optional[list[Any]] = None  # timeline row awaiting its compute time
-        exit_at: Optional[float] = None  # when the last batch was handed to the consumer
-        cpu_mark: Optional[float] = None  # process CPU clock at that hand-over, when sampled
-        entered = epoch.started  # iter() (worker start-up) is part of the first wait
+        marks = epoch.marks
+        add_mark = marks.append
+        add_size = epoch.sizes.append
+        count = None if fixed is not None else self._count_samples
+        tokens = self._count_tokens
+        cpu_mark: Optional[float] = None  # process CPU clock at a sampled hand-over
+        left = entered = epoch.started  # iter() (worker start-up) is part of the first wait
         try:
             iterator = iter(source)
             while True:
-                if exit_at is not None:
-                    entered = clock()
-                    compute = entered - exit_at
-                    epoch.compute += compute
-                    if row is not None:
-                        row[4] = compute
-                    if cpu_mark is not None:
-                        cpu[2] += compute
-                        cpu[3] += cpu_clock() - cpu_mark
-                index = self.batches
-                if index & _CPU_SAMPLE_MASK:
-                    try:
-                        batch = next(iterator)
-                    except StopIteration:
-                        break
+                n = len(marks) >> 1
+                if n & _CPU_SAMPLE_MASK:
+                    batch = next(iterator)
                     left = clock()
-                    cpu_mark = None
+                    add_mark(entered)
+                    add_mark(left)
+                    if count is not None:
+                        add_size(count(batch))
                 else:
-                    cpu_before = cpu_clock()
-                    try:
-                        batch = next(iterator)
-                    except StopIteration:
-                        break
+                    if n == FOLD_BATCHES:
+                        self._fold(epoch, entered)
+                    before = cpu_clock()
+                    batch = next(iterator)
                     left = clock()
                     cpu_mark = cpu_clock()
                     cpu[0] += left - entered
-                    cpu[1] += cpu_mark - cpu_before
-                wait = left - entered
-                samples = self._count_samples(batch)
-                if self._count_tokens is not None:
-                    self._add_tokens(batch)
-                self.batches = index + 1
-                epoch.wait += wait
-                epoch.batches += 1
-                epoch.samples += samples
-                epoch.last = exit_at = left
-                if epoch.first is None:
-                    epoch.first = wait
-                row = None if index % self._stride else self._record(
-                    index, epoch.epoch, entered, wait, samples)
+                    cpu[1] += cpu_mark - before
+                    add_mark(entered)
+                    add_mark(left)
+                    if not self._primed:
+                        self._first_batch(batch)
+                    if count is not None:
+                        count = self._count_samples  # specialised by the run's first batch
+                        add_size(count(batch))
+                    tokens = self._count_tokens
+                if tokens is not None:
+                    self.tokens = (self.tokens or 0) + int(tokens(batch))
                 yield batch
-            # StopIteration: the final next() (end-of-epoch tail, worker shutdown) waits too.
-            left = clock()
-            epoch.wait += left - entered
-            epoch.last = left
-            epoch.ended = "exhausted"
+                entered = clock()
+                if cpu_mark is not None:
+                    cpu[2] += entered - left
+                    cpu[3] += cpu_clock() - cpu_mark
+                    cpu_mark = None
+        except StopIteration:
+            # The final next() (end-of-epoch tail, worker shutdown) is waiting too.
+            self._finish(epoch, entered, clock(), "exhausted")
         except GeneratorExit:
             # The consumer dropped the iterator (``break``): the last step ran until now.
             now = clock()
-            if exit_at is not None:
-                epoch.compute += now - exit_at
-                if row is not None:
-                    row[4] = now - exit_at
-            epoch.last = now
-            epoch.ended = "break"
+            self._finish(epoch, now, now, "break")
             raise
         except KeyboardInterrupt:
-            epoch.last = clock()
-            epoch.ended = "interrupted"
             self._interrupted = True
+            self._finish(epoch, entered, clock(), "interrupted")
             raise
         except BaseException as exc:
-            epoch.last = clock()
-            epoch.ended = "error"
             self._error = _describe(exc)
+            self._finish(epoch, entered, clock(), "error")
             raise
 
-    def _first_batch(self, batch: Any) -> int:
-        """Counts the first batch and picks the counters for the rest of the run."""
+    def _first_batch(self, batch: Any) -> None:
+        """Picks the sample and token counters for the rest of the run from its first batch."""
+        self._primed = True
         self._count_samples = self._user_samples or counter_for(batch)
         self._count_tokens = self._user_tokens or token_counter_for(batch)
-        return self._count_samples(batch)
 
-    def _add_tokens(self, batch: Any) -> None:
-        assert self._count_tokens is not None
-        self.tokens = (self.tokens or 0) + int(self._count_tokens(batch))
+    # -- folding -------------------------------------------------------------------------------
 
-    def _record(self, index: int, epoch: int, entered: float, wait: float,
-                samples: int) -> list[Any]:
-        row = [index, epoch, entered - self._run_start, wait, None, samples]
+    def _fold(self, epoch: _Epoch, next_entered: float) -> None:
+        """Move the buffered batches into the counters and the timeline."""
         with self._lock:
-            self._rows.append(row)
-            if len(self._rows) >= self._capacity:
+            chunk = epoch.chunk(next_entered)
+            rows = self._rows_of(epoch, chunk)
+            n = len(chunk.sizes)
+            if n:
+                if epoch.first is None and epoch.batches == 0:
+                    epoch.first = float(chunk.waits[0])
+                epoch.batches += n
+                epoch.samples += int(chunk.sizes.sum())
+                epoch.wait += float(chunk.waits.sum())
+                epoch.compute += float(np.nansum(chunk.computes))
+                epoch.last = chunk.last_left
+            del epoch.sizes[:]
+            del epoch.marks[:]
+            self._rows.extend(rows)
+            while len(self._rows) >= self._capacity:
                 self._stride *= 2
                 self._rows = [r for r in self._rows if r[0] % self._stride == 0]
-        return row
+
+    def _rows_of(self, epoch: _Epoch, chunk: _Chunk) -> list[tuple]:
+        """Timeline rows (every ``stride``-th run-wide batch index) of a chunk."""
+        first = epoch.base_index + epoch.batches
+        offset = (-first) % self._stride
+        picked = slice(offset, None, self._stride)
+        computes = [None if c != c else c for c in chunk.computes[picked].tolist()]  # NaN: None
+        starts = (chunk.entered[picked] - self._run_start).tolist()
+        indices = range(first + offset, first + len(chunk.sizes), self._stride)
+        return list(zip(indices, [epoch.epoch] * len(starts), starts,
+                        chunk.waits[picked].tolist(), computes, chunk.sizes[picked].tolist()))
+
+    def _finish(self, epoch: _Epoch, last_entered: float, end: float, how: str) -> None:
+        """Close an epoch: fold what is buffered (the last batch's step ran until
+        ``last_entered``) and count ``end - last_entered`` as wait (the final ``next()``)."""
+        self._fold(epoch, last_entered)
+        epoch.wait += max(0.0, end - last_entered) if how != "break" else 0.0
+        epoch.last = end
+        epoch.ended = how
 
     # -- reading -------------------------------------------------------------------------------
 
     def snapshot(self) -> ConsumerRecord:
-        """A consistent copy of everything measured so far."""
+        """A consistent copy of everything measured so far (buffered batches included)."""
         with self._lock:
-            rows = [list(r) for r in self._rows]
-            epochs = list(self._epochs)
+            rows = list(self._rows)
             stride = self._stride
+            epoch_records = []
+            for e in self._epochs:
+                chunk = e.chunk(None)
+                rows.extend(self._rows_of(e, chunk))
+                n = len(chunk.sizes)
+                first = e.first
+                if first is None and e.batches == 0 and n:
+                    first = float(chunk.waits[0])
+                last = chunk.last_left if (n and e.ended == "running") else e.last
+                epoch_records.append(EpochTiming(
+                    epoch=e.epoch, started_at_s=e.started - self._run_start,
+                    batches=e.batches + n, samples=e.samples + int(chunk.sizes.sum()),
+                    wait_s=e.wait + float(chunk.waits.sum()),
+                    compute_s=e.compute + float(np.nansum(chunk.computes)),
+                    wall_s=max(0.0, last - e.started), first_batch_s=first, ended=e.ended))
+        rows.sort()
         timeline = [BatchTiming(index=r[0], epoch=r[1], start_at_s=r[2], wait_s=r[3],
                                 compute_s=r[4], samples=r[5]) for r in rows]
-        epoch_records = [
-            EpochTiming(epoch=e.epoch, started_at_s=e.started - self._run_start,
-                        batches=e.batches, samples=e.samples, wait_s=e.wait,
-                        compute_s=e.compute, wall_s=max(0.0, e.last - e.started),
-                        first_batch_s=e.first, ended=e.ended)
-            for e in epochs
-        ]
         return ConsumerRecord(
             batches=sum(e.batches for e in epoch_records),
             samples=sum(e.samples for e in epoch_records),
