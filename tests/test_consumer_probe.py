@@ -168,3 +168,39 @@ def test_sampled_cpu_clock_splits_wait_and_compute():
     rec = probe.snapshot()
     assert rec.sampled_wait_cpu_s / rec.sampled_wait_wall_s == pytest.approx(0.5)
     assert rec.sampled_compute_cpu_s / rec.sampled_compute_wall_s == pytest.approx(1.0)
+
+
+def test_counts_stay_exact_across_folds_and_snapshots():
+    from pipecheck.probes.consumer import FOLD_BATCHES
+
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0,
+                          timeline_capacity=256)
+    n = FOLD_BATCHES * 2 + 123
+    seen = 0
+    for _ in probe.iterate(TimedSource(clock, [0.001] * n, batch_size=2)):
+        clock.advance(0.002)
+        seen += 1
+        if seen == FOLD_BATCHES + 7:  # mid-epoch snapshot sees buffered batches too
+            mid = probe.snapshot()
+            assert mid.batches == seen and mid.samples == 2 * seen
+            assert mid.status == "in-progress"
+    rec = probe.snapshot()
+    assert rec.batches == n and rec.samples == 2 * n
+    assert rec.wait_s == pytest.approx(0.001 * n)
+    assert rec.compute_s == pytest.approx(0.002 * n)
+    assert all(b.compute_s == pytest.approx(0.002) for b in rec.timeline)
+    assert [b.index for b in rec.timeline] == sorted(b.index for b in rec.timeline)
+    assert len(rec.timeline) < 256
+
+
+def test_fixed_batches_count_without_looking_and_clip_the_last():
+    from pipecheck.probes.consumer import FixedBatches
+
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    # 10 batches of 4 from 37 samples: the last batch holds 1
+    list(probe.iterate(TimedSource(clock, [0.01] * 10, batch_size=4), FixedBatches(4, 37)))
+    rec = probe.snapshot()
+    assert rec.samples == 37
+    assert [b.samples for b in rec.timeline] == [4] * 9 + [1]

@@ -177,3 +177,46 @@ def test_report_save_and_load_round_trip(tmp_path):
     again = pipecheck.load(path)
     assert again == report
     wrapped.close()
+
+
+def test_samples_exact_with_drop_last_and_custom_collate():
+    dropped = pipecheck.wrap(DataLoader(SquaresDataset(37), batch_size=4, drop_last=True))
+    assert len(list(dropped)) == 9
+    assert dropped.report().consumer.samples == 36
+
+    def pairs_only(items):  # a collate that drops a sample: batches are counted one by one
+        return torch.stack([x for x, _ in items[:2]])
+
+    custom = pipecheck.wrap(DataLoader(SquaresDataset(12), batch_size=4, collate_fn=pairs_only))
+    list(custom)
+    assert custom.report().consumer.samples == 6
+    dropped.close()
+    custom.close()
+
+
+def test_fast_main_process_loader_times_only_some_epochs(monkeypatch):
+    from pipecheck.wrap import FAST_BATCH_EPOCH_STRIDE
+
+    # Every batch counts as fast, however loaded this machine is.
+    monkeypatch.setattr("pipecheck.wrap.FAST_BATCH_S", 10.0)
+    wrapped = pipecheck.wrap(DataLoader(SquaresDataset(64), batch_size=8), host=False)
+    epochs = FAST_BATCH_EPOCH_STRIDE + 1
+    for _ in range(epochs):
+        list(wrapped)
+    record = wrapped.record()
+    assert record.probed_epochs == 2  # the first, then one in FAST_BATCH_EPOCH_STRIDE
+    assert record.consumer.batches == epochs * 8  # the consumer side stays exact
+    (main,) = record.workers
+    assert main.id == -1 and main.batches == 2 * 8
+    report = wrapped.report()
+    assert report.producer.capacity_batches_per_s is not None
+    wrapped.close()
+
+
+def test_slow_main_process_loader_times_every_epoch():
+    wrapped = pipecheck.wrap(DataLoader(SquaresDataset(8, sleep_s=0.001), batch_size=4),
+                             host=False)
+    for _ in range(3):
+        list(wrapped)
+    assert wrapped.record().probed_epochs == 3
+    wrapped.close()
