@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import pytest
 import torch
@@ -198,7 +199,7 @@ def test_fast_main_process_loader_times_only_some_epochs(monkeypatch):
     from pipecheck.wrap import FAST_BATCH_EPOCH_STRIDE
 
     # Every batch counts as fast, however loaded this machine is.
-    monkeypatch.setattr("pipecheck.wrap.FAST_BATCH_S", 10.0)
+    monkeypatch.setattr(sys.modules["pipecheck.wrap"], "FAST_BATCH_S", 10.0)
     wrapped = pipecheck.wrap(DataLoader(SquaresDataset(64), batch_size=8), host=False)
     epochs = FAST_BATCH_EPOCH_STRIDE + 1
     for _ in range(epochs):
