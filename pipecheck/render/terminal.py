@@ -344,7 +344,8 @@ def _host(report: "Report") -> list[RenderableType]:
         note = f": {host.note}" if host.note else ""
         return [Text(f"host sampling {host.status}{note}", style=_DIM)]
     # With num_workers=0 there are no worker processes: say nothing rather than "0" or "n/a".
-    has_workers = report.loader.num_workers != 0
+    # None (a generic iterable) and 0 both mean no worker processes to show
+    has_workers = bool(report.loader.num_workers)
     cpu = [("CPU main", fmt.cores(_per_wall(host.main_cpu_s, host.duration_s)))]
     if has_workers:
         cpu.append(("workers", fmt.cores(_per_wall(host.workers_cpu_s, host.duration_s))))
