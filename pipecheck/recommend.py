@@ -20,7 +20,7 @@ from pipecheck.analysis import Analysis
 from pipecheck.analysis.consumer import mean_epoch_wall_s
 from pipecheck.analysis.model import LoaderSettings, Prediction, ThroughputModel
 from pipecheck.analysis.stats import mean
-from pipecheck.analysis.wording import count, mebibytes, percent, rate, seconds
+from pipecheck.units import batch_rate, count, percent, seconds, size
 from pipecheck.records import Expected, Recommendation, RunRecord
 
 MIN_GAIN_FRACTION = 0.05
@@ -187,7 +187,7 @@ def _more_workers_reason(
             f"With num_workers=0 the main process spends {seconds(1.0 / capacity)} producing each "
             f"batch between {seconds(1.0 / demand)} steps, so the loop waits {stall} of its time; "
             f"with {count(workers, 'worker')} production overlaps the step for about "
-            f"{rate(prediction.steady_batches_per_s)} in steady state (demand {rate(demand)})."
+            f"{batch_rate(prediction.steady_batches_per_s)} in steady state (demand {batch_rate(demand)})."
         )
     cpu_fraction = model.worker_cpu_fraction
     kind = "latency-bound" if cpu_fraction < LATENCY_BOUND_CPU_FRACTION else "CPU-bound"
@@ -197,16 +197,16 @@ def _more_workers_reason(
         else ""
     )
     capped = (
-        f" (the usable CPUs cap production at {rate(prediction.capacity_batches_per_s)})"
+        f" (the usable CPUs cap production at {batch_rate(prediction.capacity_batches_per_s)})"
         if prediction.limit == "cpu"
         else ""
     )
     return (
         f"With {count(settings.num_workers, 'worker')} the loader delivers at most "
-        f"{rate(capacity)} ({rate(model.per_worker_batches_per_s)} each while busy) against a "
-        f"step demand of {rate(demand)}, so the loop waits {stall} of its time; the workers are "
+        f"{batch_rate(capacity)} ({batch_rate(model.per_worker_batches_per_s)} each while busy) against a "
+        f"step demand of {batch_rate(demand)}, so the loop waits {stall} of its time; the workers are "
         f"{kind} ({percent(cpu_fraction)} CPU while busy), so {count(workers, 'worker')}"
-        f"{beyond_cores} should deliver about {rate(prediction.steady_batches_per_s)} in steady "
+        f"{beyond_cores} should deliver about {batch_rate(prediction.steady_batches_per_s)} in steady "
         f"state{capped}."
     )
 
@@ -229,10 +229,10 @@ def _fewer_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
     rss = mean(
         w.rss_max_bytes for w in context.analysis.producer.workers if w.rss_max_bytes is not None
     )
-    memory = "" if rss is None else f" (about {mebibytes(rss)} RSS each)"
+    memory = "" if rss is None else f" (about {size(rss)} RSS each)"
     reason = (
-        f"The loader could produce {rate(current_capacity)} against a step demand of "
-        f"{rate(demand)} ({current_capacity / demand:.1f}x) while the loop waits only "
+        f"The loader could produce {batch_rate(current_capacity)} against a step demand of "
+        f"{batch_rate(demand)} ({current_capacity / demand:.1f}x) while the loop waits only "
         f"{percent(context.measured_stall)}; dropping to {count(workers, 'worker')} keeps "
         f"{capacity / demand:.1f}x headroom and frees "
         f"{count(freed, 'worker process', 'worker processes')}{memory}."
@@ -356,7 +356,7 @@ def _pin_memory(context: _Context, settings: LoaderSettings) -> _Outcome:
             note="pipecheck cannot quantify the host-to-device copy without the device probe",
         ),
         reason=(
-            f"CUDA is available and each of the {rate(batches_per_s)} is copied to the device "
+            f"CUDA is available and each of the {batch_rate(batches_per_s)} is copied to the device "
             "from pageable memory; page-locked batches let that copy run asynchronously "
             "(.to(device, non_blocking=True))."
         ),

@@ -106,7 +106,7 @@ def test_prefetch_factor_covers_a_heavy_tail():
     after = rerun(HEAVY_TAIL, prefetch_factor=rec.proposed)
     assert after.stall_fraction < before.stall_fraction / 2
     assert rec.expected.stall_fraction == pytest.approx(after.stall_fraction, abs=0.03)
-    assert "p99 200.0 ms" in rec.reason and "80.0 ms" in rec.reason
+    assert "p99 200 ms" in rec.reason and "80.0 ms" in rec.reason
 
 
 def test_prefetch_factor_left_alone_for_uniform_batch_times():
@@ -124,7 +124,7 @@ def test_persistent_workers_when_start_up_is_a_large_share_of_each_epoch():
     after = rerun(RESTARTING, persistent_workers=True)
     assert rec.expected.samples_per_s == pytest.approx(after.samples_per_s, rel=0.05)
     assert rec.expected.samples_per_s > analyze(simulate(RESTARTING)).consumer.samples_per_s
-    assert "510.0 ms" in rec.reason and "500.0 ms" in rec.reason
+    assert "510 ms" in rec.reason and "500 ms" in rec.reason
 
 
 def test_persistent_workers_not_proposed_without_cause():

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from pipecheck.records import Diagnosis, Finding, HostRecord
-from pipecheck.render import format as fmt
+from pipecheck import units as fmt
 from pipecheck.render.terminal import render_terminal, verdict_line
 from report_factory import replace_consumer, sample_report
 

@@ -20,7 +20,7 @@ from pipecheck.analysis.consumer import (
 from pipecheck.analysis.model import MIN_STEADY_BATCHES
 from pipecheck.analysis.producer import usable_host
 from pipecheck.analysis.stats import ratio
-from pipecheck.analysis.wording import percent, rate, seconds
+from pipecheck.units import batch_rate, percent, seconds
 from pipecheck.records import ConsumerSummary, Diagnosis, Finding, ProducerSummary, RunRecord
 
 DEFAULT_INPUT_BOUND_STALL = 0.10
@@ -165,7 +165,7 @@ def _verdict_finding(
         )
         if demand is not None and consumer.batches_per_s is not None:
             message += (
-                f"; the step could take {rate(demand)} but received {rate(consumer.batches_per_s)}"
+                f"; the step could take {batch_rate(demand)} but received {batch_rate(consumer.batches_per_s)}"
             )
         severity = "critical" if stall >= CRITICAL_STALL else "warning"
     elif verdict == "compute-bound":
@@ -175,9 +175,9 @@ def _verdict_finding(
             f"time{scope} (threshold {percent(threshold)})"
         )
         if demand is not None:
-            message += f"; the step sets the pace at {rate(demand)}"
+            message += f"; the step sets the pace at {batch_rate(demand)}"
         if demand is not None and capacity is not None:
-            message += f" and the loader could deliver {rate(capacity)} ({capacity / demand:.1f}x)"
+            message += f" and the loader could deliver {batch_rate(capacity)} ({capacity / demand:.1f}x)"
         severity = "info"
     else:
         threshold = thresholds["input_bound_stall_fraction"]
@@ -232,8 +232,8 @@ def _unbalanced_finding(producer: ProducerSummary) -> Optional[Finding]:
         kind="workers-unbalanced",
         severity="warning",
         message=f"Workers are unbalanced: worker {fastest.id} produces "
-        f"{rate(fastest.rate_batches_per_s)} while busy, worker {slowest.id} only "
-        f"{rate(slowest.rate_batches_per_s)} ({spread:.1f}x apart); with in-order delivery the "
+        f"{batch_rate(fastest.rate_batches_per_s)} while busy, worker {slowest.id} only "
+        f"{batch_rate(slowest.rate_batches_per_s)} ({spread:.1f}x apart); with in-order delivery the "
         "slow one holds the others back.",
         evidence={
             "fastest_worker_id": fastest.id,

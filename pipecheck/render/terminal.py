@@ -2,7 +2,7 @@
 
 Sections, in order: verdict line, run context, throughput, data wait (stall), producer vs
 consumer, host, findings, recommendations, and the stress sweep when the report has one. Every
-number carries its unit (:mod:`pipecheck.render.format`); values that were not measured show as
+number carries its unit (:mod:`pipecheck.units`); values that were not measured show as
 ``n/a``. :func:`renderables` returns the rich objects (``rich.print(report)`` uses them);
 :func:`render_terminal` renders them to a string.
 """
@@ -20,7 +20,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from pipecheck.render import format as fmt
+from pipecheck import units as fmt
 
 if TYPE_CHECKING:
     from pipecheck.records import ConsumerSummary, HostRecord, ProducerSummary, Quantiles

@@ -1,4 +1,5 @@
-"""Number formatting shared by every renderer: each function returns a short string with its unit.
+"""Number formatting shared by analysis messages and every renderer: each function returns a
+short string with its unit.
 
 ``None`` means "not measured" (see :mod:`pipecheck.records`) and always renders as
 :data:`NOT_MEASURED`, never as a zero. Non-finite floats (NaN, inf) render as
@@ -102,6 +103,11 @@ def rate(value_per_s: Optional[float], unit: str) -> str:
     if _missing(value_per_s):
         return NOT_MEASURED
     return f"{significant(value_per_s)} {unit}/s"
+
+
+def batch_rate(value_per_s: Optional[float]) -> str:
+    """``rate(value, "batches")``: ``12.34 -> "12.3 batches/s"``."""
+    return rate(value_per_s, "batches")
 
 
 def bytes_rate(value_bytes_per_s: Optional[float]) -> str:
