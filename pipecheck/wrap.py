@@ -37,6 +37,12 @@ FAST_BATCH_S = 200e-6
 """Production time per batch under which the ``num_workers=0`` probe times only some epochs:
 its measured cost is about 2 us per batch (``benchmarks/overhead.py``), 1% of 200 us."""
 
+PSS_INTERVAL_S = 5.0
+"""Seconds between PSS reads of every process: one ``memory_full_info`` costs about 7 ms of
+CPU on a torch worker (measured here), so reading 3 processes at 1 Hz took ~1% of a core; and
+new workers are not read on first sight, which without persistent_workers cost 2 reads per worker
+per epoch (half of the sampler's CPU in ``benchmarks/overhead.py``)."""
+
 FAST_BATCH_EPOCH_STRIDE = 8
 """For such fast batches, time one epoch in this many (always the first)."""
 
@@ -176,6 +182,8 @@ class WrappedLoader:
         if host:
             pids = self._workers.pid_to_worker if self._workers is not None else None
             self._host = HostProbe(run_start=self._run_start, interval_s=host_interval_s,
+                                   pss_interval_s=max(PSS_INTERVAL_S, host_interval_s),
+                                   pss_on_first_sight=False,
                                    worker_ids=pids, clock=clock)
         self._finalizer = weakref.finalize(self, _stop, self._host, self._workers)
 
@@ -255,7 +263,7 @@ def wrap(
     tokens: Optional[Callable[[Any], int]] = None,
     host: bool = True,
     workers: bool = True,
-    host_interval_s: float = 0.5,
+    host_interval_s: float = 1.0,
     clock: _clock.Clock = _clock.monotonic,
 ) -> WrappedLoader:
     """Measure ``loader`` inside the real training loop.

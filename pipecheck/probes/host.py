@@ -3,8 +3,9 @@ their children, plus system-wide CPU, iowait and available memory.
 
 A daemon thread reads psutil every ``interval_s`` seconds. CPU percents are computed from
 ``cpu_times()`` deltas (psutil's own ``cpu_percent()`` returns a meaningless 0 on its first call).
-PSS (``memory_full_info``, ~5 ms per process) is read at most every ``pss_interval_s``, plus once
-when a process is first seen so that short-lived workers get a value.
+PSS (``memory_full_info``, ~5-7 ms of CPU per process) is read at most every ``pss_interval_s``,
+plus, with ``pss_on_first_sight``, once when a process is first seen so that short-lived workers
+get a value (without persistent workers that is two reads per worker per epoch).
 ``read_bytes`` counts reads that hit storage; ``read_chars`` also counts page-cache hits.
 
 Known blind spots, by construction of polling: a process that is born and exits between two ticks
@@ -95,7 +96,8 @@ class HostProbe:
 
     ``run_start``: a ``clock()`` value; sample times (``at_s``) are seconds since it.
     ``interval_s`` (> 0): seconds between ticks. ``pss_interval_s`` (> 0): least seconds between
-    PSS reads. ``worker_ids``: returns pid -> DataLoader worker id (called from the sampler thread,
+    PSS reads; ``pss_on_first_sight``: also read a process's PSS at its first tick.
+    ``worker_ids``: returns pid -> DataLoader worker id (called from the sampler thread,
     so it must be thread-safe); when it is ``None`` or returns ``{}``, every direct child of the
     main process counts as a worker with ``worker_id`` ``None``. ``pid``: the main process
     (default: this one). ``max_samples`` (>= 2): timeline bound; when full, every other sample is
@@ -114,6 +116,7 @@ class HostProbe:
         run_start: float,
         interval_s: float = 0.5,
         pss_interval_s: float = 1.0,
+        pss_on_first_sight: bool = True,
         worker_ids: Optional[WorkerIds] = None,
         clock: Clock = _clock.monotonic,
         pid: Optional[int] = None,
@@ -128,6 +131,7 @@ class HostProbe:
         self._run_start = run_start
         self._interval_s = float(interval_s)
         self._pss_interval_s = float(pss_interval_s)
+        self._pss_on_first_sight = pss_on_first_sight
         self._worker_ids = worker_ids
         self._clock = clock
         self._pid = os.getpid() if pid is None else pid
@@ -256,7 +260,8 @@ class HostProbe:
         main = _read_process(self._main, pss_due, must_succeed=True)
         processes = {main.key: main}
         for child in self._main.children(recursive=True):
-            want_pss = pss_due or child.pid not in self._pss_read_pids
+            want_pss = pss_due or (self._pss_on_first_sight
+                                   and child.pid not in self._pss_read_pids)
             reading = _read_process(child, want_pss, must_succeed=False)
             if reading is not None:
                 processes[reading.key] = reading
