@@ -34,6 +34,8 @@ CPU_SAMPLE_EVERY = 64
 ``FOLD_BATCHES``)."""
 _CPU_SAMPLE_MASK = CPU_SAMPLE_EVERY - 1
 
+_PLAIN_BATCHES = range(CPU_SAMPLE_EVERY - 1)
+
 FOLD_BATCHES = 4096
 """Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""
 
@@ -189,44 +191,54 @@ class ConsumerProbe:
         add_size = epoch.sizes.append
         count = None if fixed is not None else self._count_samples
         tokens = self._count_tokens
-        cpu_mark: Optional[float] = None  # process CPU clock at a sampled hand-over
         left = entered = epoch.started  # iter() (worker start-up) is part of the first wait
         try:
             iterator = iter(source)
             while True:
-                n = len(marks) >> 1
-                if n & _CPU_SAMPLE_MASK:
-                    batch = next(iterator)
-                    left = clock()
-                    add_mark(entered)
-                    add_mark(left)
-                    if count is not None:
-                        add_size(count(batch))
-                else:
-                    if n == FOLD_BATCHES:
-                        self._fold(epoch, entered)
-                    before = cpu_clock()
-                    batch = next(iterator)
-                    left = clock()
-                    cpu_mark = cpu_clock()
-                    cpu[0] += left - entered
-                    cpu[1] += cpu_mark - before
-                    add_mark(entered)
-                    add_mark(left)
-                    if not self._primed:
-                        self._first_batch(batch)
-                    if count is not None:
-                        count = self._count_samples  # specialised by the run's first batch
-                        add_size(count(batch))
-                    tokens = self._count_tokens
+                # One sampled batch (process CPU clock; fold when the buffer is full) ...
+                if len(marks) >> 1 == FOLD_BATCHES:
+                    self._fold(epoch, entered)
+                before = cpu_clock()
+                batch = next(iterator)
+                left = clock()
+                cpu_mark = cpu_clock()
+                cpu[0] += left - entered
+                cpu[1] += cpu_mark - before
+                add_mark(entered)
+                add_mark(left)
+                if not self._primed:
+                    self._first_batch(batch)
+                if count is not None:
+                    count = self._count_samples  # specialised by the run's first batch
+                    add_size(count(batch))
+                tokens = self._count_tokens
                 if tokens is not None:
                     self.tokens = (self.tokens or 0) + int(tokens(batch))
                 yield batch
                 entered = clock()
-                if cpu_mark is not None:
-                    cpu[2] += entered - left
-                    cpu[3] += cpu_clock() - cpu_mark
-                    cpu_mark = None
+                cpu[2] += entered - left
+                cpu[3] += cpu_clock() - cpu_mark
+                # ... then the plain ones: nothing on this path but what each batch needs.
+                if count is None and tokens is None:  # batch sizes known up front
+                    for _ in _PLAIN_BATCHES:
+                        batch = next(iterator)
+                        left = clock()
+                        add_mark(entered)
+                        add_mark(left)
+                        yield batch
+                        entered = clock()
+                    continue
+                for _ in _PLAIN_BATCHES:
+                    batch = next(iterator)
+                    left = clock()
+                    add_mark(entered)
+                    add_mark(left)
+                    if count is not None:
+                        add_size(count(batch))
+                    if tokens is not None:
+                        self.tokens = (self.tokens or 0) + int(tokens(batch))
+                    yield batch
+                    entered = clock()
         except StopIteration:
             # The final next() (end-of-epoch tail, worker shutdown) is waiting too.
             self._finish(epoch, entered, clock(), "exhausted")
