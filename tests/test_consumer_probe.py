@@ -204,3 +204,23 @@ def test_fixed_batches_count_without_looking_and_clip_the_last():
     rec = probe.snapshot()
     assert rec.samples == 37
     assert [b.samples for b in rec.timeline] == [4] * 9 + [1]
+
+
+def test_memory_stays_bounded_as_the_run_grows():
+    import itertools
+    import tracemalloc
+
+    def peak(batches):
+        probe = ConsumerProbe(run_start=0.0, samples=lambda b: 1)
+        tracemalloc.start()
+        for _ in probe.iterate(itertools.repeat((1, 2), batches)):
+            pass
+        record = probe.snapshot()
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert record.batches == batches
+        return top
+
+    short, long = peak(20_000), peak(200_000)
+    assert long < 4 * 2**20  # a few MB whatever the length: the timeline is decimated
+    assert long < short * 1.5 + 2**20  # ten times the batches, not ten times the memory
