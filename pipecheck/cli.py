@@ -157,9 +157,16 @@ class DemoCommand(Command):
             for name in ("workers", "steps", "batch_size", "images")
             if getattr(args, name) is not None
         }
-        report = demo.run_demo(
-            data_dir=args.data, progress=not (args.no_progress or args.quiet), **given
-        )
+        try:
+            report = demo.run_demo(
+                data_dir=args.data, progress=not (args.no_progress or args.quiet), **given
+            )
+        except demo.DemoInterrupted as interrupted:
+            # Ctrl-C: the report of the steps done so far still comes out, then exit 130.
+            _emit(interrupted.report, args)
+            print(f"{PROG}: interrupted; the report covers the steps run so far",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
         _emit(report, args)
         return EXIT_OK
 

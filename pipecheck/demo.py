@@ -277,6 +277,8 @@ def _train(urls: list[str], *, workers: int, steps: int, batch_size: int,
                 if batches_this_pass == 0:
                     raise RuntimeError(f"a pass over the demo shards produced no batch: {urls}")
         return loader.report()
+    except KeyboardInterrupt as interrupt:
+        raise DemoInterrupted(loader.report()) from interrupt  # keep what was measured
     finally:
         loader.close()  # stop the host sampler thread and free the worker probe's shared memory
 
@@ -284,6 +286,14 @@ def _train(urls: list[str], *, workers: int, steps: int, batch_size: int,
 # ---------------------------------------------------------------------------------------------
 # progress display
 # ---------------------------------------------------------------------------------------------
+
+
+class DemoInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the demo's training loop; ``report`` holds the batches measured so far."""
+
+    def __init__(self, report: "Report") -> None:
+        super().__init__("demo interrupted")
+        self.report = report
 
 
 def _stderr_console() -> Console:
