@@ -278,6 +278,7 @@ def _train(urls: list[str], *, workers: int, steps: int, batch_size: int,
                     raise RuntimeError(f"a pass over the demo shards produced no batch: {urls}")
         return loader.report()
     except KeyboardInterrupt as interrupt:
+        loader.__exit__(type(interrupt), interrupt, interrupt.__traceback__)  # status: interrupted
         raise DemoInterrupted(loader.report()) from interrupt  # keep what was measured
     finally:
         loader.close()  # stop the host sampler thread and free the worker probe's shared memory

@@ -228,7 +228,9 @@ class WrappedLoader:
     def __enter__(self) -> "WrappedLoader":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self._consumer.mark_interrupted()  # Ctrl-C in the loop body
         self.close()
 
     def record(self) -> RunRecord:

@@ -130,6 +130,17 @@ def test_ctrl_c_in_the_loop_keeps_a_usable_report():
     wrapped.close()
 
 
+def test_ctrl_c_in_the_loop_body_under_with_marks_the_run_interrupted():
+    with pytest.raises(KeyboardInterrupt):
+        with pipecheck.wrap(DataLoader(SquaresDataset(40), batch_size=4)) as wrapped:
+            for i, _ in enumerate(wrapped):
+                if i == 3:
+                    raise KeyboardInterrupt
+    report = wrapped.report()
+    assert report.consumer.status == "interrupted" and report.consumer.batches == 4
+    assert any(f.kind == "run-interrupted" for f in report.diagnosis.findings)
+
+
 def test_zero_batches_report_says_so():
     wrapped = pipecheck.wrap(DataLoader(EmptyDataset(), batch_size=4))
     assert list(wrapped) == []

@@ -347,6 +347,11 @@ class ConsumerProbe:
             sampled_compute_cpu_s=self._cpu[3],
         )
 
+    def mark_interrupted(self) -> None:
+        """Record a KeyboardInterrupt that happened outside ``next()`` (in the loop body), which
+        the probe cannot see for itself; the report then says the run was interrupted."""
+        self._interrupted = True
+
     def _status(self, epochs: list[EpochTiming]) -> str:
         if self._error is not None:
             return "error"
