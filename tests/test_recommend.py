@@ -46,6 +46,13 @@ def test_cpu_bound_workers_are_not_proposed_past_the_usable_cpus():
     assert "CPU-bound" in rec.reason and "100.0% CPU" in rec.reason
 
 
+def test_cpu_bound_workers_leave_the_main_process_its_core():
+    # 2 usable CPUs, one CPU-bound worker, a step that keeps the main process on a full core:
+    # a second worker would put three busy processes on two cores (the demo measured -3%).
+    busy_main = dataclasses.replace(CPU_BOUND, main_step_cpu_fraction=1.0)
+    assert "num_workers" not in recommendations_for(busy_main)
+
+
 def test_latency_bound_workers_may_outnumber_the_cpus():
     rec = recommendations_for(LATENCY_BOUND)["num_workers"]
     assert rec.proposed > 2  # more workers than the 2 usable CPUs
