@@ -35,7 +35,8 @@ from .records import LoaderConfig, RunRecord
 
 FAST_BATCH_S = 200e-6
 """Production time per batch under which the ``num_workers=0`` probe times only some epochs:
-its measured cost is about 2 us per batch (``benchmarks/overhead.py``), 1% of 200 us."""
+its measured cost is about 0.2 us a sample plus 1 us a batch (``benchmarks/
+worker_probe_cost.py``), so 2 us is 1% of 200 us."""
 
 PSS_INTERVAL_S = 5.0
 """Seconds between PSS reads of every process: one ``memory_full_info`` costs about 7 ms of
@@ -201,7 +202,7 @@ class WrappedLoader:
 
     def _time_production_this_epoch(self) -> bool:
         """With ``num_workers=0`` the probe runs inside ``next()`` in the main process, where
-        its ~2 us per batch is paid by the training loop itself. Time every epoch while batches
+        its cost (about 2 us a batch of a few samples) is paid by the training loop itself. Time every epoch while batches
         take at least :data:`FAST_BATCH_S` to produce (probe cost < 1%); for faster batches, one
         epoch in :data:`FAST_BATCH_EPOCH_STRIDE`."""
         if self._epochs % FAST_BATCH_EPOCH_STRIDE == 0:

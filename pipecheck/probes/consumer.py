@@ -12,7 +12,7 @@ with numpy into the counters and the timeline, so they never grow past that. One
 ``CPU_SAMPLE_EVERY`` also reads the main process's CPU clock (``time.process_time``, about 1 us
 on Linux) to estimate how many cores the main process uses while waiting and while computing.
 It is the process clock, not the thread's, because a training step runs on torch's intra-op
-threads too (measured on the demo: 1.6 cores of CPU per wall second with 2 threads).
+threads too (the demo's main process averaged 1.5 cores with torch's 2 threads).
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ from .batches import (SampleCounter, TokenCounter, count_samples, counter_for,
                       token_counter_for)
 
 CPU_SAMPLE_EVERY = 64
-"""Read the process CPU clock on one batch in this many (a power of two dividing
-``FOLD_BATCHES``)."""
-_CPU_SAMPLE_MASK = CPU_SAMPLE_EVERY - 1
+"""Read the process CPU clock on one batch in this many (dividing ``FOLD_BATCHES``, so a fold
+always falls on a sampled batch)."""
 
-_PLAIN_BATCHES = range(CPU_SAMPLE_EVERY - 1)
+_PLAIN_BATCHES = range(CPU_SAMPLE_EVERY - 1)  # the unsampled batches between two sampled ones
 
 FOLD_BATCHES = 4096
 """Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""
