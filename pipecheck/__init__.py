@@ -5,6 +5,7 @@ Public API::
     loader = pipecheck.wrap(loader)      # measure inside the real training loop
     report = loader.report()             # pipecheck.Report: print it, save it
     report = pipecheck.load("run.json")  # read a saved report back
+    report = pipecheck.stress("data.py:make_loader", workers=[0, 2, 4])  # offline sweep
 
 ``import pipecheck`` needs neither py-spy, a GPU, NVML nor any training framework.
 """
@@ -15,6 +16,7 @@ __version__ = "0.1.0"
 
 from .errors import BadInputError, CheckFailed, PipecheckError, ReportFormatError
 from .report import SCHEMA, Report, load
+from .stress import stress
 from .wrap import WrappedLoader, wrap
 
 __all__ = [
@@ -27,5 +29,6 @@ __all__ = [
     "WrappedLoader",
     "__version__",
     "load",
+    "stress",
     "wrap",
 ]

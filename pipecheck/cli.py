@@ -71,6 +71,17 @@ def _count(minimum: int):
     return parse
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: a number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 # -- output ------------------------------------------------------------------------------------
 
 
@@ -200,7 +211,65 @@ class ReportCommand(Command):
         return EXIT_OK
 
 
-COMMANDS: tuple[type[Command], ...] = (DemoCommand, ReportCommand)
+class StressCommand(Command):
+    """Run a loader alone under several DataLoader settings and report the fastest.
+
+    TARGET is file.py:function or package.module:function; the function takes DataLoader
+    keyword arguments (num_workers, prefetch_factor, persistent_workers, pin_memory,
+    batch_size) and returns a DataLoader or a Dataset. Each configuration runs in its own
+    child process for --batches batches (the first is warm-up, reported as startup), with an
+    optional emulated training step per batch. A trial that delivers nothing for --timeout
+    seconds is killed and recorded as failed, as is one whose loader raises; the sweep goes on.
+    No new trial starts once --budget seconds are spent. The first configuration is the
+    baseline the recommendation's gain is measured against.
+    """
+
+    name = "stress"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("target", metavar="TARGET", help="file.py:function or module:function")
+        parser.add_argument("--workers", metavar="N,N,...",
+                            help="num_workers values (default: 0 up to usable CPUs + 1)")
+        parser.add_argument("--prefetch-factor", metavar="N,N,...",
+                            help="prefetch_factor values, tried with workers > 0 (default 2)")
+        parser.add_argument("--persistent-workers", action="store_true",
+                            help="keep workers alive; each trial then runs 2 epochs")
+        parser.add_argument("--batch-size", metavar="N", type=_count(1),
+                            help="offered to the target; used when it returns a Dataset")
+        parser.add_argument("--step-time", metavar="S[+-J]",
+                            help="emulated step per batch in seconds, e.g. 0.05 or 0.05+-0.01")
+        parser.add_argument("--budget", metavar="S", type=_seconds, default=60.0,
+                            help="start no new trial after S seconds (default 60)")
+        parser.add_argument("--timeout", metavar="S", type=_seconds, default=30.0,
+                            help="fail a trial silent for S seconds (default 30)")
+        parser.add_argument("--batches", metavar="N", type=_count(2), default=50,
+                            help="batches per trial and epoch (default 50)")
+        parser.add_argument("--trial-seconds", metavar="S", type=_seconds, default=10.0,
+                            help="wall-clock seconds per trial at most (default 10)")
+        _add_output_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from pipecheck.stress import stress
+        from pipecheck.stress.settings import parse_int_list
+        from pipecheck.stress.progress import SweepProgress
+
+        workers = parse_int_list(args.workers, "--workers", 0) if args.workers else None
+        factors = (parse_int_list(args.prefetch_factor, "--prefetch-factor", 1)
+                   if args.prefetch_factor else None)
+        with SweepProgress(enabled=not args.quiet) as progress:
+            report = stress(args.target, workers=workers, prefetch_factors=factors,
+                            persistent_workers=args.persistent_workers,
+                            step_time_s=args.step_time, batch_size=args.batch_size,
+                            budget_s=args.budget, timeout_s=args.timeout,
+                            trial_batches=args.batches, trial_s=args.trial_seconds,
+                            progress=progress)
+        _emit(report, args)
+        for line in progress.problems(report.stress or {}):
+            print(f"{PROG}: {line}", file=sys.stderr)
+        return EXIT_OK
+
+
+COMMANDS: tuple[type[Command], ...] = (DemoCommand, ReportCommand, StressCommand)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,109 @@
+"""Run one trial of a named target in a child process, with a no-progress watchdog.
+
+The child (``python -m pipecheck.stress.trial``) runs in a new session, so on a timeout the
+whole process group (the child and its DataLoader workers) is killed with SIGKILL. The watchdog
+counts seconds since the child's last sign of life: it started (imports done), it built the
+loader, or it received a batch. The child's stdout is discarded; its stderr is kept in a file
+and the last line reported when it dies without a result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional
+
+from pipecheck.stress.settings import StepTime, TrialConfig
+from pipecheck.stress.trial import TrialLimits, TrialResult, failed, result_from_json
+
+POLL_S = 0.05
+"""Seconds between checks of the child's progress file."""
+
+
+def run_isolated(target: str, config: TrialConfig, limits: TrialLimits, *,
+                 step: Optional[StepTime], batch_size: Optional[int],
+                 timeout_s: float) -> TrialResult:
+    """Run the trial in a child process and return its result.
+
+    ``timeout_s`` (> 0) is the longest silence tolerated: no start, loader or batch within that
+    many seconds kills the child and gives a failed result ("timed out ..."). A child that dies
+    (worker crash, segfault) gives a failed result naming its exit status and last stderr line.
+    Never raises for the trial's own failures.
+    """
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pipecheck-trial-") as folder:
+        request = {"target": target, "config": config.to_dict(), "batch_size": batch_size,
+                   "step": step.to_dict() if step is not None else None,
+                   "limits": {"batches": limits.batches, "seconds": limits.seconds,
+                              "epochs": limits.epochs},
+                   "sys_path": [p for p in sys.path if p]}
+        request_path = os.path.join(folder, "request.json")
+        with open(request_path, "w", encoding="utf-8") as handle:
+            json.dump(request, handle)
+        progress_path = os.path.join(folder, "progress")
+        stderr_path = os.path.join(folder, "stderr.txt")
+        with open(stderr_path, "wb") as stderr:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "pipecheck.stress.trial", request_path],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                start_new_session=True)
+        try:
+            timed_out = _watch(child, progress_path, timeout_s)
+        finally:
+            _kill_group(child)
+        wall_s = time.perf_counter() - started
+        seen = _size(progress_path)
+        if timed_out:
+            got = max(seen - 2, 0)
+            return failed(config, f"timed out: nothing delivered for {timeout_s:g} s "
+                                  f"(after {got} batches); trial killed", wall_s)
+        result_path = os.path.join(folder, "result.json")
+        if os.path.exists(result_path):
+            with open(result_path, encoding="utf-8") as handle:
+                return result_from_json(json.load(handle))
+        return failed(config, f"trial process exited with status {child.returncode}: "
+                              f"{_last_line(stderr_path)}", wall_s)
+
+
+def _watch(child: subprocess.Popen, progress_path: str, timeout_s: float) -> bool:
+    """Wait for ``child`` to exit; True when it stayed silent for ``timeout_s`` seconds."""
+    last_size, last_change = -1, time.monotonic()
+    while child.poll() is None:
+        size = _size(progress_path)
+        now = time.monotonic()
+        if size != last_size:
+            last_size, last_change = size, now
+        elif now - last_change > timeout_s:
+            return True
+        time.sleep(POLL_S)
+    return False
+
+
+def _kill_group(child: subprocess.Popen) -> None:
+    """SIGKILL the child's process group (leftover DataLoader workers included) and reap it."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    child.wait()
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = [line.strip() for line in handle if line.strip()]
+    except OSError:
+        return "no error output"
+    return lines[-1] if lines else "no error output"

@@ -1,0 +1,160 @@
+"""What one stress trial runs with: the loader settings (:class:`TrialConfig`), the emulated
+training step (:class:`StepTime`) and the sweep's list of configurations (:func:`sweep_configs`).
+
+Pure values and parsing; nothing here starts a loader.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+from pipecheck.errors import BadInputError
+
+TORCH_DEFAULT_PREFETCH_FACTOR = 2
+"""``DataLoader``'s ``prefetch_factor`` when it is not given and ``num_workers > 0``."""
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """DataLoader settings of one trial, with torch's keyword names.
+
+    ``prefetch_factor`` is ``None`` when ``num_workers == 0`` (torch refuses it there), else an
+    integer >= 1. ``pin_memory`` ``None`` keeps the target's own choice.
+    """
+
+    num_workers: int
+    prefetch_factor: Optional[int] = None
+    persistent_workers: bool = False
+    pin_memory: Optional[bool] = None
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """The settings as ``DataLoader`` keyword arguments (``pin_memory`` only when set;
+        ``prefetch_factor`` / ``persistent_workers`` only with workers, as torch requires)."""
+        kwargs: dict[str, Any] = {"num_workers": self.num_workers}
+        if self.num_workers > 0:
+            kwargs["prefetch_factor"] = self.prefetch_factor
+            kwargs["persistent_workers"] = self.persistent_workers
+        if self.pin_memory is not None:
+            kwargs["pin_memory"] = self.pin_memory
+        return kwargs
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready settings; ``pin_memory`` left out when not set."""
+        data = asdict(self)
+        if data["pin_memory"] is None:
+            del data["pin_memory"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrialConfig":
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data)
+
+    def label(self) -> str:
+        """Short text such as ``num_workers=2 prefetch_factor=4``."""
+        return " ".join(f"{k}={v}" for k, v in self.to_dict().items())
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """An emulated training step: sleep ``mean_s`` seconds per batch, plus uniform jitter in
+    ``[-jitter_s, +jitter_s]`` (never below 0). Both in seconds, ``0 <= jitter_s <= mean_s``."""
+
+    mean_s: float
+    jitter_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.mean_s >= 0 and 0 <= self.jitter_s <= self.mean_s):
+            raise BadInputError(
+                f"step time needs 0 <= jitter <= mean seconds, got {self.mean_s}+-{self.jitter_s}")
+
+    def sampler(self, seed: int = 0) -> "Any":
+        """A function returning successive step durations in seconds (seeded, reproducible)."""
+        rng = random.Random(seed)
+        mean_s, jitter_s = self.mean_s, self.jitter_s
+        return lambda: max(0.0, mean_s + rng.uniform(-jitter_s, jitter_s)) if jitter_s else mean_s
+
+    def to_dict(self) -> dict[str, float]:
+        return {"mean_s": self.mean_s, "jitter_s": self.jitter_s}
+
+
+def parse_step_time(text: str) -> StepTime:
+    """Parse ``"0.05"`` or ``"0.05+-0.01"`` (seconds). Raises :class:`BadInputError` otherwise."""
+    mean_text, _, jitter_text = text.partition("+-")
+    try:
+        mean_s = float(mean_text)
+        jitter_s = float(jitter_text) if jitter_text else 0.0
+    except ValueError:
+        raise BadInputError(
+            f"step time must look like 0.05 or 0.05+-0.01 (seconds), got {text!r}") from None
+    return StepTime(mean_s, jitter_s)
+
+
+def parse_int_list(text: str, option: str, minimum: int) -> list[int]:
+    """Parse ``"0,2,4"`` into integers >= ``minimum``, duplicates dropped, order kept.
+    Raises :class:`BadInputError` naming ``option`` on anything else."""
+    values: list[int] = []
+    for part in text.split(","):
+        try:
+            value = int(part.strip())
+        except ValueError:
+            raise BadInputError(
+                f"{option} takes integers separated by commas, got {text!r}") from None
+        if value < minimum:
+            raise BadInputError(f"{option} values must be at least {minimum}, got {value}")
+        if value not in values:
+            values.append(value)
+    return values
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (affinity mask when the platform has one), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_workers(cpus: Optional[int] = None) -> list[int]:
+    """``0, 1, ..., cpus`` and one above (latency-bound pipelines gain past the core count)."""
+    cpus = usable_cpus() if cpus is None else cpus
+    return list(range(cpus + 2))
+
+
+def sweep_configs(workers: Optional[Sequence[int]] = None,
+                  prefetch_factors: Optional[Sequence[int]] = None, *,
+                  persistent_workers: bool = False,
+                  pin_memory: Optional[bool] = None) -> list[TrialConfig]:
+    """Every combination, in the order given (the first is the baseline).
+
+    ``prefetch_factor`` only varies with workers; ``num_workers=0`` appears once. ``None`` lists
+    take :func:`default_workers` and torch's default prefetch factor. Raises
+    :class:`BadInputError` on an empty list, a negative worker count or a prefetch factor < 1.
+    """
+    workers = default_workers() if workers is None else list(workers)
+    factors = [TORCH_DEFAULT_PREFETCH_FACTOR] if prefetch_factors is None else list(prefetch_factors)
+    if not workers:
+        raise BadInputError("the worker list is empty")
+    if not factors:
+        raise BadInputError("the prefetch factor list is empty")
+    if any(w < 0 for w in workers):
+        raise BadInputError(f"num_workers must be >= 0, got {workers}")
+    if any(p < 1 for p in factors):
+        raise BadInputError(f"prefetch_factor must be >= 1, got {factors}")
+    configs: list[TrialConfig] = []
+    for count in _unique(workers):
+        for factor in (factors if count > 0 else [None]):
+            configs.append(TrialConfig(count, factor, persistent_workers and count > 0,
+                                       pin_memory))
+    return configs
+
+
+def _unique(values: Iterable[int]) -> list[int]:
+    seen: list[int] = []
+    for v in values:
+        if v not in seen:
+            seen.append(v)
+    return seen

@@ -1,0 +1,199 @@
+"""Stress targets: find the user's loader factory and build a DataLoader for one configuration.
+
+A target is ``path/to/file.py:function`` or ``package.module:function``. The function takes
+DataLoader keyword arguments (``num_workers``, ``prefetch_factor``, ``persistent_workers``,
+``pin_memory``, ``batch_size``; it receives only those its signature names, all of them when it
+takes ``**kwargs``) and returns a ``DataLoader`` or a ``Dataset``. A Dataset is wrapped in a
+DataLoader with the trial's settings; a DataLoader whose settings differ from the trial's (the
+function ignored a keyword) is rebuilt from its public attributes (:func:`rebuild_loader`).
+
+Every problem with a target raises :class:`~pipecheck.errors.BadInputError` with one line
+naming it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import pathlib
+import sys
+from typing import Any, Callable, Optional
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from pipecheck.errors import BadInputError
+from pipecheck.stress.settings import TrialConfig
+
+Factory = Callable[..., Any]
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """``"a/b.py:make"`` -> ``("a/b.py", "make")``; the last ``:`` separates (Windows drives
+    keep theirs). Raises :class:`BadInputError` when there is no function name."""
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name or not name.replace(".", "_").isidentifier():
+        raise BadInputError(
+            f"target {target!r} must be file.py:function or package.module:function")
+    return where, name
+
+
+def is_file_target(where: str) -> bool:
+    """A target names a file when it ends in ``.py`` or contains a path separator."""
+    return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def load_factory(target: str) -> Factory:
+    """Import the target's module (a file by path, or a module from ``sys.path`` plus the
+    current directory) and return its function. Raises :class:`BadInputError` when the file or
+    module is missing, its import raises, or the name is missing or not callable."""
+    where, name = split_target(target)
+    module = _import_file(where) if is_file_target(where) else _import_module(where)
+    obj: Any = module
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            raise BadInputError(f"{where} has no function {name!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise BadInputError(f"{where}:{name} is a {type(obj).__name__}, not a function")
+    return obj
+
+
+def _import_file(where: str) -> Any:
+    path = pathlib.Path(where).resolve()
+    if not path.is_file():
+        raise BadInputError(f"no such target file: {where}")
+    # The file's folder goes on sys.path and the module is registered under its stem, so
+    # DataLoader workers started with spawn / forkserver can unpickle classes defined there.
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = path.stem
+    existing = sys.modules.get(name)
+    if existing is not None:
+        if pathlib.Path(getattr(existing, "__file__", "") or "").resolve() == path:
+            return existing
+        name = f"_pipecheck_target_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise BadInputError(f"cannot import {where}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as err:
+        del sys.modules[name]
+        raise BadInputError(f"importing {where} failed: {_describe(err)}") from err
+    return module
+
+
+def _import_module(where: str) -> Any:
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as err:
+        if err.name and where.startswith(err.name):
+            raise BadInputError(f"no module named {where!r}") from err
+        raise BadInputError(f"importing {where} failed: {_describe(err)}") from err
+    except Exception as err:
+        raise BadInputError(f"importing {where} failed: {_describe(err)}") from err
+
+
+def call_factory(factory: Factory, config: TrialConfig, batch_size: Optional[int] = None,
+                 name: str = "target") -> DataLoader:
+    """Call ``factory`` with the keywords it accepts and return a DataLoader with ``config``'s
+    settings. Raises :class:`BadInputError` when the call raises or returns neither a
+    DataLoader nor a Dataset."""
+    offered = dict(config.loader_kwargs())
+    if batch_size is not None:
+        offered["batch_size"] = batch_size
+    try:
+        result = factory(**_accepted(factory, offered))
+    except Exception as err:
+        raise BadInputError(f"{name} raised {_describe(err)}") from err
+    if isinstance(result, DataLoader):
+        if _matches(result, config):
+            return result
+        return rebuild_loader(result, config)
+    if _is_dataset(result):
+        kwargs = dict(offered)
+        kwargs.setdefault("batch_size", 1)
+        return DataLoader(result, **kwargs)
+    raise BadInputError(
+        f"{name} returned a {type(result).__name__}, not a DataLoader or Dataset")
+
+
+def _is_dataset(obj: Any) -> bool:
+    """A torch Dataset, or a map-style object (``__getitem__`` and ``__len__``) that is not
+    text or bytes."""
+    if isinstance(obj, (Dataset, IterableDataset)):
+        return True
+    if isinstance(obj, (str, bytes, bytearray)):
+        return False
+    return hasattr(obj, "__getitem__") and hasattr(obj, "__len__")
+
+
+def _accepted(factory: Factory, offered: dict[str, Any]) -> dict[str, Any]:
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: offer nothing
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return offered
+    names = {p.name for p in params
+             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    return {k: v for k, v in offered.items() if k in names}
+
+
+def _matches(loader: DataLoader, config: TrialConfig) -> bool:
+    if loader.num_workers != config.num_workers:
+        return False
+    if config.num_workers > 0 and (loader.prefetch_factor != config.prefetch_factor
+                                   or bool(loader.persistent_workers)
+                                   != config.persistent_workers):
+        return False
+    return config.pin_memory is None or bool(loader.pin_memory) == config.pin_memory
+
+
+def rebuild_loader(loader: DataLoader, config: TrialConfig,
+                   timeout_s: Optional[float] = None) -> DataLoader:
+    """A new DataLoader over ``loader``'s dataset, sampler, batching, collate_fn,
+    worker_init_fn, generator, pin_memory, timeout, multiprocessing context and ``in_order``,
+    with ``config``'s settings instead. ``timeout_s`` (seconds, > 0) replaces a zero
+    ``timeout`` when the new loader has workers (torch then raises on a batch slower than that).
+    The original loader is not modified."""
+    kwargs: dict[str, Any] = {
+        "collate_fn": loader.collate_fn,
+        "worker_init_fn": loader.worker_init_fn,
+        "generator": loader.generator,
+        "pin_memory": bool(loader.pin_memory),
+        "timeout": loader.timeout,
+        "multiprocessing_context": loader.multiprocessing_context,
+    }
+    if getattr(loader, "pin_memory_device", ""):
+        kwargs["pin_memory_device"] = loader.pin_memory_device
+    if hasattr(loader, "in_order"):
+        kwargs["in_order"] = loader.in_order
+    if isinstance(loader.dataset, IterableDataset):
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_size is not None:
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last,
+                      sampler=loader.sampler)
+    elif loader.batch_sampler is not None:
+        kwargs["batch_sampler"] = loader.batch_sampler
+    else:  # automatic batching disabled: one sample per "batch"
+        kwargs.update(batch_size=None, sampler=loader.sampler)
+    kwargs.update(config.loader_kwargs())
+    if config.num_workers == 0:
+        kwargs["multiprocessing_context"] = None
+        kwargs["timeout"] = 0
+    elif timeout_s is not None and not kwargs["timeout"]:
+        kwargs["timeout"] = timeout_s
+    return DataLoader(loader.dataset, **kwargs)
+
+
+def _describe(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

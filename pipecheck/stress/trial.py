@@ -1,0 +1,198 @@
+"""One stress trial: run a loader alone through :func:`pipecheck.wrap` for a bounded number of
+batches (or seconds), with an optional emulated step, and summarize it.
+
+:func:`measure` runs in the current process. Run as ``python -m pipecheck.stress.trial
+REQUEST.json`` it is the isolated child of :mod:`pipecheck.stress.isolate`: it loads the target,
+appends one byte to the request's ``progress`` file at start, after building the loader and per
+batch (the parent's watchdog), and writes a JSON result (never pickled torch objects).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from pipecheck.analysis.consumer import steady_stall_fraction
+from pipecheck.records import RunRecord, from_jsonable, to_jsonable
+from pipecheck.stress.settings import StepTime, TrialConfig
+
+
+@dataclass(frozen=True)
+class TrialLimits:
+    """How long one trial runs: at most ``batches`` batches per epoch (>= 2: the first is
+    warm-up) and at most ``seconds`` of wall time in all; ``epochs`` passes (2 to see
+    ``persistent_workers`` pay off)."""
+
+    batches: int = 50
+    seconds: float = 10.0
+    epochs: int = 1
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one trial measured. Rates exclude each epoch's first batch (warm-up); ``startup_s``
+    is the first epoch's first-batch latency in seconds. ``stall_fraction`` (0-1) is the steady
+    data wait over loop time. Failed trials have ``error`` set and ``None`` rates.
+    ``record`` (the wrap record, kind ``stress``) stays out of :meth:`to_dict`."""
+
+    config: TrialConfig
+    samples_per_s: Optional[float]
+    batches_per_s: Optional[float]
+    stall_fraction: Optional[float]
+    startup_s: Optional[float]
+    batches: int
+    wall_s: float
+    error: Optional[str] = None
+    record: Optional[RunRecord] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.samples_per_s is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stress section's trial entry (DESIGN.md contract keys plus extras)."""
+        return {"config": self.config.to_dict(), "samples_per_s": self.samples_per_s,
+                "batches_per_s": self.batches_per_s, "stall_fraction": self.stall_fraction,
+                "measured": True, "startup_s": self.startup_s, "batches": self.batches,
+                "wall_s": self.wall_s, "error": self.error}
+
+
+def failed(config: TrialConfig, error: str, wall_s: float = 0.0) -> TrialResult:
+    """A trial that measured nothing, with its reason (one line)."""
+    return TrialResult(config, None, None, None, None, 0, wall_s, " ".join(error.split()))
+
+
+def measure(loader: Any, config: TrialConfig, limits: TrialLimits,
+            step: Optional[StepTime] = None,
+            on_batch: Optional[Callable[[], None]] = None) -> TrialResult:
+    """Iterate ``loader`` (built with ``config``) through ``pipecheck.wrap`` within ``limits``,
+    sleeping ``step`` per batch. Exceptions from the loader become a failed result whose error
+    names the exception; ``KeyboardInterrupt`` propagates."""
+    from pipecheck.wrap import wrap
+
+    started = time.perf_counter()
+    step_s = step.sampler() if step is not None and step.mean_s > 0 else None
+    wrapped = wrap(loader)
+    error: Optional[str] = None
+    try:
+        for _ in range(limits.epochs):
+            for count, _batch in enumerate(wrapped, start=1):
+                if on_batch is not None:
+                    on_batch()
+                if step_s is not None:
+                    time.sleep(step_s())
+                if count >= limits.batches or time.perf_counter() - started >= limits.seconds:
+                    break
+            if time.perf_counter() - started >= limits.seconds:
+                break
+    except Exception as err:
+        error = describe_error(err)
+    finally:
+        wrapped.close()
+    record = dataclasses.replace(wrapped.record(), kind="stress")
+    return summarize(config, record, time.perf_counter() - started, error)
+
+
+def describe_error(err: BaseException) -> str:
+    """One line for ``err``. A DataLoader worker's exception arrives with the worker's whole
+    traceback in its message; only its first line and the original error (the last line) are
+    kept: ``RuntimeError: Caught RuntimeError in DataLoader worker process 0: RuntimeError: ...``.
+    """
+    from pipecheck.errors import PipecheckError
+
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if isinstance(err, PipecheckError) and lines:  # already a message for the user
+        return " ".join(lines)
+    if not lines:
+        return type(err).__name__
+    if len(lines) > 1 and any(line.startswith("Original Traceback") for line in lines):
+        text = f"{lines[0].rstrip('.')}: {lines[-1]}"
+    else:
+        text = " ".join(lines)
+    return f"{type(err).__name__}: {text}"
+
+
+def summarize(config: TrialConfig, record: RunRecord, wall_s: float,
+              error: Optional[str] = None) -> TrialResult:
+    """Rates over the steady batches of ``record``: each epoch's first batch is left out of
+    both the count and the time (``wall_s - first_batch_s`` per epoch); samples are taken at the
+    run's mean batch size. ``None`` rates when no steady batch was seen."""
+    consumer = record.consumer
+    epochs = [e for e in consumer.epochs if e.batches > 0 and e.first_batch_s is not None]
+    steady_batches = sum(e.batches - 1 for e in epochs)
+    steady_s = sum(max(e.wall_s - e.first_batch_s, 0.0) for e in epochs)
+    rate = steady_batches / steady_s if steady_batches and steady_s > 0 else None
+    per_batch = consumer.samples / consumer.batches if consumer.batches else None
+    if rate is None and error is None:
+        error = (f"too few batches to measure: {consumer.batches} delivered "
+                 f"(at least 2 per epoch needed)")
+    return TrialResult(
+        config=config,
+        samples_per_s=rate * per_batch if rate is not None and per_batch is not None else None,
+        batches_per_s=rate,
+        stall_fraction=steady_stall_fraction(consumer) if rate is not None else None,
+        startup_s=epochs[0].first_batch_s if epochs else None,
+        batches=consumer.batches,
+        wall_s=wall_s,
+        error=error,
+        record=record,
+    )
+
+
+def result_to_json(result: TrialResult) -> dict[str, Any]:
+    """``result`` as JSON-ready values, its record included (for the parent to rebuild)."""
+    data = result.to_dict()
+    data["record"] = to_jsonable(result.record) if result.record is not None else None
+    return data
+
+
+def result_from_json(data: dict[str, Any]) -> TrialResult:
+    """Inverse of :func:`result_to_json`; raises ``KeyError`` / ``TypeError`` on bad data."""
+    record = data.get("record")
+    return TrialResult(
+        config=TrialConfig.from_dict(data["config"]),
+        samples_per_s=data["samples_per_s"], batches_per_s=data["batches_per_s"],
+        stall_fraction=data["stall_fraction"], startup_s=data["startup_s"],
+        batches=data["batches"], wall_s=data["wall_s"], error=data["error"],
+        record=from_jsonable(RunRecord, record, "record") if record is not None else None)
+
+
+def _child(request_path: str) -> int:
+    """Child entry point; see the module docstring. Returns the process exit code."""
+    with open(request_path, encoding="utf-8") as handle:
+        request = json.load(handle)
+    folder = os.path.dirname(request_path)
+    progress = open(os.path.join(folder, "progress"), "ab", buffering=0)
+    progress.write(b"s")
+    for entry in reversed(request["sys_path"]):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    from pipecheck.stress.target import call_factory, load_factory
+
+    config = TrialConfig.from_dict(request["config"])
+    started = time.perf_counter()
+    try:
+        loader = call_factory(load_factory(request["target"]), config, request["batch_size"],
+                              name=request["target"])
+        progress.write(b"l")
+        step = StepTime(**request["step"]) if request["step"] else None
+        result = measure(loader, config, TrialLimits(**request["limits"]), step,
+                         on_batch=lambda: progress.write(b"b"))
+    except Exception as err:
+        traceback.print_exc()
+        result = failed(config, describe_error(err), time.perf_counter() - started)
+    temp = os.path.join(folder, "result.json.tmp")
+    with open(temp, "w", encoding="utf-8") as handle:
+        json.dump(result_to_json(result), handle)
+    os.replace(temp, os.path.join(folder, "result.json"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1]))

@@ -1,0 +1,85 @@
+"""Targets for ``pipecheck stress`` tests (``tests/stress_targets.py:NAME``).
+
+Each function takes DataLoader keyword arguments, as a stress target does. Datasets are
+module-level so DataLoader workers can unpickle them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+SAMPLE_SLEEP_S = 0.01
+"""Seconds each sample of :class:`SleepPerSample` sleeps: latency-bound, so workers overlap."""
+
+
+class SleepPerSample(Dataset):
+    """``n`` samples; each sleeps ``sleep_s`` seconds (no CPU), or forever with ``hang``, or
+    raises ``RuntimeError`` inside a DataLoader worker with ``crash_in_worker``."""
+
+    def __init__(self, n: int = 400, sleep_s: float = SAMPLE_SLEEP_S, hang: bool = False,
+                 crash_in_worker: bool = False) -> None:
+        self.n, self.sleep_s, self.hang, self.crash_in_worker = n, sleep_s, hang, crash_in_worker
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if self.crash_in_worker and torch.utils.data.get_worker_info() is not None:
+            raise RuntimeError(f"sample {index} is corrupt")
+        while self.hang:
+            time.sleep(1.0)
+        time.sleep(self.sleep_s)
+        return torch.tensor([index])
+
+
+class NeverYields(IterableDataset):
+    """An iterable that blocks forever before its first sample."""
+
+    def __iter__(self):
+        while True:
+            time.sleep(1.0)
+        yield  # pragma: no cover - never reached
+
+
+def sleepy_loader(num_workers=0, prefetch_factor=None, persistent_workers=False, batch_size=4):
+    """A DataLoader over :class:`SleepPerSample` with the given settings."""
+    return DataLoader(SleepPerSample(), batch_size=batch_size, num_workers=num_workers,
+                      prefetch_factor=prefetch_factor, persistent_workers=persistent_workers)
+
+
+def sleepy_dataset():
+    """The dataset alone (pipecheck wraps it in a DataLoader)."""
+    return SleepPerSample()
+
+
+def hangs_with_one_worker(num_workers=0, **kwargs):
+    """Hangs (never delivers a batch) when ``num_workers == 1``; fine otherwise."""
+    return DataLoader(SleepPerSample(hang=num_workers == 1), batch_size=4,
+                      num_workers=num_workers, **kwargs)
+
+
+def never_yields(num_workers=0, **kwargs):
+    """An IterableDataset loader that never yields, with any settings."""
+    return DataLoader(NeverYields(), batch_size=None, num_workers=num_workers, **kwargs)
+
+
+def crashes_in_workers(num_workers=0, **kwargs):
+    """Its dataset raises inside workers: fine with ``num_workers=0``, fails otherwise."""
+    return DataLoader(SleepPerSample(crash_in_worker=True), batch_size=4,
+                      num_workers=num_workers, **kwargs)
+
+
+def raises(**kwargs):
+    """A target whose construction fails."""
+    raise OSError("shard list /data/shards-*.tar matched nothing")
+
+
+def returns_text(**kwargs):
+    """A target returning something that is neither a DataLoader nor a Dataset."""
+    return "not a loader"
+
+
+NOT_A_FUNCTION = 42
