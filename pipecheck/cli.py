@@ -264,8 +264,9 @@ class StressCommand(Command):
                             trial_batches=args.batches, trial_s=args.trial_seconds,
                             progress=progress)
         _emit(report, args)
-        for line in progress.problems(report.stress or {}):
-            print(f"{PROG}: {line}", file=sys.stderr)
+        if args.quiet:  # otherwise the summary lists failed and skipped trials itself
+            for line in progress.problems(report.stress or {}):
+                print(f"{PROG}: {line}", file=sys.stderr)
         return EXIT_OK
 
 

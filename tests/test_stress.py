@@ -116,7 +116,13 @@ def test_a_crashing_worker_fails_its_trial_with_the_error(tmp_path, capsys):
     assert "\n" not in crashed["error"] and "Traceback" not in crashed["error"]
     captured = capsys.readouterr()
     assert "Stress sweep" in captured.out
-    assert "pipecheck: trial num_workers=1" in captured.err and "failed: " in captured.err
+    assert "failed: num_workers=1" in captured.out and "sample 0 is corrupt" in captured.out
+    # with --quiet there is no summary, so the failure goes to stderr instead
+    assert main(["stress", _target("crashes_in_workers"), "--workers", "0,1", "--batches", "5",
+                 "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert "pipecheck: trial num_workers=1" in quiet.err and "sample 0 is corrupt" in quiet.err
+    assert quiet.out == ""
 
 
 def test_cli_subprocess_runs_a_dataset_target(tmp_path):

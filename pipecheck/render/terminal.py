@@ -481,15 +481,30 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
                 fmt.rate(_number(trial.get("samples_per_s")), "samples"),
                 fmt.rate(_number(trial.get("batches_per_s")), "batches"),
                 fmt.percent(_number(trial.get("stall_fraction"))),
-                "measured" if trial.get("measured") else "predicted",
+                _trial_source(trial),
             )
         lines.append(table)
+    for trial in trials:
+        if trial.get("error"):
+            lines.append(_line(("failed:", f"{_config_text(trial.get('config'))}: "
+                                           f"{trial['error']}")))
+    for config in stress.get("skipped") or []:
+        lines.append(_line(("skipped (budget spent):", _config_text(config))))
     for key in ("best", "recommended"):
         choice = stress.get(key)
         if isinstance(choice, dict) and choice:
             config = choice.get("config", choice)
             lines.append(_line((f"{key}:", _config_text(config))))
+    gain = _number((stress.get("recommended") or {}).get("gain"))
+    if gain is not None:
+        lines.append(_line(("expected gain over the first configuration:", f"{gain:.2f}x")))
     return lines or [Text("no trials recorded", style=_DIM)]
+
+
+def _trial_source(trial: dict[str, Any]) -> str:
+    if trial.get("error"):
+        return "failed"
+    return "measured" if trial.get("measured") else "predicted"
 
 
 def _config_text(config: Any) -> str:
