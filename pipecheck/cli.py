@@ -221,15 +221,23 @@ class StressCommand(Command):
     optional emulated training step per batch. A trial that delivers nothing for --timeout
     seconds is killed and recorded as failed, as is one whose loader raises; the sweep goes on.
     No new trial starts once --budget seconds are spent. The first configuration is the
-    baseline the recommendation's gain is measured against.
+    baseline the recommendation's gain is measured against. Without a --workers list the
+    what-if model guides the search: after calibration trials (num_workers 0 and 1) it
+    measures only settings predicted to beat the best measured by more than the measured
+    noise; the rest are listed as predicted, and the best reported is always measured.
     """
 
     name = "stress"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("target", metavar="TARGET", help="file.py:function or module:function")
-        parser.add_argument("--workers", metavar="N,N,...",
-                            help="num_workers values (default: 0 up to usable CPUs + 1)")
+        parser.add_argument("--workers", metavar="N,N,...|auto", default="auto",
+                            help="num_workers values, run as a grid; auto (default): 0 up to "
+                            "max(8, 4 x usable CPUs), at most 32, searched as --search says")
+        parser.add_argument("--search", choices=("model", "grid"), default="model",
+                            help="with --workers auto: model (default) measures only the "
+                            "settings the what-if model predicts may beat the best measured; "
+                            "grid measures them all")
         parser.add_argument("--prefetch-factor", metavar="N,N,...",
                             help="prefetch_factor values, tried with workers > 0 (default 2)")
         parser.add_argument("--persistent-workers", action="store_true",
@@ -253,7 +261,8 @@ class StressCommand(Command):
         from pipecheck.stress.settings import parse_int_list
         from pipecheck.stress.progress import SweepProgress
 
-        workers = parse_int_list(args.workers, "--workers", 0) if args.workers else None
+        workers = (parse_int_list(args.workers, "--workers", 0)
+                   if args.workers and args.workers != "auto" else None)
         factors = (parse_int_list(args.prefetch_factor, "--prefetch-factor", 1)
                    if args.prefetch_factor else None)
         with SweepProgress(enabled=not args.quiet) as progress:
@@ -262,7 +271,7 @@ class StressCommand(Command):
                             step_time_s=args.step_time, batch_size=args.batch_size,
                             budget_s=args.budget, timeout_s=args.timeout,
                             trial_batches=args.batches, trial_s=args.trial_seconds,
-                            progress=progress)
+                            progress=progress, search=args.search)
         _emit(report, args)
         if args.quiet:  # otherwise the summary lists failed and skipped trials itself
             for line in progress.problems(report.stress or {}):

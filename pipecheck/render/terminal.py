@@ -473,16 +473,28 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
     lines: list[RenderableType] = []
     if trials:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-        for header in ("config", "samples/s", "batches/s", "stall", "source"):
+        # The "predicted" column (the search model's samples/s before a measured trial ran)
+        # appears only when some measured trial has one, so grid tables keep their shape.
+        show_predicted = any(_number(t.get("predicted_samples_per_s")) is not None
+                             and t.get("measured") for t in trials)
+        headers = ["config", "samples/s", "batches/s", "stall", "source"]
+        if show_predicted:
+            headers.insert(2, "predicted")
+        for header in headers:
             table.add_column(header, justify="left" if header == "config" else "right")
         for trial in trials:
-            table.add_row(
+            row = [
                 _config_text(trial.get("config")),
                 fmt.rate(_number(trial.get("samples_per_s")), "samples"),
                 fmt.rate(_number(trial.get("batches_per_s")), "batches"),
                 fmt.percent(_number(trial.get("stall_fraction"))),
                 _trial_source(trial),
-            )
+            ]
+            if show_predicted:
+                predicted = _number(trial.get("predicted_samples_per_s"))
+                row.insert(2, fmt.rate(predicted, "samples") if trial.get("measured")
+                           and predicted is not None else "")
+            table.add_row(*row)
         lines.append(table)
     for trial in trials:
         if trial.get("error"):
@@ -490,6 +502,11 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
                                            f"{trial['error']}")))
     for config in stress.get("skipped") or []:
         lines.append(_line(("skipped (budget spent):", _config_text(config))))
+    search = stress.get("search")
+    if isinstance(search, dict) and search:
+        lines.append(_line(("model-guided search:",
+                            f"measured {search.get('measured')} of {search.get('candidates')} "
+                            f"configurations; stopped: {search.get('stop_reason')}")))
     for key in ("best", "recommended"):
         choice = stress.get(key)
         if isinstance(choice, dict) and choice:

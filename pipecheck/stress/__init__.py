@@ -3,27 +3,29 @@ alone under several DataLoader settings and report which one delivers the most s
 
 Modules: :mod:`~pipecheck.stress.settings` (configurations, step time), :mod:`.target` (find
 the factory, build loaders), :mod:`.trial` (measure one configuration), :mod:`.isolate` (a trial
-in a killable child process), :mod:`.runner` (the sweep and the stress section).
+in a killable child process), :mod:`.runner` (the sweep and the stress section), :mod:`.search`
+(the model-guided search).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 from pipecheck.errors import BadInputError
 from pipecheck.stress.runner import ProgressCallback, Source, Sweep, run_sweep, validate
+from pipecheck.stress.search import candidate_configs, run_search
 from pipecheck.stress.settings import StepTime, TrialConfig, parse_step_time, sweep_configs
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
 __all__ = ["StepTime", "Sweep", "TrialConfig", "TrialLimits", "TrialResult", "stress"]
 
 
-def stress(source: Source, *, workers: Optional[Sequence[int]] = None,
+def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
            prefetch_factors: Optional[Sequence[int]] = None, persistent_workers: bool = False,
            pin_memory: Optional[bool] = None, step_time_s: Any = None,
            batch_size: Optional[int] = None, budget_s: float = 60.0, timeout_s: float = 30.0,
            trial_batches: int = 50, trial_s: float = 10.0,
-           progress: Optional[ProgressCallback] = None) -> Any:
+           progress: Optional[ProgressCallback] = None, search: str = "model") -> Any:
     """Sweep DataLoader settings over ``source`` and return a ``kind="stress"`` Report.
 
     Args:
@@ -32,9 +34,11 @@ def stress(source: Source, *, workers: Optional[Sequence[int]] = None,
             returning a DataLoader or Dataset, or a DataLoader (rebuilt per configuration from
             its public attributes). The last two run in this process: see
             :mod:`pipecheck.stress.runner` for what a timeout can stop there.
-        workers: ``num_workers`` values (>= 0); default ``0 .. usable CPUs + 1``.
+        workers: ``num_workers`` values (>= 0), run as a plain grid; ``None`` or ``"auto"``:
+            the automatic candidates ``0 .. max(8, 4 x usable CPUs)`` (at most 32,
+            :func:`pipecheck.stress.search.candidate_configs`), searched as ``search`` says.
         prefetch_factors: ``prefetch_factor`` values (>= 1) tried with each worker count > 0;
-            default torch's 2.
+            default torch's 2 with an explicit worker list, 2 and 4 with automatic workers.
         persistent_workers: keep workers across epochs; each trial then runs 2 epochs.
         pin_memory: force ``pin_memory`` (``None`` keeps the target's choice).
         step_time_s: emulated step per batch in seconds: a number, ``(mean, jitter)``, a
@@ -45,6 +49,9 @@ def stress(source: Source, *, workers: Optional[Sequence[int]] = None,
         trial_batches: batches per epoch per trial (>= 2; the first is warm-up).
         trial_s: wall-clock seconds per trial at most (> 0).
         progress: called as ``(event, config, done, total, result)`` during the sweep.
+        search: with automatic workers, ``"model"`` (default) measures only what the what-if
+            model predicts may beat the best measured (:mod:`pipecheck.stress.search`);
+            ``"grid"`` measures every candidate. Ignored with an explicit worker list.
 
     Returns:
         a :class:`pipecheck.Report` whose ``stress`` section lists every trial, the best and the
@@ -61,15 +68,25 @@ def stress(source: Source, *, workers: Optional[Sequence[int]] = None,
         raise BadInputError("budget, timeout and trial seconds must be > 0")
     if trial_batches < 2:
         raise BadInputError(f"trial_batches must be at least 2, got {trial_batches}")
+    if search not in ("model", "grid"):
+        raise BadInputError(f"search must be 'model' or 'grid', got {search!r}")
+    if isinstance(workers, str) and workers != "auto":
+        raise BadInputError(f"workers must be a list of counts or 'auto', got {workers!r}")
     step = _step(step_time_s)
-    configs = sweep_configs(workers, prefetch_factors, persistent_workers=persistent_workers,
-                            pin_memory=pin_memory)
+    auto = workers is None or workers == "auto"
+    if auto:
+        configs = candidate_configs(prefetch_factors, persistent_workers=persistent_workers,
+                                    pin_memory=pin_memory)
+    else:
+        configs = sweep_configs(workers, prefetch_factors,  # type: ignore[arg-type]
+                                persistent_workers=persistent_workers, pin_memory=pin_memory)
     checked = validate(source, configs[0], batch_size)
     limits = TrialLimits(batches=trial_batches, seconds=trial_s,
                          epochs=2 if persistent_workers else 1)
-    sweep = run_sweep(source if isinstance(source, str) else checked, configs, limits,
-                      step=step, batch_size=batch_size, budget_s=budget_s, timeout_s=timeout_s,
-                      progress=progress)
+    run = run_search if auto and search == "model" else run_sweep
+    sweep = run(source if isinstance(source, str) else checked, configs, limits,
+                step=step, batch_size=batch_size, budget_s=budget_s, timeout_s=timeout_s,
+                progress=progress)
     best = sweep.best()
     if best is None or best.record is None:
         reasons = "; ".join(f"{t.config.label()}: {t.error}" for t in sweep.trials)

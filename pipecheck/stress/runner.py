@@ -34,6 +34,13 @@ class Sweep:
 
     trials: list[TrialResult] = field(default_factory=list)
     skipped: list[TrialConfig] = field(default_factory=list)
+    predicted: dict[TrialConfig, dict[str, Optional[float]]] = field(default_factory=dict)
+    """Model predictions made before measuring (measured configurations) or instead of it
+    (:attr:`unmeasured`): ``samples_per_s``, ``batches_per_s``, ``stall_fraction``."""
+    unmeasured: list[TrialConfig] = field(default_factory=list)
+    """Candidates a model-guided search chose not to measure (listed with ``measured: false``)."""
+    search: Optional[dict[str, Any]] = None
+    """How a model-guided search ran (:mod:`pipecheck.stress.search`); ``None`` for a grid."""
 
     def best(self) -> Optional[TrialResult]:
         """The measured trial with the highest samples/s; ``None`` when none measured."""
@@ -41,7 +48,13 @@ class Sweep:
         return max(measured, key=lambda t: t.samples_per_s) if measured else None
 
     def section(self) -> dict[str, Any]:
-        """The Report's ``stress`` section: ``trials``, ``best``, ``recommended``, ``skipped``.
+        """The Report's ``stress`` section: ``trials``, ``best``, ``recommended``, ``skipped``
+        and ``search``.
+
+        Every trial entry carries ``predicted_samples_per_s`` (the search model's figure before
+        the trial ran; ``None`` for grid and calibration trials). Candidates the search did not
+        measure follow the measured trials with ``measured: false`` and their predicted rates
+        and stall in the rate fields. ``best`` is always a measured trial.
 
         ``recommended`` is the best configuration with ``expected`` throughput and stall and
         ``gain`` = best / baseline samples/s (the baseline is the first trial; ``None`` when it
@@ -60,11 +73,31 @@ class Sweep:
                 "baseline_samples_per_s": base_rate,
                 "gain": best.samples_per_s / base_rate if base_rate else None,
             }
+        trials = []
+        for trial in self.trials:
+            entry = trial.to_dict()
+            entry["predicted_samples_per_s"] = self.predicted.get(trial.config, {}).get(
+                "samples_per_s")
+            trials.append(entry)
+        for config in self.unmeasured:
+            guess = self.predicted.get(config, {})
+            trials.append({
+                "config": config.to_dict(), "samples_per_s": guess.get("samples_per_s"),
+                "batches_per_s": guess.get("batches_per_s"),
+                "stall_fraction": guess.get("stall_fraction"), "measured": False,
+                "predicted_samples_per_s": guess.get("samples_per_s"), "startup_s": None,
+                "batches": 0, "wall_s": 0.0, "error": None})
+        best_entry = None
+        if best is not None:
+            best_entry = best.to_dict()
+            best_entry["predicted_samples_per_s"] = self.predicted.get(best.config, {}).get(
+                "samples_per_s")
         return {
-            "trials": [t.to_dict() for t in self.trials],
-            "best": best.to_dict() if best is not None else None,
+            "trials": trials,
+            "best": best_entry,
             "recommended": recommended,
             "skipped": [c.to_dict() for c in self.skipped],
+            "search": self.search,
         }
 
 
@@ -92,8 +125,6 @@ def run_sweep(source: Source, configs: Sequence[TrialConfig], limits: TrialLimit
     """Run ``configs`` in order until ``budget_s`` seconds are spent (a started trial finishes;
     later ones are recorded as skipped). ``timeout_s`` is the per-trial silence limit. A string
     ``source`` runs each trial in a child process; other sources run here (module docstring)."""
-    from pipecheck.stress.isolate import run_isolated
-
     sweep = Sweep()
     started = time.perf_counter()
     total = len(configs)
@@ -106,15 +137,25 @@ def run_sweep(source: Source, configs: Sequence[TrialConfig], limits: TrialLimit
             break
         if progress is not None:
             progress("start", config, index, total, None)
-        if isinstance(source, str):
-            result = run_isolated(source, config, limits, step=step, batch_size=batch_size,
-                                  timeout_s=timeout_s)
-        else:
-            result = _run_here(source, config, limits, step, batch_size, timeout_s)
+        result = run_trial(source, config, limits, step=step, batch_size=batch_size,
+                           timeout_s=timeout_s)
         sweep.trials.append(result)
         if progress is not None:
             progress("done", config, index + 1, total, result)
     return sweep
+
+
+def run_trial(source: Source, config: TrialConfig, limits: TrialLimits, *,
+              step: Optional[StepTime], batch_size: Optional[int],
+              timeout_s: float) -> TrialResult:
+    """Measure one configuration: in a child process for a string ``source``, here otherwise
+    (module docstring). Never raises for a failing target: the result carries the error."""
+    from pipecheck.stress.isolate import run_isolated
+
+    if isinstance(source, str):
+        return run_isolated(source, config, limits, step=step, batch_size=batch_size,
+                            timeout_s=timeout_s)
+    return _run_here(source, config, limits, step, batch_size, timeout_s)
 
 
 def _run_here(source: Union[Factory, DataLoader], config: TrialConfig, limits: TrialLimits,

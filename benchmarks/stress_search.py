@@ -1,0 +1,155 @@
+"""Model-guided stress search vs the full grid, on four synthetic pipelines.
+
+For each pipeline (a module-level factory below) it runs ``pipecheck.stress`` twice with the same
+trial length and the same automatic candidates (``num_workers`` 0 .. max(8, 4 x CPUs),
+``prefetch_factor`` 2 and 4): ``search="grid"`` (every candidate) and ``search="model"``. It
+prints the grid's best samples/s, the search's best (and their ratio), the wall time each spent
+measuring (and the ratio), the number of trials, and the model's prediction error on the
+search's recommended configuration (``|predicted / measured - 1|``, the prediction made before
+that trial ran; ``n/a`` when the recommendation is a calibration trial, which has none).
+
+Targets (issue 3, item 3): search best within 5 % of grid best; search time <= 40 % of grid
+time; prediction error on the recommendation <= 15 %.
+
+Trials run in this process (factories, not TARGET strings) so the benchmark measures the search,
+not interpreter start-up. Every pipeline emulates a 5 ms training step per batch.
+
+    python benchmarks/stress_search.py [--batches 80] [--trial-seconds 3] [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import pipecheck
+
+BATCH_SIZE = 8
+SAMPLES = 4000
+STEP_S = 0.005
+PER_SAMPLE_S = 0.0025
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class Latency(Dataset):
+    """Each sample sleeps ``PER_SAMPLE_S`` (no CPU): scales with workers past the core count."""
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(PER_SAMPLE_S)
+        return torch.tensor([index])
+
+
+class CpuBound(Dataset):
+    """Each sample spins the CPU for ``PER_SAMPLE_S``: scales only up to the usable CPUs."""
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        _busy(PER_SAMPLE_S)
+        return torch.tensor([index])
+
+
+class HeavyTail(Dataset):
+    """Latency with a heavy tail: most samples sleep 1 ms, 3 % sleep 40 ms (seeded per index)."""
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        slow = random.Random(index).random() < 0.03
+        time.sleep(0.040 if slow else 0.001)
+        return torch.tensor([index])
+
+
+class Images(Dataset):
+    """Cheap samples (a 3x64x64 tensor); the work is in :func:`heavy_collate`."""
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((3, 64, 64), float(index % 251))
+
+
+def heavy_collate(samples: list) -> torch.Tensor:
+    """Stack, then normalize and augment with real tensor work plus ~10 ms of CPU per batch."""
+    batch = torch.stack(samples)
+    batch = (batch - batch.mean()) / (batch.std() + 1e-6)
+    _busy(0.010)
+    return torch.flip(batch, dims=[3])
+
+
+def _loader(dataset: Dataset, collate_fn=None, **kwargs) -> DataLoader:
+    return DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=False, collate_fn=collate_fn,
+                      **kwargs)
+
+
+def latency_bound(**kwargs) -> DataLoader:
+    return _loader(Latency(), **kwargs)
+
+
+def cpu_bound(**kwargs) -> DataLoader:
+    return _loader(CpuBound(), **kwargs)
+
+
+def heavy_tailed(**kwargs) -> DataLoader:
+    return _loader(HeavyTail(), **kwargs)
+
+
+def collate_heavy(**kwargs) -> DataLoader:
+    return _loader(Images(), collate_fn=heavy_collate, **kwargs)
+
+
+PIPELINES = {"latency-bound": latency_bound, "cpu-bound": cpu_bound,
+             "heavy-tailed": heavy_tailed, "collate-heavy": collate_heavy}
+
+
+def _run(factory, search: str, batches: int, seconds: float):
+    started = time.perf_counter()
+    report = pipecheck.stress(factory, search=search, step_time_s=STEP_S, trial_batches=batches,
+                              trial_s=seconds, budget_s=600.0, timeout_s=30.0)
+    return report.stress, time.perf_counter() - started
+
+
+def _label(config: dict) -> str:
+    return f"w={config['num_workers']},pf={config.get('prefetch_factor')}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=80)
+    parser.add_argument("--trial-seconds", type=float, default=3.0)
+    parser.add_argument("--only", choices=sorted(PIPELINES))
+    args = parser.parse_args()
+    names = [args.only] if args.only else list(PIPELINES)
+    print(f"{'pipeline':14} {'grid best':>18} {'search best':>18} {'ratio':>6} "
+          f"{'grid s':>7} {'search s':>8} {'time':>5} {'trials':>6} {'pred err':>8}")
+    for name in names:
+        grid, grid_s = _run(PIPELINES[name], "grid", args.batches, args.trial_seconds)
+        found, search_s = _run(PIPELINES[name], "model", args.batches, args.trial_seconds)
+        g, s = grid["best"], found["best"]
+        predicted = s.get("predicted_samples_per_s")
+        error = "n/a" if predicted is None else f"{abs(predicted / s['samples_per_s'] - 1):.1%}"
+        measured = sum(1 for t in found["trials"] if t["measured"])
+        print(f"{name:14} {g['samples_per_s']:7.0f} {_label(g['config']):>10} "
+              f"{s['samples_per_s']:7.0f} {_label(s['config']):>10} "
+              f"{s['samples_per_s'] / g['samples_per_s']:6.2f} {grid_s:7.1f} {search_s:8.1f} "
+              f"{search_s / grid_s:5.0%} {measured:>2}/{len(grid['trials']):<3} {error:>8}")
+        print(f"{'':14} search stop: {found['search']['stop_reason']}")
+
+
+if __name__ == "__main__":
+    main()
