@@ -146,6 +146,12 @@ class _BatchAccumulator:
         if self.writer is not None and (fetch_s or collate_s):
             self.writer.add_time(fetch_s, collate_s)
 
+    def fetch_failed(self, start: float) -> None:
+        """A fetch that began at ``start`` (perf_counter s) raised: its time and the pending
+        batch's count as producing time that made no batch. Off the per-sample success path."""
+        self.fetch_s += perf_counter() - start
+        self.flush_unbatched()
+
     def add_unbatched_fetch(self, fetch_s: float) -> None:
         """Count ``fetch_s`` seconds of fetching that belongs to no batch, leaving the pending
         batch as it is."""
@@ -271,8 +277,7 @@ class _MapDatasetProxy(_ProxyBase, Dataset):
         try:
             item = self._pipecheck_wrapped[index]
         except BaseException:
-            acc.fetch_s += perf_counter() - start
-            acc.flush_unbatched()
+            acc.fetch_failed(start)
             raise
         acc.fetch_s += perf_counter() - start
         acc.samples += 1
@@ -290,8 +295,7 @@ class _BatchedMapDatasetProxy(_MapDatasetProxy):
         try:
             items = self._pipecheck_wrapped.__getitems__(indices)
         except BaseException:
-            acc.fetch_s += perf_counter() - start
-            acc.flush_unbatched()
+            acc.fetch_failed(start)
             raise
         acc.fetch_s += perf_counter() - start
         acc.samples += len(indices)
@@ -330,8 +334,7 @@ class _TimedIterator:
             acc.add_unbatched_fetch(perf_counter() - start)
             raise
         except BaseException:
-            acc.fetch_s += perf_counter() - start
-            acc.flush_unbatched()
+            acc.fetch_failed(start)
             raise
         acc.fetch_s += perf_counter() - start
         acc.samples += 1
