@@ -2,7 +2,9 @@
 
 For each pipeline (a module-level factory below) it runs ``pipecheck.stress`` twice with the same
 trial length and the same automatic candidates (``num_workers`` 0 .. max(8, 4 x CPUs),
-``prefetch_factor`` 2 and 4): ``search="grid"`` (every candidate) and ``search="model"``. It
+``prefetch_factor`` 2 and 4, ``in_order`` True and False with 2+ workers where torch has it;
+``--in-order-only`` keeps torch's default order): ``search="grid"`` (every candidate) and
+``search="model"``. It
 prints the grid's best samples/s, the search's best (and their ratio), the wall time each spent
 measuring (and the ratio), the number of trials, and the model's prediction error on the
 search's recommended configuration (``|predicted / measured - 1|``, the prediction made before
@@ -15,6 +17,7 @@ Trials run in this process (factories, not TARGET strings) so the benchmark meas
 not interpreter start-up. Every pipeline emulates a 5 ms training step per batch.
 
     python benchmarks/stress_search.py [--batches 80] [--trial-seconds 3] [--only NAME]
+                                       [--in-order-only]
 """
 
 from __future__ import annotations
@@ -117,15 +120,17 @@ PIPELINES = {"latency-bound": latency_bound, "cpu-bound": cpu_bound,
              "heavy-tailed": heavy_tailed, "collate-heavy": collate_heavy}
 
 
-def _run(factory, search: str, batches: int, seconds: float):
+def _run(factory, search: str, batches: int, seconds: float, in_order):
     started = time.perf_counter()
     report = pipecheck.stress(factory, search=search, step_time_s=STEP_S, trial_batches=batches,
-                              trial_s=seconds, budget_s=600.0, timeout_s=30.0)
+                              trial_s=seconds, budget_s=900.0, timeout_s=30.0,
+                              in_order=in_order, stacks=False)
     return report.stress, time.perf_counter() - started
 
 
 def _label(config: dict) -> str:
-    return f"w={config['num_workers']},pf={config.get('prefetch_factor')}"
+    text = f"w={config['num_workers']},pf={config.get('prefetch_factor')}"
+    return text + (",ooo" if config.get("in_order") is False else "")
 
 
 def main() -> None:
@@ -133,19 +138,23 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=80)
     parser.add_argument("--trial-seconds", type=float, default=3.0)
     parser.add_argument("--only", choices=sorted(PIPELINES))
+    parser.add_argument("--in-order-only", action="store_true",
+                        help="search in_order=True only (torch's default delivery order)")
     args = parser.parse_args()
+    in_order = [True] if args.in_order_only else None
     names = [args.only] if args.only else list(PIPELINES)
-    print(f"{'pipeline':14} {'grid best':>18} {'search best':>18} {'ratio':>6} "
+    print(f"{'pipeline':14} {'grid best':>22} {'search best':>22} {'ratio':>6} "
           f"{'grid s':>7} {'search s':>8} {'time':>5} {'trials':>6} {'pred err':>8}")
     for name in names:
-        grid, grid_s = _run(PIPELINES[name], "grid", args.batches, args.trial_seconds)
-        found, search_s = _run(PIPELINES[name], "model", args.batches, args.trial_seconds)
+        grid, grid_s = _run(PIPELINES[name], "grid", args.batches, args.trial_seconds, in_order)
+        found, search_s = _run(PIPELINES[name], "model", args.batches, args.trial_seconds,
+                               in_order)
         g, s = grid["best"], found["best"]
         predicted = s.get("predicted_samples_per_s")
         error = "n/a" if predicted is None else f"{abs(predicted / s['samples_per_s'] - 1):.1%}"
         measured = sum(1 for t in found["trials"] if t["measured"])
-        print(f"{name:14} {g['samples_per_s']:7.0f} {_label(g['config']):>10} "
-              f"{s['samples_per_s']:7.0f} {_label(s['config']):>10} "
+        print(f"{name:14} {g['samples_per_s']:7.0f} {_label(g['config']):>14} "
+              f"{s['samples_per_s']:7.0f} {_label(s['config']):>14} "
               f"{s['samples_per_s'] / g['samples_per_s']:6.2f} {grid_s:7.1f} {search_s:8.1f} "
               f"{search_s / grid_s:5.0%} {measured:>2}/{len(grid['trials']):<3} {error:>8}")
         print(f"{'':14} search stop: {found['search']['stop_reason']}")

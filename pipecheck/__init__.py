@@ -6,6 +6,7 @@ Public API::
     report = loader.report()             # pipecheck.Report: print it, save it
     report = pipecheck.load("run.json")  # read a saved report back
     report = pipecheck.stress("data.py:make_loader", workers=[0, 2, 4])  # offline sweep
+    section = pipecheck.shards("train-{000..127}.tar", num_workers=8)  # shard dry run
 
 ``import pipecheck`` needs neither py-spy, a GPU, NVML nor any training framework.
 """
@@ -15,7 +16,9 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import BadInputError, CheckFailed, PipecheckError, ReportFormatError
+from .probes.stages import stage
 from .report import SCHEMA, Report, load
+from .shards import shards
 from .stress import stress
 from .wrap import WrappedLoader, wrap
 
@@ -29,6 +32,8 @@ __all__ = [
     "WrappedLoader",
     "__version__",
     "load",
+    "shards",
+    "stage",
     "stress",
     "wrap",
 ]

@@ -1,9 +1,10 @@
 """The ``pipecheck`` command line: ``main(argv) -> int``, one class per subcommand.
 
 Each subcommand class's docstring is its help text. Commands that end in a report share the
-output options ``--json FILE`` (save the report), ``--quiet`` (no terminal summary) and
-``--width N`` (summary width in columns). ``--debug`` (before or after the subcommand) shows
-tracebacks.
+output options ``--json FILE`` (save the report), ``--html FILE`` (self-contained HTML report),
+``--trace FILE`` (Chrome trace), ``--markdown`` (print markdown instead of the terminal
+summary), ``--quiet`` (no terminal summary) and ``--width N`` (summary width in columns).
+``--debug`` (before or after the subcommand) shows tracebacks.
 
 Exit codes:
 
@@ -28,7 +29,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, TextIO
 
-from pipecheck.errors import BadInputError, PipecheckError
+from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
 from pipecheck.render.terminal import MIN_WIDTH
 
 if TYPE_CHECKING:
@@ -85,9 +86,27 @@ def _seconds(text: str) -> float:
 # -- output ------------------------------------------------------------------------------------
 
 
+def _output_file(text: str) -> str:
+    """An argparse type: a file path whose folder exists (checked before a long run starts)."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"no such directory: {folder}")
+    return text
+
+
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("output")
     group.add_argument("--json", metavar="FILE", help="save the report as JSON to FILE")
+    group.add_argument("--html", metavar="FILE", type=_output_file,
+                       help="save a self-contained HTML report (charts inline, no network) to FILE")
+    group.add_argument("--trace", metavar="FILE", type=_output_file,
+                       help="save a Chrome Trace Event Format timeline to FILE (open it in "
+                       "Perfetto or chrome://tracing)")
+    group.add_argument("--markdown", action="store_true",
+                       help="print markdown (for CI logs and pull requests) instead of the "
+                       "terminal summary; printed even with --quiet")
     group.add_argument("--quiet", action="store_true", help="do not print the terminal summary")
     group.add_argument(
         "--width",
@@ -105,13 +124,30 @@ def _use_color(stream: TextIO) -> bool:
 
 
 def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = None) -> None:
-    """Save (``--json``) first, so a rendering problem cannot lose the measurements; then print."""
+    """Save (``--json``) first, so a rendering problem cannot lose the measurements; then write
+    ``--html`` / ``--trace`` (each atomically) and print the markdown or terminal summary."""
     from pipecheck.render.terminal import render_terminal
 
     if args.json:
-        saved = report.save(args.json)
+        saved = report.save(args.json, per_rank=False)  # --json FILE writes FILE exactly
         if not args.quiet:
             print(f"{PROG}: report saved to {saved}", file=sys.stderr)
+    if args.html:
+        saved = report.save_html(args.html)
+        if not args.quiet:
+            print(f"{PROG}: HTML report saved to {saved}", file=sys.stderr)
+    if args.trace:
+        from pipecheck.render.trace import save_trace
+
+        saved = save_trace(report, args.trace)
+        if not args.quiet:
+            print(f"{PROG}: trace saved to {saved}", file=sys.stderr)
+    if args.markdown:
+        from pipecheck.render.markdown import render_markdown
+
+        sys.stdout.write(render_markdown(report, title=title))
+        sys.stdout.flush()
+        return
     if args.quiet:
         return
     if title is not None:
@@ -185,9 +221,12 @@ class DemoCommand(Command):
 class ReportCommand(Command):
     """Render saved JSON reports in the terminal.
 
-    RUN.json is a file written by report.save() or --json. With several files, each is
-    rendered in turn under a header naming it; merging the reports of several ranks into one
-    is not implemented yet. --json copies a single report.
+    RUN.json is a file written by report.save() or --json. Several files of one
+    torch.distributed run (run.rank0.json run.rank1.json ..., or run.rank*.json) are merged
+    into one report: every rank's stall and throughput side by side, the straggler rank
+    (whose data wait sets every rank's pace) and its full report; --json saves the merged
+    report. Other files are rendered in turn under a header naming each; --json then takes
+    a single report.
     """
 
     name = "report"
@@ -197,18 +236,103 @@ class ReportCommand(Command):
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from pipecheck.report import load
-
-        if args.json and len(args.runs) > 1:
-            raise UsageError("--json takes a single report; merging several is not supported yet")
         # Load every file before printing anything: a bad file fails the command up front.
-        reports = [(path, load(path)) for path in args.runs]
+        reports = _load_reports(args.runs)
+        if len(reports) > 1 and any(report.rank is not None for _, report in reports):
+            from pipecheck.merge import merge_reports
+
+            _emit(merge_reports(reports), args)
+            return EXIT_OK
+        for option in ("json", "html", "trace"):
+            if getattr(args, option) and len(args.runs) > 1:
+                raise UsageError(f"--{option} takes a single report, or the rank files of one "
+                                 "torch.distributed run (which are merged)")
         several = len(reports) > 1
         for i, (path, report) in enumerate(reports):
-            if i and not args.quiet:
+            if i and (args.markdown or not args.quiet):
                 print()
             _emit(report, args, title=path if several else None)
         return EXIT_OK
+
+
+def _load_reports(paths: Sequence[str]) -> list[tuple[str, "Report"]]:
+    from pipecheck.report import load
+
+    return [(path, load(path)) for path in paths]
+
+
+def _fraction(text: str) -> float:
+    """An argparse type: a 0-1 fraction (0.05 = 5%)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a 0-1 fraction, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a 0-1 fraction (0.05 = 5%), got {text}")
+    return value
+
+
+def _positive(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+class CheckCommand(Command):
+    """Fail (exit 1) when a saved run misses an input-pipeline threshold, for CI.
+
+    RUN.json is a saved report; several files of one torch.distributed run
+    (run.rank*.json) are merged first, then stall and wait are judged on the straggler
+    rank and throughput on the ranks' summed samples/s. --max-stall is a 0-1 fraction of
+    loop time spent waiting for data, steady state (0.05 = 5%); --min-samples-per-s the
+    throughput in samples/s; --max-wait-per-batch-s the mean data wait per batch in
+    seconds. Prints one line per threshold: violated ones on stderr (exit 1), passed ones on
+    stdout unless --quiet (exit 0). A figure the run did not measure violates its threshold.
+    Unreadable files and bad values exit 2.
+    """
+
+    name = "check"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("runs", metavar="RUN.json", nargs="+", help="saved report file(s)")
+        parser.add_argument("--max-stall", metavar="F", type=_fraction,
+                            help="largest steady-state data stall allowed, 0-1 (0.05 = 5%%)")
+        parser.add_argument("--min-samples-per-s", metavar="N", type=_positive,
+                            help="smallest throughput allowed, in samples/s")
+        parser.add_argument("--max-wait-per-batch-s", metavar="S", type=_positive,
+                            help="largest mean data wait per batch allowed, in seconds")
+        parser.add_argument("--quiet", action="store_true", help="print violations only")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from pipecheck.check import Thresholds, check
+
+        try:
+            thresholds = Thresholds(max_stall=args.max_stall,
+                                    min_samples_per_s=args.min_samples_per_s,
+                                    max_wait_per_batch_s=args.max_wait_per_batch_s)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        reports = _load_reports(args.runs)
+        if len(reports) > 1 and any(report.rank is not None for _, report in reports):
+            from pipecheck.merge import merge_reports
+
+            reports = [(" ".join(args.runs), merge_reports(reports))]
+        failed = 0
+        for path, report in reports:
+            label = f" ({path})" if len(reports) > 1 else ""
+            for outcome in check(report, thresholds):
+                if outcome.passed:
+                    if not args.quiet:
+                        print(f"{PROG}: check passed: {outcome.line}{label}")
+                else:
+                    failed += 1
+                    print(f"{PROG}: check failed: {outcome.line}{label}", file=sys.stderr)
+        return CheckFailed.exit_code if failed else EXIT_OK
 
 
 class StressCommand(Command):
@@ -216,15 +340,19 @@ class StressCommand(Command):
 
     TARGET is file.py:function or package.module:function; the function takes DataLoader
     keyword arguments (num_workers, prefetch_factor, persistent_workers, pin_memory,
-    batch_size) and returns a DataLoader or a Dataset. Each configuration runs in its own
-    child process for --batches batches (the first is warm-up, reported as startup), with an
-    optional emulated training step per batch. A trial that delivers nothing for --timeout
-    seconds is killed and recorded as failed, as is one whose loader raises; the sweep goes on.
-    No new trial starts once --budget seconds are spent. The first configuration is the
-    baseline the recommendation's gain is measured against. Without a --workers list the
-    what-if model guides the search: after calibration trials (num_workers 0 and 1) it
-    measures only settings predicted to beat the best measured by more than the measured
-    noise; the rest are listed as predicted, and the best reported is always measured.
+    in_order, batch_size) and returns a DataLoader or a Dataset. Each configuration runs in
+    its own child process for --batches batches (the first is warm-up, reported as startup),
+    with an optional emulated training step per batch. A trial that delivers nothing for
+    --timeout seconds is killed and recorded as failed, as is one whose loader raises; the
+    sweep goes on. No new trial starts once --budget seconds are spent; a configuration whose
+    workers would not fit in the available memory is skipped with the reason. The baseline
+    (--baseline; else with --workers auto the defaults of the function's num_workers /
+    prefetch_factor / persistent_workers parameters, else num_workers=0; else the first
+    configuration of the --workers list) runs first; the recommendation's gain is
+    measured against it. Without a --workers list the what-if model guides the search: after
+    calibration trials (the baseline and num_workers 1) it measures only settings predicted to
+    beat the best measured by more than the measured noise; the rest are listed as predicted,
+    and the best reported is always measured.
     """
 
     name = "stress"
@@ -242,8 +370,16 @@ class StressCommand(Command):
                             help="prefetch_factor values, tried with workers > 0 (default 2)")
         parser.add_argument("--persistent-workers", action="store_true",
                             help="keep workers alive; each trial then runs 2 epochs")
-        parser.add_argument("--batch-size", metavar="N", type=_count(1),
-                            help="offered to the target; used when it returns a Dataset")
+        parser.add_argument("--in-order", metavar="true,false",
+                            help="in_order values tried with 2+ workers (torch >= 2.6; default "
+                            "with --workers auto: true,false)")
+        parser.add_argument("--batch-size", metavar="N,N,...",
+                            help="batch sizes to compare (default: the target's own)")
+        parser.add_argument("--baseline", metavar="KEY=VALUE,...",
+                            help="the configuration to beat, e.g. num_workers=4,prefetch_factor=2")
+        parser.add_argument("--stacks", action=argparse.BooleanOptionalAction, default=None,
+                            help="profile the best configuration with py-spy in one extra trial "
+                            "(default: when py-spy is installed and permitted)")
         parser.add_argument("--step-time", metavar="S[+-J]",
                             help="emulated step per batch in seconds, e.g. 0.05 or 0.05+-0.01")
         parser.add_argument("--budget", metavar="S", type=_seconds, default=60.0,
@@ -258,17 +394,21 @@ class StressCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from pipecheck.stress import stress
-        from pipecheck.stress.settings import parse_int_list
+        from pipecheck.stress.settings import parse_bool_list, parse_config, parse_int_list
         from pipecheck.stress.progress import SweepProgress
 
         workers = (parse_int_list(args.workers, "--workers", 0)
                    if args.workers and args.workers != "auto" else None)
         factors = (parse_int_list(args.prefetch_factor, "--prefetch-factor", 1)
                    if args.prefetch_factor else None)
+        sizes = parse_int_list(args.batch_size, "--batch-size", 1) if args.batch_size else None
+        orders = parse_bool_list(args.in_order, "--in-order") if args.in_order else None
+        baseline = parse_config(args.baseline, "--baseline") if args.baseline else None
         with SweepProgress(enabled=not args.quiet) as progress:
             report = stress(args.target, workers=workers, prefetch_factors=factors,
                             persistent_workers=args.persistent_workers,
-                            step_time_s=args.step_time, batch_size=args.batch_size,
+                            in_order=orders, step_time_s=args.step_time, batch_size=sizes,
+                            baseline=baseline, stacks=args.stacks,
                             budget_s=args.budget, timeout_s=args.timeout,
                             trial_batches=args.batches, trial_s=args.trial_seconds,
                             progress=progress, search=args.search)
@@ -279,7 +419,76 @@ class StressCommand(Command):
         return EXIT_OK
 
 
-COMMANDS: tuple[type[Command], ...] = (DemoCommand, ReportCommand, StressCommand)
+class ShardsCommand(Command):
+    """Dry-run how WebDataset shards are split across ranks and DataLoader workers.
+
+    URLS are shard paths or URLs, brace notation allowed (data-{000..099}.tar). For every
+    (rank, worker) it replays the real split (webdataset's split_by_node then split_by_worker,
+    or --node-splitter / --worker-splitter given as file.py:function or module:function) and
+    reports the shards and estimated samples each one reads, from the local shards' tar headers
+    (up to --count shards counted, the rest estimated by size). Findings: empty-workers,
+    shard-imbalance, unequal-rank-batches, shard-size-skew, small-shuffle-buffer; with the
+    sharding changes that fix them.
+    """
+
+    name = "shards"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("urls", metavar="URLS", nargs="+", help="shard paths or URLs")
+        parser.add_argument("--workers", metavar="N", type=_count(0), required=True,
+                            help="DataLoader num_workers per rank")
+        parser.add_argument("--world-size", metavar="W", type=_count(1),
+                            help="ranks (default: torch.distributed, else $WORLD_SIZE, else 1)")
+        parser.add_argument("--batch-size", metavar="N", type=_count(1),
+                            help="samples per batch, to count batches per rank")
+        parser.add_argument("--drop-last", action="store_true",
+                            help="the DataLoader drops each worker's last partial batch")
+        parser.add_argument("--shuffle-buffer", metavar="N", type=_count(0),
+                            help="the pipeline's shuffle(N) buffer, in samples")
+        parser.add_argument("--resampled", action="store_true",
+                            help="shards are resampled (WebDataset(resampled=True))")
+        parser.add_argument("--node-splitter", metavar="TARGET",
+                            help="file.py:function or module:function splitting by rank")
+        parser.add_argument("--worker-splitter", metavar="TARGET",
+                            help="file.py:function or module:function splitting by worker")
+        parser.add_argument("--count", metavar="N", type=_count(1), default=16,
+                            help="shards whose samples are counted (default 16)")
+        parser.add_argument("--json", metavar="FILE", type=_output_file,
+                            help="save the sharding analysis as JSON to FILE")
+        parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+        parser.add_argument("--width", metavar="N", type=_count(MIN_WIDTH),
+                            help="columns for the summary (default: the terminal's)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        import json
+        import shutil
+
+        from pipecheck._atomic import write_text_atomic
+        from pipecheck.render.sharding import render_sharding
+        from pipecheck.shards import SCHEMA, shards
+        from pipecheck.stress.target import load_factory
+
+        section = shards(
+            args.urls, num_workers=args.workers, world_size=args.world_size,
+            batch_size=args.batch_size, drop_last=args.drop_last,
+            shuffle_buffer=args.shuffle_buffer, resampled=args.resampled,
+            node_splitter=load_factory(args.node_splitter) if args.node_splitter else None,
+            worker_splitter=load_factory(args.worker_splitter) if args.worker_splitter else None,
+            max_counted=args.count)
+        if args.json:
+            text = json.dumps({"schema": SCHEMA, **section}, indent=2) + "\n"
+            saved = write_text_atomic(args.json, text, "sharding analysis")
+            if not args.quiet:
+                print(f"{PROG}: sharding analysis saved to {saved}", file=sys.stderr)
+        if not args.quiet:
+            width = args.width or shutil.get_terminal_size(fallback=(100, 24)).columns
+            sys.stdout.write(render_sharding(section, width=max(width, MIN_WIDTH)))
+            sys.stdout.flush()
+        return EXIT_OK
+
+
+COMMANDS: tuple[type[Command], ...] = (DemoCommand, ReportCommand, CheckCommand, StressCommand,
+                                       ShardsCommand)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -112,3 +112,12 @@ def _pipecheck_version() -> Optional[str]:
 
         version = getattr(pipecheck, "__version__", None)
         return None if version is None else str(version)
+
+
+def torch_has_in_order() -> bool:
+    """Whether this torch's ``DataLoader`` takes ``in_order`` (added in torch 2.6)."""
+    import inspect
+
+    from torch.utils.data import DataLoader
+
+    return "in_order" in inspect.signature(DataLoader).parameters

@@ -17,8 +17,15 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from pipecheck.analysis import Analysis
+from pipecheck.analysis.bound import CPU_BOUND, CPU_BOUND_FRACTION, IO_BOUND, LATENCY_BOUND
 from pipecheck.analysis.consumer import mean_epoch_wall_s
-from pipecheck.analysis.model import LoaderSettings, Prediction, ThroughputModel
+from pipecheck.analysis.memory import SHM_HEADROOM_FACTOR
+from pipecheck.analysis.model import (
+    TORCH_DEFAULT_PREFETCH_FACTOR,
+    LoaderSettings,
+    Prediction,
+    ThroughputModel,
+)
 from pipecheck.analysis.stats import mean
 from pipecheck.units import batch_rate, count, percent, seconds, size
 from pipecheck.records import Expected, Recommendation, RunRecord
@@ -46,8 +53,9 @@ num_workers) cost more than fixing the slow samples would."""
 PERSISTENT_START_SHARE = 0.05
 """persistent_workers=True is proposed when an epoch's start-up wait is at least 5% of an epoch."""
 
-LATENCY_BOUND_CPU_FRACTION = 0.5
-"""Workers using less CPU than this per busy second are called latency-bound in reasons."""
+LATENCY_BOUND_CPU_FRACTION = CPU_BOUND_FRACTION
+"""Without a worker class (:mod:`pipecheck.analysis.bound`), workers using less CPU than this
+per busy second are treated as waiting (latency-bound) rather than CPU-bound."""
 
 _LIMIT_WORDS = {
     "step": "the training step",
@@ -83,11 +91,13 @@ _Rule = Callable[[_Context, LoaderSettings], _Outcome]
 
 def recommend(run: RunRecord, analysis: Analysis) -> list[Recommendation]:
     """Ordered setting changes for ``run`` given its ``analysis`` (from
-    :func:`pipecheck.analysis.analyze`); empty when ``analysis.model`` is ``None``. Each
-    proposes a value different from the current one, with expected samples/s and stall
-    (``None`` where the model cannot predict) and a reason quoting measured numbers."""
+    :func:`pipecheck.analysis.analyze`): the model's rules (none when ``analysis.model`` is
+    ``None``), then ``in_order`` for head-of-line blocking and the sharding changes of a
+    WebDataset loader (:func:`pipeline_recommendations`). Each proposes a value different from
+    the current one, with expected samples/s and stall (``None`` where it cannot be predicted)
+    and a reason quoting measured numbers."""
     if analysis.model is None:
-        return []
+        return pipeline_recommendations(run, analysis)
     context = _Context(run=run, analysis=analysis, model=analysis.model)
     settings = analysis.model.measured
     rules: list[_Rule] = [
@@ -103,7 +113,30 @@ def recommend(run: RunRecord, analysis: Analysis) -> list[Recommendation]:
         if outcome is not None:
             recommendation, settings = outcome
             recommendations.append(recommendation)
-    return recommendations
+    return recommendations + pipeline_recommendations(run, analysis)
+
+
+def pipeline_recommendations(run: RunRecord, analysis: Analysis) -> list[Recommendation]:
+    """``in_order=False`` for a ``head-of-line-blocking`` finding
+    (:func:`pipecheck.analysis.hol.in_order_recommendation`) and the sharding section's
+    ``num_shards`` / ``resampled`` / ``shuffle_buffer`` changes."""
+    from pipecheck.analysis.hol import in_order_recommendation
+    from pipecheck.records import from_jsonable
+    from pipecheck.environment import torch_has_in_order
+
+    found: list[Recommendation] = []
+    consumer = analysis.consumer
+    for finding in analysis.diagnosis.findings:
+        if finding.kind == "head-of-line-blocking":
+            rec = in_order_recommendation(finding, wait_s=consumer.wait_s,
+                                          compute_s=consumer.compute_s,
+                                          samples=consumer.samples,
+                                          torch_has_in_order=torch_has_in_order())
+            if rec is not None:
+                found.append(rec)
+    for index, entry in enumerate((run.sharding or {}).get("recommendations") or []):
+        found.append(from_jsonable(Recommendation, entry, f"sharding.recommendations[{index}]"))
+    return found
 
 
 def _expected(prediction: Prediction, note: Optional[str] = None) -> Expected:
@@ -131,7 +164,8 @@ def _more_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
     """Input-bound and the producer's mean rate (not its tail) is short of what the consumer
     takes: the smallest worker count whose capacity reaches :data:`UP_HEADROOM` x that rate, or
     the CPU cap when that is lower (CPU-bound work gains nothing past the usable CPUs;
-    latency-bound work may exceed them)."""
+    latency-bound and IO-bound work may exceed them, see :func:`producer_class`), and never more
+    than ``/dev/shm`` can feed (:func:`shm_batches_cap`)."""
     model = context.model
     if context.analysis.diagnosis.verdict != "input-bound":
         return None
@@ -144,9 +178,13 @@ def _more_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
     if cpu_cap is not None:
         target = min(target, cpu_cap)
     most = MAX_WORKERS_PER_CPU * model.usable_cpus
-    if model.worker_cpu_fraction >= LATENCY_BOUND_CPU_FRACTION:
+    if producer_class(model) == CPU_BOUND:
         most = min(most, cpu_bound_worker_limit(model))
-    workers = min(model.workers_to_reach(target), most)
+    in_flight = shm_batches_cap(context.run)
+    factor = settings.prefetch_factor or TORCH_DEFAULT_PREFETCH_FACTOR
+    shm_most = None if in_flight is None else in_flight // factor
+    wanted = min(model.workers_to_reach(target), most)
+    workers = wanted if shm_most is None else min(wanted, shm_most)
     if workers <= settings.num_workers:
         return None
     proposed = replace(settings, num_workers=workers)
@@ -154,6 +192,10 @@ def _more_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
         return None
     prediction = model.predict(proposed)
     reason = _more_workers_reason(context, settings, workers, capacity, prediction)
+    if workers < wanted:
+        reason += (f" Capped at {count(workers, 'worker')}: /dev/shm holds "
+                   f"{count(in_flight, 'batch', 'batches')} with the headroom pipecheck keeps "
+                   f"(prefetch_factor {factor} x workers must fit).")
     recommendation = Recommendation(
         setting="num_workers",
         current=settings.num_workers,
@@ -172,6 +214,28 @@ def _limit_note(model: ThroughputModel, prediction: Prediction) -> str:
         note += (f"; the step and the workers share {model.usable_cpus} CPUs, so part of the "
                  "predicted stall may show as slower steps instead")
     return note
+
+
+def shm_batches_cap(run: RunRecord) -> Optional[int]:
+    """Most batches in flight (``prefetch_factor x num_workers``) that ``/dev/shm``'s free space
+    holds with :data:`~pipecheck.analysis.memory.SHM_HEADROOM_FACTOR` headroom; ``None`` when
+    its size or the batch size was not measured. Workers hand batches over through it, and a
+    full ``/dev/shm`` kills them with a bus error, so no rule proposes more."""
+    shm, batch_bytes = run.shared_memory, run.consumer.batch_bytes
+    if shm is None or not batch_bytes:
+        return None
+    return int(shm.free_bytes // (SHM_HEADROOM_FACTOR * batch_bytes))
+
+
+def producer_class(model: ThroughputModel) -> str:
+    """What production waits on: the measured class (CPU + run-queue time, storage reads,
+    iowait; :mod:`pipecheck.analysis.bound`), else CPU per busy second alone against
+    :data:`LATENCY_BOUND_CPU_FRACTION`. Only ``cpu-bound`` work is held to
+    :func:`cpu_bound_worker_limit`: waiting work (``io-bound``, ``latency-bound``) may use more
+    workers than cores, up to :data:`MAX_WORKERS_PER_CPU` per CPU."""
+    if model.worker_class is not None:
+        return model.worker_class
+    return CPU_BOUND if model.worker_cpu_fraction >= LATENCY_BOUND_CPU_FRACTION else LATENCY_BOUND
 
 
 def cpu_bound_worker_limit(model: ThroughputModel) -> int:
@@ -204,12 +268,16 @@ def _more_workers_reason(
             f"{batch_rate(prediction.steady_batches_per_s)} in steady state (demand {batch_rate(demand)})."
         )
     cpu_fraction = model.worker_cpu_fraction
-    kind = "latency-bound" if cpu_fraction < LATENCY_BOUND_CPU_FRACTION else "CPU-bound"
+    kind = producer_class(model)
+    if kind == CPU_BOUND:
+        kind = "CPU-bound"  # the capital reads better in a sentence
     beyond_cores = (
-        f" (more than the {model.usable_cpus} usable CPUs, which latency-bound work tolerates)"
+        f" (more than the {model.usable_cpus} usable CPUs, which {kind} work tolerates)"
         if workers > model.usable_cpus
         else ""
     )
+    if kind == IO_BOUND:
+        beyond_cores += " (IO-bound: the gain stops once storage bandwidth is reached)"
     capped = (
         f" (the usable CPUs cap production at {batch_rate(prediction.capacity_batches_per_s)})"
         if prediction.limit == "cpu"
@@ -299,6 +367,9 @@ def _prefetch_factor(context: _Context, settings: LoaderSettings) -> _Outcome:
     proposed_factor = max(needed, factor + 1)
     if proposed_factor > MAX_PREFETCH_FACTOR:
         return None
+    in_flight = shm_batches_cap(context.run)
+    if in_flight is not None and proposed_factor * settings.num_workers > in_flight:
+        return None  # the batches held would not fit in /dev/shm (bus error risk)
     proposed = replace(settings, prefetch_factor=proposed_factor)
     if not _gains(model, settings, proposed):
         return None

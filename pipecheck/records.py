@@ -129,6 +129,8 @@ class ConsumerRecord:
     sampled_wait_cpu_s: float = 0.0
     sampled_compute_wall_s: float = 0.0
     sampled_compute_cpu_s: float = 0.0
+    batch_bytes: Optional[int] = None
+    """Bytes of tensor (and numpy) storage in the run's first batch; ``None``: not measured."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,9 +198,36 @@ class HostSample:
 
 
 @dataclass(frozen=True)
+class MemorySample:
+    """One memory reading of one process (``memory_full_info``). ``uss_bytes``: pages only this
+    process maps (what copy-on-read and leaks grow); ``pss_bytes``: its proportional share of
+    all pages; ``rss_bytes``: resident pages, shared ones counted in full."""
+
+    at_s: float
+    rss_bytes: int
+    pss_bytes: Optional[int]
+    uss_bytes: Optional[int]
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """A process's cumulative CPU and run-queue seconds and storage bytes read since it was
+    first seen, at ``at_s``."""
+
+    at_s: float
+    cpu_s: float
+    runqueue_s: Optional[float]
+    read_bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class ProcessStats:
     """One process over the run: ``role`` is ``main``, ``worker`` or ``child`` (a process a
-    worker started). ``cpu_s`` is user+system CPU seconds consumed while observed."""
+    worker started). ``cpu_s`` is user+system CPU seconds consumed while observed.
+    ``runqueue_s``: seconds its main thread was runnable but waiting for a core (Linux
+    ``/proc/<pid>/schedstat``; ``None`` elsewhere). ``memory``: its USS/PSS readings over time;
+    ``cpu``: its cumulative CPU and run-queue seconds per tick (both bounded: every other one is
+    dropped when full)."""
 
     pid: int
     role: str
@@ -211,12 +240,18 @@ class ProcessStats:
     first_seen_at_s: float
     last_seen_at_s: float
     worker_id: Optional[int] = None
+    runqueue_s: Optional[float] = None
+    uss_max_bytes: Optional[int] = None
+    memory: list[MemorySample] = field(default_factory=list)
+    cpu: list[CpuSample] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class HostRecord:
     """What the psutil sampler saw. ``overhead_cpu_s`` is the sampler thread's own CPU time;
-    ``status`` is ``ok`` or ``unavailable`` (with ``note`` saying why)."""
+    ``status`` is ``ok`` or ``unavailable`` (with ``note`` saying why).
+    ``disk_busy_fraction_mean``: share of the run (0-1) the busiest disk (``busiest_disk``) had
+    I/O in flight, system-wide (iostat's %util); ``None`` where not measured."""
 
     status: str
     interval_s: float
@@ -232,6 +267,121 @@ class HostRecord:
     processes: list[ProcessStats] = field(default_factory=list)
     timeline: list[HostSample] = field(default_factory=list)
     note: Optional[str] = None
+    disk_busy_fraction_mean: Optional[float] = None
+    busiest_disk: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ContainerStats:
+    """A Python container held as an attribute of the dataset object (``name`` is the
+    attribute path, e.g. ``dataset.samples``). ``approx_bytes`` is the container plus its items,
+    estimated from a sample of items (``sys.getsizeof``, one level deep)."""
+
+    name: str
+    type: str
+    items: int
+    approx_bytes: int
+
+
+@dataclass(frozen=True)
+class SharedMemoryRecord:
+    """Size and free space of the file system DataLoader workers pass tensors through
+    (``/dev/shm`` on Linux), read when the run started."""
+
+    path: str
+    total_bytes: int
+    free_bytes: int
+
+
+@dataclass(frozen=True)
+class HotFunction:
+    """A function py-spy caught on a CPU: ``fraction`` of the samples of the processes it is
+    counted over (0-1) with it as the innermost Python frame (``self``), and
+    ``inclusive_fraction`` anywhere on the stack. ``line`` is its first line (py-spy
+    ``--function``). ``stage``: the pipeline stage most of its samples ran in
+    (:func:`pipecheck.probes.stacks.stage_of`), ``None`` for main-process functions."""
+
+    function: str
+    file: str
+    line: Optional[int]
+    fraction: float
+    inclusive_fraction: float = 0.0
+    samples: int = 0
+    stage: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class StacksRecord:
+    """Hot stacks sampled with py-spy over a bounded window (``window_s``: seconds actually
+    sampled, shorter than asked for when the report ended it early).
+
+    ``status``: ``ok``, ``unavailable`` (py-spy missing, or ptrace not permitted before
+    starting), ``failed`` (py-spy ran and failed, e.g. denied) or ``running`` (window not over
+    when the report was taken and no partial output). ``top``: hottest functions over worker
+    samples (over main-process samples when ``num_workers=0``), highest first; ``main_top``
+    the same for the main process. ``worker_samples`` / ``main_samples`` count on-CPU stack
+    samples (workers: while in torch's worker loop; ``worker_other_samples``: their start-up and
+    shutdown). ``overhead_cpu_s``: py-spy's own CPU seconds. ``main_wait``: the main thread's
+    samples inside the DataLoader's ``__next__`` (on or off the CPU, ``main_wait_samples`` in
+    all) as fractions 0-1: ``queue-empty`` (no batch ready), ``receiving`` (unpickling a batch,
+    attaching its shared memory), ``other``; ``pin_memory_busy_fraction``: share of the
+    pin-memory thread's samples spent pinning. ``stages``: share (0-1) of worker samples per
+    pipeline stage, largest first. ``note`` says why when not ``ok`` and how to enable it."""
+
+    status: str
+    window_s: float
+    rate_hz: int
+    worker_samples: int = 0
+    main_samples: int = 0
+    top: list[HotFunction] = field(default_factory=list)
+    main_top: list[HotFunction] = field(default_factory=list)
+    note: Optional[str] = None
+    overhead_cpu_s: Optional[float] = None
+    worker_other_samples: int = 0
+    main_wait: dict[str, float] = field(default_factory=dict)
+    main_wait_samples: int = 0
+    stages: dict[str, float] = field(default_factory=dict)
+    pin_memory_busy_fraction: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """GPU idle caused by data, from CUDA events recorded at ``next()`` entry and exit on the
+    current stream (resolved later with ``query()``, never synchronizing).
+
+    ``idle_s``: stream time between the entry and exit events summed over resolved batches
+    (the stream starved while the host was in ``next()``); ``idle_fraction`` = ``idle_s`` over
+    the stream time spanned from the first resolved entry to the last resolved exit.
+    ``unresolved``: pairs not complete when the snapshot was taken; ``dropped``: pairs not
+    recorded because the event pool was exhausted. ``pinned_fraction``: share of checked batches
+    whose tensors were in page-locked memory (``None``: none checked)."""
+
+    status: str
+    backend: str
+    batches: int
+    idle_s: Optional[float]
+    idle_fraction: Optional[float]
+    unresolved: int = 0
+    dropped: int = 0
+    pinned_fraction: Optional[float] = None
+    note: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Which torch.distributed rank recorded a run: ``rank`` (0 to ``world_size - 1``) and
+    ``local_rank`` (on its node, from ``LOCAL_RANK``; ``None`` when not set), ``backend`` of the
+    default process group (``gloo``, ``nccl``, ...) and the node's ``hostname``."""
+
+    rank: int
+    world_size: int
+    local_rank: Optional[int] = None
+    backend: Optional[str] = None
+    hostname: Optional[str] = None
+    shards: Optional[list[list[str]]] = None
+    """The WebDataset shard URLs each of this rank's DataLoader workers reads, one list per
+    worker, replayed with the pipeline's own splitters (:mod:`pipecheck.probes.rank_shards`);
+    ``None`` when the loader is not a webdataset pipeline over a fixed URL list."""
 
 
 @dataclass(frozen=True)
@@ -249,6 +399,20 @@ class RunRecord:
     probed_epochs: Optional[int] = None
     """Epochs the worker probe timed (``None``: all). With ``num_workers=0`` and batches that
     take under ``pipecheck.wrap.FAST_BATCH_S`` to produce, only some epochs are timed."""
+    shared_memory: Optional[SharedMemoryRecord] = None
+    dataset_containers: list[ContainerStats] = field(default_factory=list)
+    stacks: Optional[StacksRecord] = None
+    device: Optional[DeviceRecord] = None
+    rank: Optional[RankInfo] = None
+    """Set when a torch.distributed process group was initialized (``None``: a single process)."""
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    """Per-process pipeline / user stage totals
+    (:meth:`pipecheck.probes.stages.StageTotals.snapshot`)."""
+    head_of_line: Optional[dict[str, Any]] = None
+    """Head-of-line blocking totals (:meth:`pipecheck.probes.hol.HeadOfLineProbe.summary`)."""
+    sharding: Optional[dict[str, Any]] = None
+    """The shard-assignment dry run of a WebDataset loader
+    (:func:`pipecheck.analysis.sharding.analyze_sharding`)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,7 +463,13 @@ class ConsumerSummary:
 class WorkerSummary:
     """One worker id over the run. ``rate_batches_per_s = batches / busy_s`` is what the worker
     produces while busy; ``cpu_fraction`` is CPU seconds per busy second (1.0 = CPU-bound,
-    near 0 = waiting on sleep, network or storage)."""
+    near 0 = waiting on sleep, network or storage); ``runqueue_fraction`` is seconds spent
+    runnable but waiting for a core per busy second (CPU contention);
+    ``storage_read_bytes_per_s`` is bytes read from storage (not the page cache) per busy
+    second. ``bound`` is ``cpu-bound``, ``io-bound`` or ``latency-bound``
+    (:mod:`pipecheck.analysis.bound`). ``memory_growth_bytes_per_s`` is the Theil-Sen slope of
+    the worker's USS over time (:mod:`pipecheck.analysis.memory`), ``None`` when too few
+    readings."""
 
     id: int
     pid: int
@@ -313,12 +483,19 @@ class WorkerSummary:
     cpu_fraction: Optional[float] = None
     rss_max_bytes: Optional[int] = None
     pss_max_bytes: Optional[int] = None
+    runqueue_fraction: Optional[float] = None
+    storage_read_bytes_per_s: Optional[float] = None
+    bound: Optional[str] = None
+    uss_max_bytes: Optional[int] = None
+    memory_growth_bytes_per_s: Optional[float] = None
 
 
 @dataclass(frozen=True)
 class ProducerSummary:
     """The producer's side. ``capacity_batches_per_s`` is what the loader could deliver with no
-    consumer limit; ``capacity_basis`` says in words how it was derived."""
+    consumer limit; ``capacity_basis`` says in words how it was derived. ``workers_class`` is
+    the class (``cpu-bound``, ``io-bound``, ``latency-bound``) holding most of the workers' busy
+    time, ``workers_class_basis`` the numbers behind it."""
 
     capacity_batches_per_s: Optional[float]
     batch_time_s: Optional[Quantiles]
@@ -330,6 +507,14 @@ class ProducerSummary:
     cpu_per_batch_s: Optional[float] = None
     cpu_fraction: Optional[float] = None
     main_cpu_per_batch_s: Optional[float] = None
+    workers_class: Optional[str] = None
+    workers_class_basis: Optional[str] = None
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    """Exclusive time per pipeline stage, largest first
+    (:func:`pipecheck.analysis.stages.stage_table`): ``{name, where, exclusive_s, fraction,
+    samples_in, samples_out, workers}``."""
+    head_of_line: Optional[dict[str, Any]] = None
+    """Head-of-line blocking totals for in-order multi-worker loaders (``None``: not probed)."""
 
 
 @dataclass(frozen=True)
@@ -373,6 +558,44 @@ class Recommendation:
     proposed: Any
     expected: Expected
     reason: str
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One rank's consumer side, as merged across ranks (:mod:`pipecheck.analysis.ranks`).
+    ``wait_per_batch_s`` is ``wait_s / batches`` (the mean data wait per step); ``source`` is
+    the file it came from, or ``gathered`` when rank 0 received it through torch.distributed."""
+
+    rank: int
+    batches: int
+    samples: int
+    wall_s: float
+    wait_s: float
+    compute_s: float
+    stall_fraction: Optional[float]
+    samples_per_s: Optional[float]
+    wait_per_batch_s: Optional[float]
+    verdict: str
+    hostname: Optional[str] = None
+    status: str = "complete"
+    source: Optional[str] = None
+    steady_stall_fraction: Optional[float] = None
+    shards: Optional[int] = None
+    """Shards this rank's workers read in one epoch (``None``: not a webdataset pipeline)."""
+
+
+@dataclass(frozen=True)
+class RanksSummary:
+    """Every rank of a multi-rank run side by side. ``straggler``: the rank whose mean data wait
+    per step is highest (under synchronous gradients every rank waits for it; ``None`` with
+    fewer than 2 ranks). ``missing``: ranks below ``world_size`` with no data (dead, or their
+    file not given). ``samples_per_s``: the ranks' throughputs summed (the job's rate)."""
+
+    world_size: int
+    ranks: list[RankSummary]
+    straggler: Optional[int] = None
+    missing: list[int] = field(default_factory=list)
+    samples_per_s: Optional[float] = None
 
 
 @dataclass(frozen=True)

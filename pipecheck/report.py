@@ -23,12 +23,16 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 from pipecheck.errors import BadInputError, ReportFormatError
 from pipecheck.records import (
     ConsumerSummary,
+    DeviceRecord,
     Diagnosis,
     Environment,
     HostRecord,
     LoaderConfig,
     ProducerSummary,
+    RankInfo,
+    RanksSummary,
     Recommendation,
+    StacksRecord,
     Timeline,
     from_jsonable,
     to_jsonable,
@@ -52,6 +56,11 @@ KEY_ORDER = (
     "consumer",
     "producer",
     "host",
+    "stacks",
+    "device",
+    "rank",
+    "ranks",
+    "sharding",
     "diagnosis",
     "recommendations",
     "stress",
@@ -67,7 +76,12 @@ class Report:
     ``kind`` is one of :data:`KINDS` (``ValueError`` otherwise); ``created`` is ISO 8601 UTC.
     ``host`` is the host sampler's summary with its ``timeline`` emptied: the host samples live in
     ``timeline.host``. ``stress`` holds the offline sweep (trials, best, recommended) for
-    ``kind="stress"`` reports, else ``None``.
+    ``kind="stress"`` reports, else ``None``. ``stacks``: py-spy's hot functions when asked for
+    (``wrap(..., stacks=True)``); ``device``: GPU idle around ``next()`` when CUDA was used;
+    ``None`` otherwise. ``rank``: the torch.distributed rank that recorded the run (``None``
+    without a process group); ``ranks``: every rank side by side with the straggler, on rank 0's
+    gathered report and on reports merged from several rank files
+    (:mod:`pipecheck.analysis.ranks`); ``None`` otherwise.
     """
 
     kind: str
@@ -81,6 +95,11 @@ class Report:
     recommendations: list[Recommendation]
     timeline: Timeline = field(repr=False)
     stress: Optional[dict[str, Any]] = None
+    stacks: Optional[StacksRecord] = None
+    device: Optional[DeviceRecord] = None
+    rank: Optional[RankInfo] = None
+    ranks: Optional[RanksSummary] = None
+    sharding: Optional[dict[str, Any]] = None
     schema: str = SCHEMA
 
     def __post_init__(self) -> None:
@@ -130,15 +149,23 @@ class Report:
         except (TypeError, ValueError) as err:
             raise ReportFormatError(f"report is malformed: {err}") from err
 
-    def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
-        """Write the report as JSON to ``path`` atomically and return the path.
+    def save(self, path: str | os.PathLike[str], *, per_rank: bool = True) -> pathlib.Path:
+        """Write the report as JSON to ``path`` atomically and return the path written.
 
+        A report recorded under torch.distributed (``rank`` set) goes to its rank's own file,
+        ``run.json`` -> ``run.rank{N}.json`` (:func:`pipecheck.distributed.rank_path`), so every
+        rank can save to the same name without overwriting the others; ``per_rank=False``
+        writes ``path`` exactly.
         The text goes to a temporary file in the same directory, is flushed to disk (``fsync``) and
         then renamed over ``path`` (``os.replace``), so a reader never sees a half-written report.
         Raises :class:`~pipecheck.errors.BadInputError` when the file cannot be written (missing
         directory, no permission).
         """
         target = pathlib.Path(path)
+        if per_rank and self.rank is not None:
+            from pipecheck.distributed import rank_path
+
+            target = rank_path(target, self.rank.rank)
         text = self.to_json()
         temp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
@@ -158,6 +185,15 @@ class Report:
             raise BadInputError(f"cannot write report to {target}: {err.strerror or err}") from err
         _fsync_directory(target.parent)
         return target
+
+    def save_html(self, path: str | os.PathLike[str]) -> pathlib.Path:
+        """Write the self-contained HTML report (:mod:`pipecheck.render.html`: inline SVG charts,
+        no script, no network) to ``path`` atomically and return the path. Raises
+        :class:`~pipecheck.errors.BadInputError` when the file cannot be written."""
+        from pipecheck._atomic import write_text_atomic
+        from pipecheck.render.html import render_html
+
+        return write_text_atomic(path, render_html(self), "HTML report")
 
     # -- rendering -----------------------------------------------------------------------------
 
@@ -189,6 +225,13 @@ def load(path: str | os.PathLike[str]) -> Report:
     try:
         raw = source.read_bytes()
     except FileNotFoundError as err:
+        ranks = sorted(source.parent.glob(f"{source.stem}.rank*{source.suffix}"))
+        if ranks:  # saved under torch.distributed: one file per rank
+            raise BadInputError(
+                f"no such report file: {source}; the run saved one file per rank "
+                f"({', '.join(r.name for r in ranks[:3])}{', ...' if len(ranks) > 3 else ''}): "
+                f"pipecheck report {source.parent / (source.stem + '.rank*' + source.suffix)} "
+                "merges them") from err
         raise BadInputError(f"no such report file: {source}") from err
     except IsADirectoryError as err:
         raise BadInputError(f"{source} is a directory, not a report file") from err
@@ -227,7 +270,11 @@ def build_report(run: "RunRecord", *, stress: Optional[dict[str, Any]] = None) -
         (batch for worker in run.workers for batch in worker.recent), key=lambda b: b.end_at_s
     )
     host_samples = list(run.host.timeline) if run.host is not None else []
-    host = dataclasses.replace(run.host, timeline=[]) if run.host is not None else None
+    host = None
+    if run.host is not None:
+        # The per-tick CPU series served the analysis; the saved report keeps the memory series.
+        processes = [dataclasses.replace(p, cpu=[]) for p in run.host.processes]
+        host = dataclasses.replace(run.host, timeline=[], processes=processes)
     return Report(
         kind=run.kind,
         created=run.created,
@@ -245,6 +292,10 @@ def build_report(run: "RunRecord", *, stress: Optional[dict[str, Any]] = None) -
             host=host_samples,
         ),
         stress=stress,
+        stacks=run.stacks,
+        device=run.device,
+        rank=run.rank,
+        sharding=run.sharding,
     )
 
 

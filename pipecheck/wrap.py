@@ -8,7 +8,12 @@ with exceptions unchanged; ``len()``, re-iteration per epoch and attribute acces
 * for a ``DataLoader`` (also the one inside a webdataset ``WebLoader``), the worker probe times
   fetch and collate inside each worker, on an instrumented clone of the loader: the user's
   loader object is never modified;
-* the host probe samples CPU, memory and IO of the main process and its workers with psutil.
+* the host probe samples CPU, memory and IO of the main process and its workers with psutil;
+* with ``stacks=True``, py-spy samples the hot stacks of the main process and the workers for a
+  bounded window (workers opt in to being traced from a ``worker_init_fn`` wrapper);
+* with CUDA available, the device probe times GPU idle around ``next()`` with CUDA events;
+* at start, ``/dev/shm``'s free space and the dataset's largest Python containers are noted
+  (for the ``shm-headroom`` and ``memory-growth`` findings).
 
 ``report()`` works at any moment: mid-epoch, after a worker raised, after Ctrl-C.
 """
@@ -16,8 +21,10 @@ with exceptions unchanged; ``len()``, re-iteration per epoch and attribute acces
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import multiprocessing
+import os
 import weakref
 from typing import Any, Callable, Iterator, Optional
 
@@ -28,9 +35,18 @@ from . import _clock
 from .environment import collect_environment
 from .probes.batches import SampleCounter, TokenCounter
 from .probes.consumer import ConsumerProbe, FixedBatches
+from .probes.dataset_memory import largest_containers, shared_memory_record
+from .probes.device import DeviceProbe, cuda_backend
+from .probes.hol import HeadOfLineProbe, ObservedSource
 from .probes.host import HostProbe
+from .probes.rank_shards import rank_shards
+from .probes.stacks import DEFAULT_RATE_HZ, DEFAULT_WINDOW_S, PtracerOptIn, StackSampler
+from .probes.stages import StageProbe
 from .probes.workers import WorkerProbe, WorkerProbeUnsupported
-from .records import LoaderConfig, RunRecord
+from .autosave import AutoSave
+from .distributed import DEFAULT_GATHER_TIMEOUT_S, current_rank
+from .records import LoaderConfig, RankInfo, RunRecord
+from .shards import loader_sharding
 
 
 FAST_BATCH_S = 200e-6
@@ -136,16 +152,47 @@ def fixed_batches(loader: Any) -> Optional[FixedBatches]:
     return FixedBatches(batch_size=size, samples_per_epoch=samples)
 
 
-def _instrumented(loader: Any, probe: WorkerProbe) -> Any:
-    """A copy of ``loader`` whose producing DataLoader carries the worker probe."""
+def _instrumented(loader: Any, probe: WorkerProbe, stages: Optional[StageProbe]) -> Any:
+    """A copy of ``loader`` whose producing DataLoader carries the worker probe, its
+    webdataset dataset's stages timed first (the worker probe's proxy must wrap the timed
+    copy: it forwards attribute writes to what it wraps)."""
+    inner = _inner_dataloader(loader)
+    if stages is not None:
+        inner = stages.instrument_dataloader(inner)
+    inner = probe.instrument(inner)
     if isinstance(loader, DataLoader):
-        return probe.instrument(loader)
+        return inner
     clone = copy.copy(loader)
-    clone.pipeline = [probe.instrument(loader.pipeline[0])] + list(loader.pipeline[1:])
+    clone.pipeline = [inner] + list(loader.pipeline[1:])
     return clone
 
 
-def _stop(host: Optional[HostProbe], workers: Optional[WorkerProbe]) -> None:
+def _opt_in_to_tracing(source: Any, original: Any) -> Any:
+    """``source`` with its producing DataLoader's workers opting in to being traced
+    (:class:`~pipecheck.probes.stacks.PtracerOptIn` around ``worker_init_fn``). The user's
+    ``original`` loader is never modified: when ``source`` is it, a copy is changed instead."""
+    inner = _inner_dataloader(source)
+    if inner is None or inner.num_workers == 0:
+        return source
+    if source is original:
+        clone = copy.copy(inner)
+        clone._iterator = None  # never share the original's persistent workers
+        if isinstance(source, DataLoader):
+            source = clone
+        else:
+            source = copy.copy(source)
+            source.pipeline = [clone] + list(original.pipeline[1:])
+        inner = clone
+    inner.worker_init_fn = PtracerOptIn(inner.worker_init_fn)
+    return source
+
+
+def _stop(host: Optional[HostProbe], workers: Optional[WorkerProbe],
+          stacks: Optional[StackSampler] = None, stages: Optional[StageProbe] = None) -> None:
+    if stages is not None:
+        stages.close()
+    if stacks is not None:
+        stacks.stop()
     if host is not None:
         host.stop()
     if workers is not None:
@@ -158,7 +205,11 @@ class WrappedLoader:
 
     def __init__(self, loader: Any, *, samples: Optional[SampleCounter],
                  tokens: Optional[TokenCounter], host: bool, workers: bool,
-                 host_interval_s: float, clock: _clock.Clock) -> None:
+                 host_interval_s: float, clock: _clock.Clock, stacks: bool = False,
+                 stacks_window_s: float = DEFAULT_WINDOW_S,
+                 stacks_rate_hz: int = DEFAULT_RATE_HZ,
+                 memory_interval_s: float = PSS_INTERVAL_S, device: bool = True,
+                 save: Optional[str | os.PathLike[str]] = None) -> None:
         self.loader = loader
         self._clock = clock
         self._run_start = clock()
@@ -170,27 +221,49 @@ class WrappedLoader:
         inner = _inner_dataloader(loader)
         self._workers: Optional[WorkerProbe] = None
         self._source = loader
+        self._stages = StageProbe() if workers else None
+        self._hol = HeadOfLineProbe() if workers and (self._config.num_workers or 0) >= 2 \
+            else None
         if workers and inner is not None:
             probe = WorkerProbe(inner.num_workers, run_start=self._run_start)
             try:
-                self._source = _instrumented(loader, probe)
+                self._source = _instrumented(loader, probe, self._stages)
                 self._workers = probe
             except WorkerProbeUnsupported:  # e.g. DataPipes: measure the consumer side only
                 probe.close()
+        self._stacks: Optional[StackSampler] = None
+        if stacks:
+            self._stacks = StackSampler(window_s=stacks_window_s, rate_hz=stacks_rate_hz)
+            self._source = _opt_in_to_tracing(self._source, loader)
+        if self._stages is not None and not isinstance(self._source, DataLoader) \
+                and isinstance(getattr(self._source, "pipeline", None), list):
+            self._source = self._stages.instrument_pipeline(self._source)
+        backend = cuda_backend() if device else None
+        self._device = DeviceProbe(backend) if backend is not None else None
+        self._shared_memory = shared_memory_record()
+        self._containers = largest_containers(inner.dataset) if inner is not None else []
         self._epochs = 0
         self._probed_epochs = 0
         self._host: Optional[HostProbe] = None
         if host:
             pids = self._workers.pid_to_worker if self._workers is not None else None
             self._host = HostProbe(run_start=self._run_start, interval_s=host_interval_s,
-                                   pss_interval_s=max(PSS_INTERVAL_S, host_interval_s),
+                                   pss_interval_s=max(memory_interval_s, host_interval_s),
                                    pss_on_first_sight=False,
                                    worker_ids=pids, clock=clock)
-        self._finalizer = weakref.finalize(self, _stop, self._host, self._workers)
+        self._finalizer = weakref.finalize(self, _stop, self._host, self._workers, self._stacks,
+                                           self._stages)
+        self._rank: Optional[RankInfo] = None
+        self._sharding_cache: Optional[tuple[int, Optional[dict[str, Any]]]] = None
+        self._current_rank()
+        self._last_gathered: Any = None
+        self._autosave = AutoSave(self, save) if save is not None else None
 
     def __iter__(self) -> Iterator[Any]:
         if self._host is not None:
             self._host.start()
+        if self._stacks is not None:
+            self._stacks.start()
         source = self._source
         if self._config.num_workers == 0 and self._workers is not None:
             if self._time_production_this_epoch():
@@ -198,6 +271,11 @@ class WrappedLoader:
             else:
                 source = self.loader  # same sampler and generator: the same batches
         self._epochs += 1
+        self._current_rank()
+        if self._hol is not None:
+            source = ObservedSource(source, self._hol)
+        if self._device is not None:
+            return self._consumer.iterate(self._device.iterate(source), fixed_batches(self.loader))
         return self._consumer.iterate(source, fixed_batches(self.loader))
 
     def _time_production_this_epoch(self) -> bool:
@@ -235,7 +313,12 @@ class WrappedLoader:
         self.close()
 
     def record(self) -> RunRecord:
-        """Everything measured so far, before analysis."""
+        """Everything measured so far, before analysis. Ends the stack-sampling window if it is
+        still open (py-spy writes its samples only when it stops)."""
+        stacks = None
+        if self._stacks is not None:
+            self._stacks.stop()
+            stacks = self._stacks.snapshot()
         host = self._host.snapshot() if self._host is not None else None
         workers = self._workers.snapshot() if self._workers is not None else []
         if self._workers is None:
@@ -245,13 +328,69 @@ class WrappedLoader:
         return RunRecord(kind="wrap", created=self._created, environment=collect_environment(),
                          loader=self._config, consumer=self._consumer.snapshot(),
                          workers=workers, worker_probe=probe, host=host,
-                         probed_epochs=self._probed_epochs if probe == "main-process" else None)
+                         probed_epochs=self._probed_epochs if probe == "main-process" else None,
+                         shared_memory=self._shared_memory,
+                         dataset_containers=list(self._containers), stacks=stacks,
+                         device=self._device.snapshot() if self._device is not None else None,
+                         rank=self._current_rank(),
+                         stages=self._stages.snapshots() if self._stages is not None else [],
+                         head_of_line=self._hol.summary() if self._hol is not None else None,
+                         sharding=self._sharding())
 
-    def report(self) -> Any:
-        """A :class:`pipecheck.Report` of everything measured so far (safe at any time)."""
+    def _sharding(self) -> Optional[dict[str, Any]]:
+        """The shard-assignment dry run of a webdataset loader for the current world size
+        (:func:`pipecheck.shards.loader_sharding`), computed once per world size."""
+        rank = self._current_rank()
+        world_size = rank.world_size if rank is not None else 1
+        if self._sharding_cache is None or self._sharding_cache[0] != world_size:
+            source = "torch.distributed" if rank is not None else "single process"
+            self._sharding_cache = (world_size, loader_sharding(self.loader, world_size, source))
+        return self._sharding_cache[1]
+
+    def _current_rank(self) -> Optional[RankInfo]:
+        """This process's rank now, else the last one seen: a report taken after
+        ``destroy_process_group()`` (the exit-time save) still belongs to its rank. The rank's
+        shard assignment (webdataset pipelines) is replayed once per rank seen."""
+        rank = current_rank()
+        if rank is not None and (self._rank is None or (self._rank.rank, self._rank.world_size)
+                                 != (rank.rank, rank.world_size)):
+            shards = rank_shards(self.loader, rank.rank, rank.world_size)
+            self._rank = dataclasses.replace(rank, shards=shards)
+        return self._rank
+
+    def report(self, *, gather: Optional[bool] = None,
+               timeout_s: float = DEFAULT_GATHER_TIMEOUT_S) -> Any:
+        """A :class:`pipecheck.Report` of everything measured so far (safe at any time).
+
+        Under an initialized torch.distributed process group with 2+ ranks, ``gather`` (default:
+        True there) makes this a collective: every rank must call it; rank 0's report then
+        holds every rank side by side and the straggler (``report.ranks``), the others get
+        their own report. ``timeout_s`` (> 0, seconds) bounds rank 0's wait for the others
+        (fixed when the first gather creates the gloo subgroup); a rank that does not answer
+        in time is listed as missing, never raised (:mod:`pipecheck.distributed`). Pass
+        ``gather=False`` when only some ranks call ``report()``.
+        """
         from .report import build_report
 
-        return build_report(self.record())
+        report = build_report(self.record())
+        if gather is False or report.rank is None or report.rank.world_size < 2:
+            return report
+        from .distributed import gather_report
+
+        merged = gather_report(report, timeout_s)
+        if merged.ranks is not None:
+            self._last_gathered = merged
+        return merged
+
+    def _exit_report(self) -> Any:
+        """The report saved at exit (:mod:`pipecheck.autosave`): no gather, the other ranks
+        may be gone, but the other ranks' summaries from the last gather are kept."""
+        report = self.report(gather=False)
+        if self._last_gathered is None or report.rank is None:
+            return report
+        from .distributed import reuse_gathered
+
+        return reuse_gathered(report, self._last_gathered)
 
     def close(self) -> None:
         """Stop the host sampler and release the worker probe's shared memory. Iterating after
@@ -268,6 +407,12 @@ def wrap(
     workers: bool = True,
     host_interval_s: float = 1.0,
     clock: _clock.Clock = _clock.monotonic,
+    stacks: bool = False,
+    stacks_window_s: float = DEFAULT_WINDOW_S,
+    stacks_rate_hz: int = DEFAULT_RATE_HZ,
+    memory_interval_s: float = PSS_INTERVAL_S,
+    device: bool = True,
+    save: Optional[str | os.PathLike[str]] = None,
 ) -> WrappedLoader:
     """Measure ``loader`` inside the real training loop.
 
@@ -278,9 +423,25 @@ def wrap(
         tokens: ``batch -> int`` tokens per batch, for tokens/s; default: counted when batches
             are mappings with ``input_ids`` (``attention_mask.sum()`` when present).
         host: sample CPU / memory / IO with psutil every ``host_interval_s`` seconds (> 0).
-        workers: time fetch and collate inside DataLoader workers.
+        workers: time fetch and collate inside DataLoader workers, the stages of a webdataset
+            pipeline (in the workers and in the main process) and ``pipecheck.stage`` blocks
+            (:mod:`pipecheck.probes.stages`), and, with 2 or more workers delivering in order,
+            head-of-line blocking (:mod:`pipecheck.probes.hol`).
         clock: monotonic seconds for the consumer probe; tests pass a fake clock (worker
             timestamps always come from ``time.perf_counter``).
+        stacks: sample hot stacks of the main process and the workers with py-spy for
+            ``stacks_window_s`` seconds (> 0) from the first ``iter()``; ``report()`` ends the
+            window early. ``stacks_rate_hz`` (> 0): samples per second and process. When
+            py-spy is missing or not permitted the report says why (finding
+            ``stacks-unavailable``) and everything else is measured as usual.
+        memory_interval_s: seconds (> 0) between USS/PSS reads of every process (about 5 ms of
+            CPU per process per read; default :data:`PSS_INTERVAL_S`); the memory-growth test
+            needs 9 or more reads, so shorten it for runs under a minute.
+        device: when CUDA is available, time GPU idle around ``next()`` with CUDA events.
+        save: a JSON path the report is also written to when the process exits (normally, by
+            an exception, or on SIGTERM as torchrun sends to the surviving ranks when one rank
+            dies); under torch.distributed each rank writes ``NAME.rank{N}.json``
+            (:mod:`pipecheck.autosave`). Default: not saved automatically.
 
     Returns:
         a :class:`WrappedLoader` to iterate instead of ``loader``; call ``.report()`` for the
@@ -288,10 +449,19 @@ def wrap(
 
     Raises:
         TypeError: ``loader`` is not iterable (the message names what was given).
-        ValueError: ``host_interval_s`` is not positive.
+        ValueError: ``host_interval_s``, ``memory_interval_s``, ``stacks_window_s`` or
+            ``stacks_rate_hz`` is not positive.
     """
     _check_iterable(loader)
-    if not host_interval_s > 0:
-        raise ValueError(f"host_interval_s must be > 0 seconds, got {host_interval_s!r}")
+    for name, value in (("host_interval_s", host_interval_s),
+                        ("memory_interval_s", memory_interval_s),
+                        ("stacks_window_s", stacks_window_s)):
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+    if not stacks_rate_hz > 0:
+        raise ValueError(f"stacks_rate_hz must be > 0 samples/s, got {stacks_rate_hz!r}")
     return WrappedLoader(loader, samples=samples, tokens=tokens, host=host, workers=workers,
-                         host_interval_s=host_interval_s, clock=clock)
+                         host_interval_s=host_interval_s, clock=clock, stacks=stacks,
+                         stacks_window_s=stacks_window_s, stacks_rate_hz=stacks_rate_hz,
+                         memory_interval_s=memory_interval_s,
+                         device=device, save=save)

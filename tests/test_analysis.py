@@ -343,6 +343,21 @@ def test_tail_replay_uses_the_prefetch_lead():
     assert model.predict(LoaderSettings(2, 2)).limit == "batch-time tail"
 
 
+def test_out_of_order_delivery_removes_the_tail_but_not_uniform_slowness():
+    heavy = FakeRun(num_workers=2, production_s=lambda i: 0.2 if i % 25 == 0 else 0.01,
+                    worker_cpu_fraction=0.2, batches_per_epoch=200, step_s=0.02)
+    model = analyze(simulate(heavy)).model
+    assert model.tail_wait_s(LoaderSettings(2, 2, in_order=False)) == 0.0
+    assert model.predict(LoaderSettings(2, 2, in_order=False)).batches_per_s > \
+        model.predict(LoaderSettings(2, 2)).batches_per_s
+    # Every batch 0.2 s: the median is the tail, so out-of-order delivery gains nothing.
+    uniform = FakeRun(num_workers=2, production_s=lambda i: 0.2, worker_cpu_fraction=0.2,
+                      batches_per_epoch=200, step_s=0.02)
+    model = analyze(simulate(uniform)).model
+    assert model.predict(LoaderSettings(8, 1, in_order=False)).batches_per_s == \
+        pytest.approx(model.predict(LoaderSettings(8, 1)).batches_per_s)
+
+
 # -- helpers -----------------------------------------------------------------------------------
 
 

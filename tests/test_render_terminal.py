@@ -200,10 +200,38 @@ def test_stress_sweep_is_rendered():
     lines = _lines(sample_report(kind="stress", stress=stress))
     start = lines.index("Stress sweep")
     body = lines[start:]
-    assert any("num_workers=2" in l and "120 samples/s" in l and "30.0%" in l and "measured" in l
-               for l in body)
-    assert any("num_workers=4" in l and "n/a" in l and "predicted" in l for l in body)
+    # One column per setting that varies; each row holds its value.
+    assert any(l.split()[:1] == ["num_workers"] for l in body)
+    assert any(l.split()[:1] == ["2"] and "120 samples/s" in l and "30.0%" in l
+               and "measured" in l for l in body)
+    assert any(l.split()[:1] == ["4"] and "n/a" in l and "predicted" in l for l in body)
     assert "best: num_workers=4" in " ".join(body)
+
+
+def test_stress_section_names_skips_the_baseline_gain_and_the_changes():
+    trials = [{"config": {"num_workers": 0, "batch_size": 8}, "samples_per_s": 100.0,
+               "batches_per_s": 12.5, "stall_fraction": 0.5, "measured": True},
+              {"config": {"num_workers": 4, "batch_size": 8, "in_order": False},
+               "samples_per_s": 300.0, "batches_per_s": 37.5, "stall_fraction": 0.1,
+               "measured": True}]
+    trials += [{"config": {"num_workers": n, "batch_size": 8}, "samples_per_s": 50.0 + n,
+                "batches_per_s": 6.0, "stall_fraction": 0.6, "measured": False}
+               for n in range(5, 13)]
+    stress = {
+        "trials": trials,
+        "skipped": [{"config": {"num_workers": 16}, "reason": "memory: needs about 30 GiB"}],
+        "best": trials[1], "recommended": {
+            "config": trials[1]["config"], "gain": 3.0, "baseline_samples_per_s": 100.0,
+            "expected": {"samples_per_s": 300.0}, "baseline": trials[0]["config"],
+            "changes": {"num_workers": [0, 4], "in_order": [None, False]}},
+    }
+    text = " ".join(" ".join(_lines(sample_report(kind="stress", stress=stress))).split())
+    assert "every trial: batch_size=8" in text
+    assert "skipped (memory: needs about 30 GiB): num_workers=16" in text
+    assert "3 more predicted, unmeasured configurations" in text  # 8 predicted, 5 shown
+    assert "3.00x (100 samples/s -> 300 samples/s, baseline num_workers=0 batch_size=8)" in text
+    assert "change: num_workers 0 -> 4, in_order" in text
+    assert "not in sampler order" in text
 
 
 # -- widths, colour, rich integration ------------------------------------------------------------
@@ -285,3 +313,33 @@ def test_rates_fractions_and_counts():
     assert fmt.count(3, "batch", "batches") == "3 batches"
     assert fmt.count(2, "epoch") == "2 epochs"
     assert fmt.setting_value(True) == "True" and fmt.setting_value("spawn") == "'spawn'"
+
+
+def test_hot_stacks_and_gpu_sections_only_when_present():
+    from pipecheck.records import DeviceRecord, HotFunction, StacksRecord
+
+    assert "Hot stacks" not in render_terminal(sample_report(), width=100)
+    stacks = StacksRecord(status="ok", window_s=10.0, rate_hz=50, worker_samples=900,
+                          main_samples=40, worker_other_samples=100, overhead_cpu_s=0.8,
+                          main_wait={"queue-empty": 0.9, "receiving": 0.08, "other": 0.02},
+                          main_wait_samples=450, pin_memory_busy_fraction=0.25,
+                          stages={"decode": 0.7, "collate": 0.2, "worker loop": 0.1},
+                          top=[HotFunction(function="decode_jpeg", file="/src/data.py", line=42,
+                                           fraction=0.612, inclusive_fraction=0.7, samples=551,
+                                           stage="decode")])
+    device = DeviceRecord(status="ok", backend="torch.cuda", batches=120, idle_s=3.25,
+                          idle_fraction=0.271, pinned_fraction=1.0)
+    text = render_terminal(sample_report(stacks=stacks, device=device), width=100)
+    for expected in ("Hot stacks (py-spy)", "61.2%",
+                     "worker samples 900", "py-spy overhead 800 ms CPU", "GPU (CUDA events)",
+                     "GPU idle waiting for data 3.25 s", "share of stream time 27.1%",
+                     "pinned batches 100.0%",
+                     "main thread in next(): queue-empty 90.0% · receiving 8.0% · other 2.0% "
+                     "(450 samples)", "pin-memory thread busy 25.0%",
+                     "worker stages: decode 70.0% · collate 20.0% · worker loop 10.0%",
+                     "decode_jpeg  [decode]  /src/data.py:42"):
+        assert expected in text, expected
+    missing = StacksRecord(status="unavailable", window_s=10.0, rate_hz=50,
+                           note="py-spy is not installed or not on PATH")
+    assert "not sampled (unavailable): py-spy is not installed" in render_terminal(
+        sample_report(stacks=missing), width=100)

@@ -154,11 +154,14 @@ def test_budget_skips_the_remaining_configurations():
     loader = DataLoader(IndexDataset(32), batch_size=4)
     report = pipecheck.stress(loader, workers=[0, 1, 2], budget_s=1e-6, trial_batches=3)
     assert len(report.stress["trials"]) == 1
-    assert [c["num_workers"] for c in report.stress["skipped"]] == [1, 2]
+    skipped = report.stress["skipped"]
+    assert [entry["config"]["num_workers"] for entry in skipped] == [1, 2]
+    assert {entry["reason"] for entry in skipped} == {"budget spent"}
 
 
 def test_persistent_workers_trial_runs_two_epochs():
-    loader = DataLoader(IndexDataset(32), batch_size=4)
+    # The loader's own settings are the baseline, and the only configuration here.
+    loader = DataLoader(IndexDataset(32), batch_size=4, num_workers=1, persistent_workers=True)
     report = pipecheck.stress(loader, workers=[1], persistent_workers=True, trial_batches=4)
     (trial,) = report.stress["trials"]
     assert trial["config"]["persistent_workers"] is True and trial["error"] is None

@@ -111,7 +111,12 @@ def test_candidates_span_zero_to_four_per_cpu_with_two_prefetch_factors():
     assert auto_workers(64)[-1] == MAX_AUTO_WORKERS
     configs = candidate_configs(cpus=2)
     assert configs[0].num_workers == 0 and configs[0].prefetch_factor is None
-    assert len(configs) == 1 + 8 * len(AUTO_PREFETCH_FACTORS)
+    in_order = [c for c in configs if c.in_order is not False]
+    assert len(in_order) == 1 + 8 * len(AUTO_PREFETCH_FACTORS)
+    # in_order=False only where it can matter: 2 or more workers (torch >= 2.6 has it).
+    out_of_order = [c for c in configs if c.in_order is False]
+    assert len(out_of_order) == 7 * len(AUTO_PREFETCH_FACTORS)
+    assert min(c.num_workers for c in out_of_order) == 2
     assert {c.prefetch_factor for c in configs[1:]} == set(AUTO_PREFETCH_FACTORS)
     assert candidate_configs()[-1].num_workers == min(max(8, 4 * usable_cpus()),
                                                       MAX_AUTO_WORKERS)
@@ -131,7 +136,7 @@ def test_rate_noise_is_zero_for_steady_batches_and_grows_with_spread():
 def _latency_loader_record():
     """A real trial's wrap record (3 batches, no workers), whose timeline the tests replace."""
     result = run_trial(_latency_loader(), TrialConfig(0), TrialLimits(batches=3), step=None,
-                       batch_size=None, timeout_s=30.0)
+                       timeout_s=30.0)
     assert result.record is not None
     return result.record
 

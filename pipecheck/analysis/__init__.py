@@ -3,11 +3,14 @@ diagnosis and a what-if throughput model. No I/O, no clocks, no torch.
 
 Modules: ``consumer`` (stall, throughput, demand), ``producer`` (per-worker rates, CPU,
 capacity), ``model`` (what-if predictions for other settings), ``verdict`` (verdict and
-findings), ``stats`` and ``wording`` (helpers).
+findings), ``bound`` (what workers wait on: cpu-bound / io-bound / latency-bound), ``memory``
+(worker memory growth, /dev/shm headroom), ``causes`` (the findings that explain a slow or
+at-risk loader), ``stats`` and ``wording`` (helpers).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -20,6 +23,7 @@ from pipecheck.analysis.model import (
     data_gaps,
 )
 from pipecheck.analysis.producer import summarize_producer
+from pipecheck.analysis.stages import pipeline_findings, stage_table
 from pipecheck.analysis.verdict import (
     DEFAULT_COMPUTE_BOUND_STALL,
     DEFAULT_INPUT_BOUND_STALL,
@@ -81,4 +85,9 @@ def analyze(
         compute_bound_stall=compute_bound_stall,
     )
     model = None if gaps else build_model(run, consumer, producer)
+    producer = dataclasses.replace(producer, stages=stage_table(run.stages),
+                                   head_of_line=run.head_of_line)
+    extra = pipeline_findings(producer, consumer)
+    if extra:
+        diagnosis = dataclasses.replace(diagnosis, findings=list(diagnosis.findings) + extra)
     return Analysis(consumer=consumer, producer=producer, diagnosis=diagnosis, model=model)

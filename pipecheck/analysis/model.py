@@ -27,7 +27,8 @@ CPU, and how worker start-up grows with N, are not modeled; batch times have no 
 the sampled ones; CPU-bound work scales only up to the usable CPUs while latency-bound work (sleep,
 network, storage) scales with N until the CPU cap; per-worker rates and batch times were measured
 under the run's own CPU contention, so predictions for fewer workers are conservative;
-``in_order=True`` delivery (torch's default) for the tail.
+``in_order=True`` delivery (torch's default) for the tail; with ``in_order=False`` every batch
+is replayed at the median production time instead (a slow batch delays only itself).
 """
 
 from __future__ import annotations
@@ -62,11 +63,16 @@ fewer give rates dominated by warm-up noise. pipecheck's choice."""
 @dataclass(frozen=True)
 class LoaderSettings:
     """The settings the model varies, with DataLoader's keyword names. ``prefetch_factor=None``
-    means torch's default (2) when ``num_workers > 0``."""
+    means torch's default (2) when ``num_workers > 0``. ``in_order=False`` delivers batches as
+    workers finish them: a batch slower than the rest then delays only itself, so the model
+    replays the tail with every batch at the median production time (the variation goes, the
+    typical batch time stays: uniformly slow batches, e.g. from CPU contention, gain
+    nothing)."""
 
     num_workers: int
     prefetch_factor: Optional[int] = None
     persistent_workers: bool = False
+    in_order: bool = True
 
     def effective_prefetch_factor(self) -> int:
         """The prefetch factor the DataLoader would use (0 with no workers)."""
@@ -113,6 +119,9 @@ class ThroughputModel:
     cold_start_s: float
     warm_start_s: float
     assumptions: tuple[str, ...] = ()
+    worker_class: Optional[str] = None
+    """What production waits on (``cpu-bound``, ``io-bound``, ``latency-bound``, see
+    :mod:`pipecheck.analysis.bound`); ``None`` when not classified."""
 
     @property
     def worker_cpu_fraction(self) -> float:
@@ -165,6 +174,9 @@ class ThroughputModel:
         if settings.num_workers == 0 or not self.batch_times_s:
             return 0.0
         lead_s = self.lead_s(settings)
+        if not settings.in_order:
+            ordered = sorted(self.batch_times_s)
+            return max(ordered[len(ordered) // 2] - lead_s, 0.0)
         return sum(max(t - lead_s, 0.0) for t in self.batch_times_s) / len(self.batch_times_s)
 
     def predict(self, settings: LoaderSettings, *, epochs: Optional[int] = None) -> Prediction:
@@ -224,6 +236,7 @@ def measured_settings(run: RunRecord) -> LoaderSettings:
         num_workers=num_workers,
         prefetch_factor=loader.prefetch_factor,
         persistent_workers=bool(loader.persistent_workers),
+        in_order=loader.in_order is not False,
     )
 
 
@@ -298,4 +311,5 @@ def build_model(
         cold_start_s=cold,
         warm_start_s=warm,
         assumptions=tuple(assumptions),
+        worker_class=producer.workers_class,
     )

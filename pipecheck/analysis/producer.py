@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from pipecheck.analysis import bound, memory
 from pipecheck.analysis.consumer import steady_batches_per_s, wait_cpu_per_batch_s
 from pipecheck.analysis.stats import mean, quantiles, ratio
 from pipecheck.records import (
@@ -69,17 +70,30 @@ def summarize_producer(run: RunRecord, consumer: ConsumerSummary) -> ProducerSum
     main_cpu = measured_main_cpu(run, consumer)
     if run.worker_probe == "main-process":
         return _main_process_summary(run, consumer, batch_times_s, main_cpu)
-    workers = [summarize_worker(w, processes) for w in run.workers]
+    iowait = bound.iowait_fraction(host)
+    disk_busy = bound.disk_busy_fraction(host)
+    workers = [summarize_worker(w, processes, iowait, disk_busy) for w in run.workers]
     return _workers_summary(run, consumer, workers, batch_times_s, main_cpu)
 
 
-def summarize_worker(record: WorkerRecord, processes: list[ProcessStats]) -> WorkerSummary:
+def summarize_worker(
+    record: WorkerRecord,
+    processes: list[ProcessStats],
+    iowait: Optional[float] = None,
+    disk_busy: Optional[float] = None,
+) -> WorkerSummary:
     """One worker id: rate while busy, CPU summed over every process that served the id (and
-    the children they started), peak RSS/PSS over its worker processes."""
+    the children they started), peak RSS/PSS/USS over its worker processes, what it waits on
+    (:mod:`pipecheck.analysis.bound`, given the run's system ``iowait`` and busiest-disk
+    ``disk_busy`` fractions) and its memory
+    growth (:mod:`pipecheck.analysis.memory`)."""
     mine = [p for p in processes if p.worker_id == record.id and p.role != "main"]
     own = [p for p in mine if p.role == "worker"]
     cpu_s = sum(p.cpu_s for p in mine) if mine else None
     pss = [p.pss_max_bytes for p in own if p.pss_max_bytes is not None]
+    uss = [p.uss_max_bytes for p in own if p.uss_max_bytes is not None]
+    cpu_fraction, runqueue_fraction, storage = bound.worker_busy_figures(record, mine)
+    growth = memory.worker_growth(own)
     return WorkerSummary(
         id=record.id,
         pid=record.pid,
@@ -90,9 +104,14 @@ def summarize_worker(record: WorkerRecord, processes: list[ProcessStats]) -> Wor
         collate_s=record.collate_s,
         cpu_s=cpu_s,
         rate_batches_per_s=ratio(record.batches, record.busy_s) if record.batches else None,
-        cpu_fraction=ratio(cpu_s, record.busy_s),
+        cpu_fraction=cpu_fraction,
         rss_max_bytes=max((p.rss_max_bytes for p in own), default=None),
         pss_max_bytes=max(pss, default=None),
+        runqueue_fraction=runqueue_fraction,
+        storage_read_bytes_per_s=storage,
+        bound=bound.classify(cpu_fraction, runqueue_fraction, storage, iowait, disk_busy),
+        uss_max_bytes=max(uss, default=None),
+        memory_growth_bytes_per_s=None if growth is None else growth.slope_bytes_per_s,
     )
 
 
@@ -189,6 +208,8 @@ def _workers_summary(
     batches = sum(w.batches for w in with_cpu)
     cpu_per_batch = ratio(sum(w.cpu_s for w in with_cpu), batches) if with_cpu else None
     cpu_fraction = ratio(sum(w.cpu_s for w in with_cpu), sum(w.busy_s for w in with_cpu))
+    workers_class, class_basis = bound.workers_class(
+        workers, bound.iowait_fraction(run.host), bound.disk_busy_fraction(run.host))
     summary = dict(
         batch_time_s=quantiles(batch_times_s),
         workers=workers,
@@ -197,6 +218,8 @@ def _workers_summary(
         cpu_per_batch_s=cpu_per_batch,
         cpu_fraction=cpu_fraction,
         main_cpu_per_batch_s=main_cpu.per_batch_s,
+        workers_class=workers_class,
+        workers_class_basis=class_basis,
     )
     if per_worker is None:
         return ProducerSummary(
@@ -274,6 +297,8 @@ def _main_process_summary(
     measured = fraction is not None and production_s is not None
     cpu_per_batch_s = fraction * production_s if measured else None
     workers = []
+    main_class = bound.classify(fraction, None, None, bound.iowait_fraction(run.host),
+                                bound.disk_busy_fraction(run.host))
     if record is not None:
         cpu_s = None if fraction is None else fraction * record.busy_s
         workers.append(
@@ -281,7 +306,7 @@ def _main_process_summary(
                 id=record.id, pid=record.pid, batches=record.batches, busy_s=record.busy_s,
                 samples=record.samples, fetch_s=record.fetch_s, collate_s=record.collate_s,
                 cpu_s=cpu_s, rate_batches_per_s=ratio(record.batches, record.busy_s),
-                cpu_fraction=fraction,
+                cpu_fraction=fraction, bound=main_class,
             )
         )
     basis = (
@@ -301,6 +326,10 @@ def _main_process_summary(
         cpu_per_batch_s=cpu_per_batch_s,
         cpu_fraction=fraction,
         main_cpu_per_batch_s=main_cpu.per_batch_s,
+        workers_class=main_class,
+        workers_class_basis=None if main_class is None else (
+            f"num_workers=0: the main process used {fraction * 100:.1f}% CPU while producing "
+            f"batches inside next() (cpu-bound at >= {bound.CPU_BOUND_FRACTION * 100:.0f}%)"),
     )
 
 

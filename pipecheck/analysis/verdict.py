@@ -17,6 +17,7 @@ from pipecheck.analysis.consumer import (
     mean_steady_wait_s,
     steady_batch_count,
 )
+from pipecheck.analysis.causes import cause_findings
 from pipecheck.analysis.model import MIN_STEADY_BATCHES
 from pipecheck.analysis.producer import usable_host
 from pipecheck.analysis.stats import ratio
@@ -94,6 +95,7 @@ def diagnose(
         _handover_finding(run, consumer, thresholds),
         _short_run_finding(run, consumer),
         _insufficient_data_finding(data_gaps),
+        *cause_findings(run, producer, verdict),
     ]
     return Diagnosis(
         verdict=verdict,

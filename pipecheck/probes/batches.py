@@ -110,3 +110,28 @@ def _masked_tokens(batch: Any) -> int:
 def _all_tokens(batch: Any) -> int:
     ids = batch["input_ids"]
     return int(ids.numel()) if hasattr(ids, "numel") else int(ids.size)
+
+
+_NBYTES_MAX_ITEMS = 10_000
+"""Containers walked by :func:`batch_nbytes` before it stops counting (bounds its cost)."""
+
+
+def batch_nbytes(batch: Any) -> Optional[int]:
+    """Bytes of tensor and array data in ``batch`` (``nbytes`` of each torch tensor / numpy
+    array, walking mappings, lists and tuples); ``None`` when it holds none. Never raises."""
+    total = 0
+    found = False
+    stack = [batch]
+    seen = 0
+    while stack and seen < _NBYTES_MAX_ITEMS:
+        value = stack.pop()
+        seen += 1
+        nbytes = getattr(value, "nbytes", None)  # torch.Tensor and numpy.ndarray both have it
+        if isinstance(nbytes, int) and not isinstance(value, type):
+            total += nbytes
+            found = True
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return total if found else None

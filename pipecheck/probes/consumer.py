@@ -26,7 +26,7 @@ import numpy as np
 
 from .._clock import Clock, monotonic
 from ..records import BatchTiming, ConsumerRecord, EpochTiming
-from .batches import (SampleCounter, TokenCounter, count_samples, counter_for,
+from .batches import (SampleCounter, TokenCounter, batch_nbytes, count_samples, counter_for,
                       token_counter_for)
 
 CPU_SAMPLE_EVERY = 64
@@ -166,6 +166,7 @@ class ConsumerProbe:
         self._rows: list[tuple] = []
         self._epochs: list[_Epoch] = []
         self.tokens: Optional[int] = None
+        self.batch_bytes: Optional[int] = None
         self._cpu = [0.0, 0.0, 0.0, 0.0]  # wait wall, wait cpu, compute wall, compute cpu
         self._error: Optional[str] = None
         self._interrupted = False
@@ -258,6 +259,7 @@ class ConsumerProbe:
     def _first_batch(self, batch: Any) -> None:
         """Picks the sample and token counters for the rest of the run from its first batch."""
         self._primed = True
+        self.batch_bytes = batch_nbytes(batch)  # once a run: for the /dev/shm headroom check
         self._count_samples = self._user_samples or counter_for(batch)
         self._count_tokens = self._user_tokens or token_counter_for(batch)
 
@@ -344,6 +346,7 @@ class ConsumerProbe:
             sampled_wait_cpu_s=self._cpu[1],
             sampled_compute_wall_s=self._cpu[2],
             sampled_compute_cpu_s=self._cpu[3],
+            batch_bytes=self.batch_bytes,
         )
 
     def mark_interrupted(self) -> None:

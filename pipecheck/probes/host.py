@@ -7,6 +7,10 @@ PSS (``memory_full_info``, ~5-7 ms of CPU per process) is read at most every ``p
 plus, with ``pss_on_first_sight``, once when a process is first seen so that short-lived workers
 get a value (without persistent workers that is two reads per worker per epoch).
 ``read_bytes`` counts reads that hit storage; ``read_chars`` also counts page-cache hits.
+On Linux each tick also reads ``/proc/<pid>/schedstat`` (about 15 us): the time a process's main
+thread spent runnable but waiting for a core, which tells CPU contention from waiting on sleep,
+network or storage. Every PSS read also keeps the process's USS and PSS in a bounded per-process
+series, for the memory-growth test (:mod:`pipecheck.analysis.memory`).
 
 Known blind spots, by construction of polling: a process that is born and exits between two ticks
 is never seen, and a process that exits loses the CPU and IO it used after the last tick it was
@@ -19,18 +23,22 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
 import psutil
 
 from pipecheck import _clock
 from pipecheck._clock import Clock
-from pipecheck.records import HostRecord, HostSample, ProcessStats
+from pipecheck.records import CpuSample, HostRecord, HostSample, MemorySample, ProcessStats
 
 DEFAULT_MAX_SAMPLES = 2048
 """Timeline samples kept before decimation halves them (2048 ticks of 0.5 s = 17 minutes at full
 resolution; a longer run keeps every 2nd, 4th, ... tick)."""
+
+MAX_MEMORY_SAMPLES = 256
+"""Memory readings kept per process before every other one is dropped (256 readings of 5 s
+cover 21 minutes at full resolution)."""
 
 _JOIN_TIMEOUT_S = 5.0
 """How long stop() waits for the sampler thread; one tick takes milliseconds per process."""
@@ -51,6 +59,8 @@ class _ProcessReading(NamedTuple):
     pss_bytes: Optional[int]
     read_bytes: Optional[int]
     read_chars: Optional[int]
+    runqueue_s: Optional[float] = None
+    uss_bytes: Optional[int] = None
 
 
 class _Tick(NamedTuple):
@@ -59,6 +69,7 @@ class _Tick(NamedTuple):
     processes: dict[tuple[int, float], _ProcessReading]
     system_cpu: Any  # psutil.cpu_times() namedtuple
     available_memory_bytes: int
+    disk_busy_ms: Optional[dict[str, int]] = None  # per disk, cumulative (Linux, FreeBSD)
 
 
 @dataclass
@@ -79,10 +90,37 @@ class _ProcessTrack:
     last_read_bytes: Optional[int] = None
     baseline_read_chars: Optional[int] = None
     last_read_chars: Optional[int] = None
+    baseline_runqueue_s: Optional[float] = None
+    last_runqueue_s: Optional[float] = None
+    uss_max_bytes: Optional[int] = None
+    memory: list[MemorySample] = field(default_factory=list)
+    memory_stride: int = 1
+    memory_readings: int = 0
+    cpu_series: list[CpuSample] = field(default_factory=list)
+    cpu_stride: int = 1
+    cpu_readings: int = 0
 
     @property
     def cpu_s(self) -> float:
         return self.last_cpu_s - self.baseline_cpu_s
+
+    def add_memory(self, sample: MemorySample) -> None:
+        """Keep every ``memory_stride``-th reading; halve the series when it fills."""
+        if self.memory_readings % self.memory_stride == 0:
+            self.memory.append(sample)
+            if len(self.memory) > MAX_MEMORY_SAMPLES:
+                self.memory = self.memory[::2]
+                self.memory_stride *= 2
+        self.memory_readings += 1
+
+    def add_cpu(self, sample: CpuSample) -> None:
+        """The same bounded decimation for the per-tick CPU series."""
+        if self.cpu_readings % self.cpu_stride == 0:
+            self.cpu_series.append(sample)
+            if len(self.cpu_series) > MAX_MEMORY_SAMPLES:
+                self.cpu_series = self.cpu_series[::2]
+                self.cpu_stride *= 2
+        self.cpu_readings += 1
 
 
 class _Role(NamedTuple):
@@ -274,6 +312,7 @@ class HostProbe:
             processes=processes,
             system_cpu=psutil.cpu_times(),
             available_memory_bytes=psutil.virtual_memory().available,
+            disk_busy_ms=_disk_busy_ms(),
         )
 
     def _current_worker_ids(self) -> dict[int, int]:
@@ -344,6 +383,7 @@ class HostProbe:
         cpu_s = reading.cpu_s if is_baseline else 0.0
         read_bytes = reading.read_bytes if is_baseline else 0
         read_chars = reading.read_chars if is_baseline else 0
+        runqueue_s = reading.runqueue_s if is_baseline else 0.0
         return _ProcessTrack(
             pid=reading.key[0],
             ppid=reading.ppid,
@@ -355,6 +395,8 @@ class HostProbe:
             last_read_bytes=None if reading.read_bytes is None else read_bytes,
             baseline_read_chars=None if reading.read_chars is None else read_chars,
             last_read_chars=None if reading.read_chars is None else read_chars,
+            baseline_runqueue_s=None if reading.runqueue_s is None else runqueue_s,
+            last_runqueue_s=None if reading.runqueue_s is None else runqueue_s,
         )
 
     def _append_sample(self, sample: HostSample) -> None:
@@ -417,6 +459,7 @@ class HostProbe:
             track for key, track in self._tracks.items() if roles[key].in_worker_tree
         ]
         main_cpu_s = sum(t.cpu_s for k, t in self._tracks.items() if roles[k].name == "main")
+        disk, disk_busy = _busiest_disk(first.disk_busy_ms, last.disk_busy_ms, duration_s)
         return HostRecord(
             status="ok",
             interval_s=self._interval_s,
@@ -432,6 +475,8 @@ class HostProbe:
             processes=processes,
             timeline=list(self._timeline),
             note=self._note,
+            disk_busy_fraction_mean=disk_busy,
+            busiest_disk=disk,
         )
 
 
@@ -452,7 +497,7 @@ def _read_process(
         if must_succeed:
             raise
         return None
-    read_bytes = read_chars = pss_bytes = None
+    read_bytes = read_chars = pss_bytes = uss_bytes = None
     try:
         io = proc.io_counters()
         read_bytes = io.read_bytes
@@ -461,7 +506,9 @@ def _read_process(
         pass
     if want_pss:
         try:
-            pss_bytes = getattr(proc.memory_full_info(), "pss", None)  # Linux only
+            full = proc.memory_full_info()
+            pss_bytes = getattr(full, "pss", None)  # Linux only
+            uss_bytes = getattr(full, "uss", None)
         except (*_GONE, AttributeError, NotImplementedError):
             pass
     return _ProcessReading(
@@ -472,7 +519,19 @@ def _read_process(
         pss_bytes=pss_bytes,
         read_bytes=read_bytes,
         read_chars=read_chars,
+        runqueue_s=_runqueue_s(proc.pid),
+        uss_bytes=uss_bytes,
     )
+
+
+def _runqueue_s(pid: int) -> Optional[float]:
+    """Seconds the process's main thread has waited runnable for a core (second field of
+    ``/proc/<pid>/schedstat``, nanoseconds); ``None`` where the file does not exist."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _update_track(track: _ProcessTrack, reading: _ProcessReading, at_s: float, dt_s: float) -> None:
@@ -481,9 +540,22 @@ def _update_track(track: _ProcessTrack, reading: _ProcessReading, at_s: float, d
     track.observed_s += dt_s
     track.last_cpu_s = reading.cpu_s
     track.rss_max_bytes = max(track.rss_max_bytes, reading.rss_bytes)
-    if reading.pss_bytes is not None:
-        track.pss_last_bytes = reading.pss_bytes
-        track.pss_max_bytes = max(track.pss_max_bytes or 0, reading.pss_bytes)
+    if reading.pss_bytes is not None or reading.uss_bytes is not None:
+        if reading.pss_bytes is not None:
+            track.pss_last_bytes = reading.pss_bytes
+            track.pss_max_bytes = max(track.pss_max_bytes or 0, reading.pss_bytes)
+        if reading.uss_bytes is not None:
+            track.uss_max_bytes = max(track.uss_max_bytes or 0, reading.uss_bytes)
+        track.add_memory(MemorySample(at_s=at_s, rss_bytes=reading.rss_bytes,
+                                      pss_bytes=reading.pss_bytes, uss_bytes=reading.uss_bytes))
+    if reading.runqueue_s is not None:
+        if track.baseline_runqueue_s is None:
+            track.baseline_runqueue_s = reading.runqueue_s
+        track.last_runqueue_s = reading.runqueue_s
+    track.add_cpu(CpuSample(
+        at_s=at_s, cpu_s=track.cpu_s,
+        runqueue_s=_delta_s(track.baseline_runqueue_s, track.last_runqueue_s),
+        read_bytes=_delta_s(track.baseline_read_bytes, track.last_read_bytes)))
     if reading.read_bytes is not None:
         if track.baseline_read_bytes is None:  # became readable later: count from here
             track.baseline_read_bytes = reading.read_bytes
@@ -536,7 +608,40 @@ def _process_stats(track: _ProcessTrack, role: _Role) -> ProcessStats:
         first_seen_at_s=track.first_seen_at_s,
         last_seen_at_s=track.last_seen_at_s,
         worker_id=role.worker_id,
+        runqueue_s=_delta_s(track.baseline_runqueue_s, track.last_runqueue_s),
+        uss_max_bytes=track.uss_max_bytes,
+        memory=list(track.memory),
+        cpu=list(track.cpu_series),
     )
+
+
+def _delta_s(baseline: Optional[float], last: Optional[float]) -> Optional[float]:
+    return None if baseline is None or last is None else last - baseline
+
+
+def _disk_busy_ms() -> Optional[dict[str, int]]:
+    """Cumulative milliseconds each disk had I/O in flight (``busy_time``, iostat's %util
+    numerator; about 60 us to read here); ``None`` where psutil has no such counter."""
+    try:
+        counters = psutil.disk_io_counters(perdisk=True) or {}
+    except (OSError, RuntimeError, NotImplementedError):
+        return None
+    busy = {name: c.busy_time for name, c in counters.items() if hasattr(c, "busy_time")}
+    return busy or None
+
+
+def _busiest_disk(
+    before: Optional[dict[str, int]], after: Optional[dict[str, int]], duration_s: float
+) -> tuple[Optional[str], Optional[float]]:
+    """(name, busy share 0-1) of the disk busiest between two readings."""
+    if not before or not after or duration_s <= 0:
+        return None, None
+    shares = {name: (after[name] - before[name]) / 1e3 / duration_s
+              for name in after if name in before}
+    if not shares:
+        return None, None
+    name = max(shares, key=lambda n: shares[n])
+    return name, _clamp_percent(100.0 * shares[name]) / 100.0
 
 
 def _system_percents(before: Any, after: Any) -> tuple[Optional[float], Optional[float]]:

@@ -1,7 +1,8 @@
 """The terminal summary of a Report, built with rich: verdict first, then the numbers behind it.
 
 Sections, in order: verdict line, run context, throughput, data wait (stall), producer vs
-consumer, host, findings, recommendations, and the stress sweep when the report has one. Every
+consumer, host, hot stacks and GPU (only when the report has them), findings, recommendations,
+and the stress sweep when the report has one. Every
 number carries its unit (:mod:`pipecheck.units`); values that were not measured show as
 ``n/a``. :func:`renderables` returns the rich objects (``rich.print(report)`` uses them);
 :func:`render_terminal` renders them to a string.
@@ -10,7 +11,9 @@ number carries its unit (:mod:`pipecheck.units`); values that were not measured 
 from __future__ import annotations
 
 import io
+import os
 import shutil
+import sysconfig
 from typing import TYPE_CHECKING, Any, Optional
 
 from rich import box
@@ -23,7 +26,8 @@ from rich.text import Text
 from pipecheck import units as fmt
 
 if TYPE_CHECKING:
-    from pipecheck.records import ConsumerSummary, HostRecord, ProducerSummary, Quantiles
+    from pipecheck.records import (ConsumerSummary, DeviceRecord, HostRecord, ProducerSummary,
+                                   Quantiles, StacksRecord)
     from pipecheck.report import Report
 
 DEFAULT_WIDTH = 100
@@ -83,11 +87,29 @@ def renderables(report: "Report") -> list[RenderableType]:
     ended = _ended_line(report.consumer)
     if ended is not None:
         parts.append(Text(ended, style="bold yellow"))
-    sections = [
+    sections = []
+    if report.ranks is not None:  # a multi-rank run: every rank first, then one rank's detail
+        from pipecheck.render.ranks import ranks_lines
+
+        sections.append(("Ranks", ranks_lines(report.ranks, report.rank)))
+    sections += [
         ("Throughput", _throughput(report.consumer)),
         ("Data wait (stall)", _stall(report.consumer)),
         ("Producer vs consumer", _producer_vs_consumer(report.consumer, report.producer)),
         ("Host", _host(report)),
+    ]
+    # Optional probes: a section only when the run has one.
+    if report.producer.stages:
+        sections.append(("Pipeline stages", _stages(report.producer.stages)))
+    if report.sharding:
+        from pipecheck.render.sharding import sharding_renderables
+
+        sections.append(("Shard assignment", sharding_renderables(report.sharding)))
+    if report.stacks is not None:
+        sections.append(("Hot stacks (py-spy)", _stacks(report.stacks)))
+    if report.device is not None:
+        sections.append(("GPU (CUDA events)", _device(report.device)))
+    sections += [
         ("Findings", _findings(report)),
         ("Recommendations", _recommendations(report)),
     ]
@@ -98,6 +120,28 @@ def renderables(report: "Report") -> list[RenderableType]:
         parts.append(Text(title, style="bold underline"))
         parts.append(Padding(Group(*body), (0, 0, 0, 2), expand=False))
     return parts
+
+
+STAGE_ROWS = 6
+"""Pipeline stages listed in the terminal, most exclusive time first (the JSON has them all)."""
+
+
+def _stages(rows: list[dict[str, Any]]) -> list[RenderableType]:
+    """Exclusive time per stage: where it ran, seconds, share of that place's stage time, items
+    in and out (a filter shows as fewer out than in)."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for header in ("stage", "runs in", "exclusive", "share", "in", "out"):
+        table.add_column(header, justify="left" if header in ("stage", "runs in") else "right")
+    for row in rows[:STAGE_ROWS]:
+        items_in = row.get("samples_in")
+        table.add_row(str(row.get("name")), str(row.get("where")),
+                      fmt.seconds(row.get("exclusive_s")), fmt.percent(row.get("fraction")),
+                      "-" if items_in is None else f"{items_in:,}",
+                      f"{row.get('samples_out') or 0:,}")
+    out: list[RenderableType] = [table]
+    if len(rows) > STAGE_ROWS:
+        out.append(Text(f"{len(rows) - STAGE_ROWS} more stages in the JSON report", style=_DIM))
+    return out
 
 
 def verdict_line(report: "Report") -> str:
@@ -174,9 +218,11 @@ def _context_line(report: "Report") -> str:
     ]
     cuda = "no CUDA" if not env.cuda else " ".join(filter(None, ("CUDA", env.cuda_device)))
     torch = f"torch {env.torch}" if env.torch else "no torch"
+    where = (f", rank {report.rank.rank} of {report.rank.world_size}"
+             if report.rank is not None else "")
     return " · ".join(
         [
-            f"{report.kind} report, {report.created}",
+            f"{report.kind} report{where}, {report.created}",
             " ".join([loader.type, *settings]),
             f"{env.cpu_count} CPUs ({env.usable_cpus} usable), {cuda}",
             f"Python {env.python}, {torch}",
@@ -275,6 +321,9 @@ def _producer_vs_consumer(
         details.append(("worker CPU while busy", fmt.percent(producer.cpu_fraction)))
     if details:
         lines.append(_line(*details))
+    if producer.workers_class is not None:
+        basis = f" ({producer.workers_class_basis})" if producer.workers_class_basis else ""
+        lines.append(_line(("producer is", f"{producer.workers_class}{basis}")))
     if producer.workers:
         lines.append(_worker_table(producer))
     else:
@@ -356,6 +405,8 @@ def _host(report: "Report") -> list[RenderableType]:
         _line(
             ("read from storage", fmt.bytes_rate(host.read_bytes_per_s)),
             ("incl. page cache", fmt.bytes_rate(host.read_chars_per_s)),
+            *([(f"disk {host.busiest_disk} busy", fmt.percent(host.disk_busy_fraction_mean))]
+              if host.disk_busy_fraction_mean is not None else []),
         ),
     ]
     memory = _memory_line(report, has_workers)
@@ -467,24 +518,126 @@ def _why_no_recommendations(report: "Report") -> str:
     return "No recommendations: no change is predicted to help."
 
 
+PREDICTED_ROWS = 5
+"""Unmeasured (predicted-only) configurations shown in the stress table, highest predicted
+throughput first; the JSON report lists them all."""
+
+
+def _stacks(stacks: "StacksRecord") -> list[RenderableType]:
+    """Status and the hottest functions by share of on-CPU worker samples."""
+    if stacks.status != "ok":
+        return [Text(f"not sampled ({stacks.status}): {stacks.note}", style=_DIM)]
+    overhead = ("py-spy overhead", fmt.NOT_MEASURED if stacks.overhead_cpu_s is None
+                else f"{fmt.seconds(stacks.overhead_cpu_s)} CPU")
+    lines: list[RenderableType] = [
+        _line(("worker samples", f"{stacks.worker_samples:,}"),
+              ("start-up/shutdown", f"{stacks.worker_other_samples:,}"),
+              ("main", f"{stacks.main_samples:,}")),
+        _line(("window", fmt.seconds(stacks.window_s)), ("rate", f"{stacks.rate_hz} Hz"),
+              overhead),
+    ]
+    if stacks.main_wait:
+        split = [(name, fmt.percent(share)) for name, share in stacks.main_wait.items()]
+        split[0] = (f"main thread in next(): {split[0][0]}", split[0][1])
+        split[-1] = (split[-1][0], f"{split[-1][1]} ({stacks.main_wait_samples:,} samples)")
+        lines.append(_line(*split))
+    if stacks.stages:
+        shares = [(name, fmt.percent(share)) for name, share in list(stacks.stages.items())[:5]]
+        shares[0] = (f"worker stages: {shares[0][0]}", shares[0][1])
+        lines.append(_line(*shares))
+    if stacks.pin_memory_busy_fraction is not None:
+        busy = fmt.percent(stacks.pin_memory_busy_fraction)
+        lines.append(_line(("pin-memory thread busy", busy)))
+    scope = "worker" if stacks.worker_samples else "main-process"
+    if not stacks.top:
+        return lines + [Text("no on-CPU samples", style=_DIM)]
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column()
+    grid.add_row(Text("self", style=_DIM), Text("total", style=_DIM),
+                 Text(f"function (share of {scope} samples)", style=_DIM))
+    for hot in stacks.top[:5]:
+        where = _short_path(hot.file) + (f":{hot.line}" if hot.line is not None else "")
+        stage = f"  [{hot.stage}]" if hot.stage else ""
+        grid.add_row(fmt.percent(hot.fraction), fmt.percent(hot.inclusive_fraction),
+                     Text(f"{hot.function}{stage}  {where}"))
+    return lines + [grid]
+
+
+def _short_path(path: str) -> str:
+    """``path`` from its package on for installed code (``.../site-packages/torch/x.py`` ->
+    ``torch/x.py``) and the standard library (``threading.py``), relative to the working
+    directory below it; the JSON keeps it whole."""
+    marker = "site-packages/"
+    if marker in path:
+        return path.split(marker, 1)[1]
+    stdlib = sysconfig.get_paths()["stdlib"] + os.sep
+    if path.startswith(stdlib):
+        return path[len(stdlib):]
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if relative.startswith("..") else relative
+
+
+def _device(device: "DeviceRecord") -> list[RenderableType]:
+    """GPU idle caused by data and the batches behind it."""
+    pinned = ("pinned batches", fmt.percent(device.pinned_fraction))
+    return [
+        _line(("GPU idle waiting for data", fmt.seconds(device.idle_s)),
+              ("share of stream time", fmt.percent(device.idle_fraction))),
+        _line(("batches timed", f"{device.batches:,}"), ("pending", f"{device.unresolved:,}"),
+              ("not timed (pool full)", f"{device.dropped:,}"), pinned),
+    ]
+
+
 def _stress(stress: dict[str, Any]) -> list[RenderableType]:
-    """The sweep's trials (config, throughput, stall, measured or predicted) and its choices."""
+    """The sweep's trials (config, throughput, stall, measured or predicted) and its choices.
+
+    The config column names only the settings that vary between trials (the rest are printed
+    once above the table); measured trials come in run order, then the best
+    :data:`PREDICTED_ROWS` predicted-only ones."""
     trials = [t for t in stress.get("trials") or [] if isinstance(t, dict)]
     lines: list[RenderableType] = []
-    if trials:
+    configs = [t.get("config") for t in trials if isinstance(t.get("config"), dict)]
+    varying = _varying_keys(configs)
+    constant = {k: v for k, v in (configs[0] if configs else {}).items()
+                if k not in varying and v is not None}
+    if constant and len(trials) > 1:
+        lines.append(_line(("every trial:", _config_text(constant))))
+    measured = [t for t in trials if t.get("measured")]
+    predicted_only = sorted((t for t in trials if not t.get("measured")),
+                            key=lambda t: -(_number(t.get("samples_per_s")) or 0.0))
+    shown = measured + predicted_only[:PREDICTED_ROWS]
+    if shown:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
         # The "predicted" column (the search model's samples/s before a measured trial ran)
         # appears only when some measured trial has one, so grid tables keep their shape.
         show_predicted = any(_number(t.get("predicted_samples_per_s")) is not None
-                             and t.get("measured") for t in trials)
-        headers = ["config", "samples/s", "batches/s", "stall", "source"]
+                             for t in measured)
+        # One column per varying setting, in the config's own key order.
+        setting_columns = [k for k in (configs[0] if configs else {}) if k in varying]
+        setting_columns += sorted(varying - set(setting_columns))
+        if not setting_columns:
+            setting_columns = ["config"]
+        headers = ["samples/s", "batches/s", "stall", "source"]
         if show_predicted:
-            headers.insert(2, "predicted")
+            headers.insert(1, "predicted")
+        for header in setting_columns:
+            table.add_column(header, justify="right")
         for header in headers:
-            table.add_column(header, justify="left" if header == "config" else "right")
-        for trial in trials:
-            row = [
-                _config_text(trial.get("config")),
+            table.add_column(header, justify="right")
+        for trial in shown:
+            config = trial.get("config")
+            if setting_columns == ["config"]:
+                cells = [_config_text(config)]
+            else:
+                config = config if isinstance(config, dict) else {}
+                cells = ["-" if config.get(k) is None else fmt.setting_value(config.get(k))
+                         for k in setting_columns]
+            row = cells + [
                 fmt.rate(_number(trial.get("samples_per_s")), "samples"),
                 fmt.rate(_number(trial.get("batches_per_s")), "batches"),
                 fmt.percent(_number(trial.get("stall_fraction"))),
@@ -492,16 +645,27 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
             ]
             if show_predicted:
                 predicted = _number(trial.get("predicted_samples_per_s"))
-                row.insert(2, fmt.rate(predicted, "samples") if trial.get("measured")
-                           and predicted is not None else "")
+                row.insert(len(cells) + 1, fmt.rate(predicted, "samples")
+                           if trial.get("measured") and predicted is not None else "")
             table.add_row(*row)
         lines.append(table)
+    hidden = len(predicted_only) - PREDICTED_ROWS
+    if hidden > 0:
+        lines.append(Text(f"{hidden} more predicted, unmeasured configurations are listed in "
+                          f"the JSON report", style=_DIM))
     for trial in trials:
         if trial.get("error"):
             lines.append(_line(("failed:", f"{_config_text(trial.get('config'))}: "
                                            f"{trial['error']}")))
-    for config in stress.get("skipped") or []:
-        lines.append(_line(("skipped (budget spent):", _config_text(config))))
+    skipped: dict[str, list[str]] = {}
+    for entry in stress.get("skipped") or []:
+        if isinstance(entry, dict):
+            skipped.setdefault(str(entry.get("reason")), []).append(
+                _config_text(entry.get("config")))
+    for reason, configs in skipped.items():
+        listed = "; ".join(configs) if len(configs) <= PREDICTED_ROWS else \
+            f"{len(configs)} configurations (listed in the JSON report)"
+        lines.append(_line((f"skipped ({reason}):", listed)))
     search = stress.get("search")
     if isinstance(search, dict) and search:
         lines.append(_line(("model-guided search:",
@@ -512,9 +676,28 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
         if isinstance(choice, dict) and choice:
             config = choice.get("config", choice)
             lines.append(_line((f"{key}:", _config_text(config))))
-    gain = _number((stress.get("recommended") or {}).get("gain"))
+    recommended = stress.get("recommended") or {}
+    gain = _number(recommended.get("gain"))
     if gain is not None:
-        lines.append(_line(("expected gain over the first configuration:", f"{gain:.2f}x")))
+        base = _number(recommended.get("baseline_samples_per_s"))
+        expected = _number((recommended.get("expected") or {}).get("samples_per_s"))
+        lines.append(_line((
+            "expected gain over the baseline:",
+            f"{gain:.2f}x ({fmt.rate(base, 'samples')} -> {fmt.rate(expected, 'samples')}, "
+            f"baseline {_config_text(recommended.get('baseline'))})")))
+    profile = stress.get("profile")
+    if isinstance(profile, dict) and profile.get("status") in ("ok", "failed", "skipped"):
+        text = ("one extra trial of the best configuration sampled hot stacks (see Hot stacks)"
+                if profile["status"] == "ok" else f"{profile['status']}: {profile.get('reason')}")
+        lines.append(_line(("profiling trial:", text)))
+    changes = recommended.get("changes")
+    if isinstance(changes, dict) and changes:
+        lines.append(_line(("change:", ", ".join(
+            f"{name} {fmt.setting_value(pair[0])} -> {fmt.setting_value(pair[1])}"
+            for name, pair in changes.items() if isinstance(pair, list) and len(pair) == 2))))
+        if (changes.get("in_order") or [None, None])[1] is False:
+            lines.append(_line(("note:", "in_order=False delivers batches as workers finish "
+                                         "them, not in sampler order")))
     return lines or [Text("no trials recorded", style=_DIM)]
 
 
@@ -525,9 +708,17 @@ def _trial_source(trial: dict[str, Any]) -> str:
 
 
 def _config_text(config: Any) -> str:
+    """``num_workers=2 prefetch_factor=4``: settings left unset (``None``) are left out."""
     if isinstance(config, dict):
-        return " ".join(f"{k}={fmt.setting_value(v)}" for k, v in config.items())
+        return " ".join(f"{k}={fmt.setting_value(v)}" for k, v in config.items()
+                        if v is not None) or "the target's own settings"
     return fmt.NOT_MEASURED if config is None else str(config)
+
+
+def _varying_keys(configs: list[dict[str, Any]]) -> set[str]:
+    """Settings whose value differs between ``configs`` (a setting missing counts as None)."""
+    keys = {k for c in configs for k in c}
+    return {k for k in keys if len({repr(c.get(k)) for c in configs}) > 1}
 
 
 def _number(value: Any) -> Optional[float]:

@@ -9,23 +9,36 @@ in a killable child process), :mod:`.runner` (the sweep and the stress section),
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+import dataclasses
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from pipecheck.errors import BadInputError
-from pipecheck.stress.runner import ProgressCallback, Source, Sweep, run_sweep, validate
+from pipecheck.stress.runner import Source, Sweep, run_sweep, validate
 from pipecheck.stress.search import candidate_configs, run_search
-from pipecheck.stress.settings import StepTime, TrialConfig, parse_step_time, sweep_configs
+from pipecheck.stress.settings import (
+    TORCH_DEFAULT_PREFETCH_FACTOR,
+    StepTime,
+    TrialConfig,
+    parse_step_time,
+    sweep_configs,
+    torch_has_in_order,
+)
+from pipecheck.stress.target import given_config
+from pipecheck.stress.tracker import ProgressCallback, ProgressEvent
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
-__all__ = ["StepTime", "Sweep", "TrialConfig", "TrialLimits", "TrialResult", "stress"]
+__all__ = ["ProgressEvent", "StepTime", "Sweep", "TrialConfig", "TrialLimits", "TrialResult",
+           "stress"]
 
 
 def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
            prefetch_factors: Optional[Sequence[int]] = None, persistent_workers: bool = False,
-           pin_memory: Optional[bool] = None, step_time_s: Any = None,
-           batch_size: Optional[int] = None, budget_s: float = 60.0, timeout_s: float = 30.0,
-           trial_batches: int = 50, trial_s: float = 10.0,
-           progress: Optional[ProgressCallback] = None, search: str = "model") -> Any:
+           pin_memory: Optional[bool] = None, in_order: Optional[Sequence[bool]] = None,
+           step_time_s: Any = None, batch_size: Union[int, Sequence[int], None] = None,
+           baseline: Union[TrialConfig, Mapping[str, Any], None] = None,
+           budget_s: float = 60.0, timeout_s: float = 30.0, trial_batches: int = 50,
+           trial_s: float = 10.0, progress: Optional[ProgressCallback] = None,
+           search: str = "model", stacks: Optional[bool] = None) -> Any:
     """Sweep DataLoader settings over ``source`` and return a ``kind="stress"`` Report.
 
     Args:
@@ -41,21 +54,36 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
             default torch's 2 with an explicit worker list, 2 and 4 with automatic workers.
         persistent_workers: keep workers across epochs; each trial then runs 2 epochs.
         pin_memory: force ``pin_memory`` (``None`` keeps the target's choice).
+        in_order: ``in_order`` values tried with 2+ workers (torch >= 2.6); ``None``: True and
+            False with automatic workers where torch has it, the target's own otherwise.
+            ``in_order=False`` gives up the sampler's batch order (reproducibility).
         step_time_s: emulated step per batch in seconds: a number, ``(mean, jitter)``, a
             :class:`StepTime` or text such as ``"0.05+-0.01"``; ``None``: no step.
-        batch_size: offered to the factory and used when it returns a Dataset.
+        batch_size: samples per batch, or several to compare (each one is searched; rates are
+            compared in samples/s; the step time stays per batch); ``None`` keeps the target's.
+        baseline: the configuration to beat (``TrialConfig`` or a dict of its fields), measured
+            first; ``None``: with automatic workers the given one (a DataLoader's own
+            settings, or the defaults of the factory's ``num_workers`` / ``prefetch_factor`` /
+            ``persistent_workers`` parameters), else ``num_workers=0``; with an explicit
+            worker list its first configuration.
         budget_s: seconds after which no new trial starts (> 0; remaining ones are skipped).
         timeout_s: a trial silent this many seconds (no batch) fails as timed out (> 0).
         trial_batches: batches per epoch per trial (>= 2; the first is warm-up).
         trial_s: wall-clock seconds per trial at most (> 0).
-        progress: called as ``(event, config, done, total, result)`` during the sweep.
+        progress: called with a :class:`pipecheck.stress.tracker.ProgressEvent` as trials
+            start, deliver batches and finish.
         search: with automatic workers, ``"model"`` (default) measures only what the what-if
             model predicts may beat the best measured (:mod:`pipecheck.stress.search`);
             ``"grid"`` measures every candidate. Ignored with an explicit worker list.
+        stacks: after the sweep, run one profiling trial of the best configuration with py-spy
+            (:mod:`pipecheck.probes.stacks`) and put its hot stacks in the report; it is not
+            compared (sampling costs throughput). ``None``: when py-spy is installed and
+            permitted (else the stress section's ``profile`` says why not).
 
     Returns:
         a :class:`pipecheck.Report` whose ``stress`` section lists every trial, the best and the
-        recommended configuration; its other sections come from the best trial's measurement.
+        recommended configuration (with its gain over the baseline); its other sections come
+        from the best trial's measurement.
 
     Raises:
         BadInputError: a bad target (missing file or function, the function raises or returns
@@ -72,26 +100,95 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
         raise BadInputError(f"search must be 'model' or 'grid', got {search!r}")
     if isinstance(workers, str) and workers != "auto":
         raise BadInputError(f"workers must be a list of counts or 'auto', got {workers!r}")
+    if in_order is not None and not torch_has_in_order():
+        raise BadInputError("this torch's DataLoader has no in_order (added in torch 2.6)")
     step = _step(step_time_s)
+    sizes: list[Optional[int]] = ([batch_size] if batch_size is None or isinstance(batch_size, int)
+                                  else list(batch_size))
     auto = workers is None or workers == "auto"
     if auto:
         configs = candidate_configs(prefetch_factors, persistent_workers=persistent_workers,
-                                    pin_memory=pin_memory)
+                                    pin_memory=pin_memory, in_orders=in_order,
+                                    batch_sizes=sizes)
     else:
         configs = sweep_configs(workers, prefetch_factors,  # type: ignore[arg-type]
-                                persistent_workers=persistent_workers, pin_memory=pin_memory)
-    checked = validate(source, configs[0], batch_size)
+                                persistent_workers=persistent_workers, pin_memory=pin_memory,
+                                in_orders=in_order or [None], batch_sizes=sizes)
+    checked = validate(source, configs[0])
+    # The given configuration joins automatic candidates; an explicit list is taken as asked.
+    first = _baseline(baseline, checked, configs[0]) if auto or baseline is not None else None
+    if first is not None:
+        configs = [first] + [c for c in configs if c != first]
+        validate(checked, first)
     limits = TrialLimits(batches=trial_batches, seconds=trial_s,
                          epochs=2 if persistent_workers else 1)
     run = run_search if auto and search == "model" else run_sweep
     sweep = run(source if isinstance(source, str) else checked, configs, limits,
-                step=step, batch_size=batch_size, budget_s=budget_s, timeout_s=timeout_s,
-                progress=progress)
+                step=step, budget_s=budget_s, timeout_s=timeout_s, progress=progress)
     best = sweep.best()
     if best is None or best.record is None:
         reasons = "; ".join(f"{t.config.label()}: {t.error}" for t in sweep.trials)
         raise BadInputError(f"no trial measured anything ({reasons})")
-    return build_report(best.record, stress=sweep.section())
+    section = sweep.section()
+    record, section["profile"] = _profile(stacks, source if isinstance(source, str) else checked,
+                                          best, limits, step, timeout_s)
+    return build_report(record, stress=section)
+
+
+def _profile(stacks: Optional[bool], source: Source, best: TrialResult, limits: TrialLimits,
+             step: Optional[StepTime], timeout_s: float) -> tuple[Any, dict[str, Any]]:
+    """The best trial's record with hot stacks from a profiling trial of its configuration, and
+    the stress section's ``profile`` entry (``status`` ``ok``, ``failed``, ``skipped`` or
+    ``off``, with ``reason``)."""
+    from pipecheck.stress.runner import run_trial
+
+    if stacks is False:
+        return best.record, {"status": "off", "reason": "stacks=False"}
+    if stacks is None:
+        reason = stacks_unavailable()
+        if reason is not None:
+            return best.record, {"status": "skipped", "reason": reason}
+    profiled = run_trial(source, best.config, dataclasses.replace(limits, stacks=True),
+                         step=step, timeout_s=timeout_s)
+    if profiled.record is None or profiled.record.stacks is None:
+        return best.record, {"status": "failed", "config": best.config.to_dict(),
+                             "reason": profiled.error or "the profiling trial took no stacks"}
+    record = dataclasses.replace(best.record, stacks=profiled.record.stacks)
+    return record, {"status": "ok", "config": best.config.to_dict(),
+                    "samples_per_s": profiled.samples_per_s, "reason": None}
+
+
+def stacks_unavailable() -> Optional[str]:
+    """Why py-spy cannot sample here (one line with how to enable it); ``None`` when it can."""
+    import shutil
+
+    from pipecheck.probes.stacks import has_cap_sys_ptrace, ptrace_scope, unavailable_reason
+
+    return unavailable_reason(shutil.which("py-spy"), ptrace_scope(), has_cap_sys_ptrace())
+
+
+def _baseline(given: Union[TrialConfig, Mapping[str, Any], None], source: Source,
+              first: TrialConfig) -> Optional[TrialConfig]:
+    """The baseline to measure first, aligned with the candidates' batch size, ``pin_memory``
+    and ``in_order`` where it leaves them open; ``None`` to keep ``first``."""
+    if given is None:
+        config = given_config(source)
+    elif isinstance(given, TrialConfig):
+        config = given
+    else:
+        try:
+            config = TrialConfig(**given)
+        except TypeError as err:
+            raise BadInputError(f"bad baseline {dict(given)!r}: {err}") from None
+    if config is None:
+        return None
+    if config.num_workers < 0 or (config.num_workers > 0 and (config.prefetch_factor or 1) < 1):
+        raise BadInputError(f"bad baseline: {config.label()}")
+    if config.num_workers > 0 and config.prefetch_factor is None:
+        config = dataclasses.replace(config, prefetch_factor=TORCH_DEFAULT_PREFETCH_FACTOR)
+    fill = {name: getattr(first, name) for name in ("pin_memory", "in_order", "batch_size")
+            if getattr(config, name) is None}
+    return dataclasses.replace(config, **fill)
 
 
 def _step(value: Any) -> Optional[StepTime]:

@@ -9,6 +9,7 @@ and the last line reported when it dies without a result.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from pipecheck.stress.settings import StepTime, TrialConfig
 from pipecheck.stress.trial import TrialLimits, TrialResult, failed, result_from_json
@@ -26,21 +27,21 @@ POLL_S = 0.05
 
 
 def run_isolated(target: str, config: TrialConfig, limits: TrialLimits, *,
-                 step: Optional[StepTime], batch_size: Optional[int],
-                 timeout_s: float) -> TrialResult:
+                 step: Optional[StepTime], timeout_s: float,
+                 on_batches: Optional[Callable[[int], None]] = None) -> TrialResult:
     """Run the trial in a child process and return its result.
 
     ``timeout_s`` (> 0) is the longest silence tolerated: no start, loader or batch within that
     many seconds kills the child and gives a failed result ("timed out ..."). A child that dies
     (worker crash, segfault) gives a failed result naming its exit status and last stderr line.
-    Never raises for the trial's own failures.
+    ``on_batches`` is called with the batches delivered so far whenever that count changes
+    (checked every :data:`POLL_S` seconds). Never raises for the trial's own failures.
     """
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pipecheck-trial-") as folder:
-        request = {"target": target, "config": config.to_dict(), "batch_size": batch_size,
+        request = {"target": target, "config": config.to_dict(),
                    "step": step.to_dict() if step is not None else None,
-                   "limits": {"batches": limits.batches, "seconds": limits.seconds,
-                              "epochs": limits.epochs},
+                   "limits": dataclasses.asdict(limits),
                    "sys_path": [p for p in sys.path if p]}
         request_path = os.path.join(folder, "request.json")
         with open(request_path, "w", encoding="utf-8") as handle:
@@ -53,13 +54,13 @@ def run_isolated(target: str, config: TrialConfig, limits: TrialLimits, *,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
                 start_new_session=True)
         try:
-            timed_out = _watch(child, progress_path, timeout_s)
+            timed_out = _watch(child, progress_path, timeout_s, on_batches)
         finally:
             _kill_group(child)
         wall_s = time.perf_counter() - started
         seen = _size(progress_path)
         if timed_out:
-            got = max(seen - 2, 0)
+            got = _batches(seen)
             return failed(config, f"timed out: nothing delivered for {timeout_s:g} s "
                                   f"(after {got} batches); trial killed", wall_s)
         result_path = os.path.join(folder, "result.json")
@@ -70,7 +71,8 @@ def run_isolated(target: str, config: TrialConfig, limits: TrialLimits, *,
                               f"{_last_line(stderr_path)}", wall_s)
 
 
-def _watch(child: subprocess.Popen, progress_path: str, timeout_s: float) -> bool:
+def _watch(child: subprocess.Popen, progress_path: str, timeout_s: float,
+           on_batches: Optional[Callable[[int], None]]) -> bool:
     """Wait for ``child`` to exit; True when it stayed silent for ``timeout_s`` seconds."""
     last_size, last_change = -1, time.monotonic()
     while child.poll() is None:
@@ -78,6 +80,8 @@ def _watch(child: subprocess.Popen, progress_path: str, timeout_s: float) -> boo
         now = time.monotonic()
         if size != last_size:
             last_size, last_change = size, now
+            if on_batches is not None and _batches(size) > 0:
+                on_batches(_batches(size))
         elif now - last_change > timeout_s:
             return True
         time.sleep(POLL_S)
@@ -91,6 +95,12 @@ def _kill_group(child: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     child.wait()
+
+
+def _batches(progress_bytes: int) -> int:
+    """Batches delivered, from the progress file's size: one byte at start, one when the loader
+    was built, then one per batch (:mod:`pipecheck.stress.trial`)."""
+    return max(progress_bytes - 2, 0)
 
 
 def _size(path: str) -> int:

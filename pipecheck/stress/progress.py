@@ -1,5 +1,6 @@
-"""The live sweep display on stderr (rich): current configuration, trials done and left; and
-the one-line notes on failed and skipped trials printed after the report."""
+"""The live sweep display on stderr (rich): the running configuration with its batches/s so
+far, trials done, time left; and the one-line notes on failed and skipped trials printed after
+the report."""
 
 from __future__ import annotations
 
@@ -7,25 +8,31 @@ import sys
 from typing import Any, Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from pipecheck.stress.settings import TrialConfig
-from pipecheck.stress.trial import TrialResult
+from pipecheck import units as fmt
+from pipecheck.stress.tracker import ProgressEvent
+
+
+MAX_LISTED = 5
+"""Most skipped configurations named in one line; beyond it only their count."""
 
 
 class SweepProgress:
-    """A progress callback for :func:`pipecheck.stress` (``(event, config, done, total,
-    result)``) drawing a transient rich bar on stderr. ``enabled=False`` draws nothing. Use as a
-    context manager so the display is always stopped."""
+    """A progress callback for :func:`pipecheck.stress` drawing a transient rich display on
+    stderr: trials done of the candidates, the running configuration with its batches and
+    batches/s so far, and the time left at most (budget or remaining trials, whichever is
+    shorter). ``enabled=False`` draws nothing. Use as a context manager so the display is
+    always stopped."""
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, console: Optional[Console] = None) -> None:
         self._progress: Optional[Progress] = None
         self._task: Optional[Any] = None
         if enabled:
             self._progress = Progress(
                 TextColumn("stress"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.description}"), TimeElapsedColumn(),
-                console=Console(file=sys.stderr), transient=True)
+                TextColumn("{task.description}"), TextColumn("{task.fields[left]}"),
+                console=console or Console(file=sys.stderr), transient=True)
 
     def __enter__(self) -> "SweepProgress":
         if self._progress is not None:
@@ -36,32 +43,47 @@ class SweepProgress:
         if self._progress is not None:
             self._progress.stop()
 
-    def __call__(self, event: str, config: TrialConfig, done: int, total: int,
-                 result: Optional[TrialResult]) -> None:
+    def __call__(self, event: ProgressEvent) -> None:
         if self._progress is None:
             return
         if self._task is None:
-            self._task = self._progress.add_task("", total=total)
-        if event == "start":
-            text = f"running {config.label()}"
-        elif event == "done":
-            text = f"{config.label()}: {'ok' if result is not None and result.ok else 'failed'}"
-        else:
-            text = "budget spent"
-        self._progress.update(self._task, completed=done, description=text)
+            self._task = self._progress.add_task("", total=event.total, left="")
+        self._progress.update(self._task, total=event.total, completed=event.done,
+                              description=describe(event),
+                              left=f"at most {fmt.seconds(event.time_left_s)} left")
 
     @staticmethod
     def problems(section: dict[str, Any]) -> list[str]:
-        """One line per failed trial (with its error) and one for the skipped configurations."""
+        """One line per failed trial (with its error) and per skip reason (with its
+        configurations)."""
         lines = []
         for trial in section.get("trials") or []:
             if trial.get("error"):
                 lines.append(f"trial {_label(trial['config'])} failed: {trial['error']}")
-        skipped = section.get("skipped") or []
-        if skipped:
-            names = "; ".join(_label(c) for c in skipped)
-            lines.append(f"budget spent, {len(skipped)} configuration(s) skipped: {names}")
+        by_reason: dict[str, list[str]] = {}
+        for entry in section.get("skipped") or []:
+            by_reason.setdefault(entry["reason"], []).append(_label(entry["config"]))
+        for reason, names in by_reason.items():
+            listed = "; ".join(names) if len(names) <= MAX_LISTED else "listed in the JSON report"
+            lines.append(f"{len(names)} configuration(s) skipped ({reason}): {listed}")
         return lines
+
+
+def describe(event: ProgressEvent) -> str:
+    """The display's text for ``event``, e.g. ``num_workers=2 ...: 120 batches, 41.3
+    batches/s``."""
+    label = event.config.label()
+    if event.event == "start":
+        return f"starting {label}"
+    if event.event == "batch":
+        return (f"{label}: {fmt.count(event.batches, 'batch', 'batches')}, "
+                f"{fmt.batch_rate(event.batches_per_s)}")
+    if event.event == "done":
+        result = event.result
+        if result is not None and result.ok:
+            return f"{label}: {fmt.rate(result.samples_per_s, 'samples')}"
+        return f"{label}: failed"
+    return f"skipped {label}"
 
 
 def _label(config: dict[str, Any]) -> str:

@@ -20,20 +20,18 @@ from torch.utils.data import DataLoader
 from pipecheck.errors import BadInputError
 from pipecheck.stress.settings import StepTime, TrialConfig
 from pipecheck.stress.target import Factory, call_factory, load_factory, rebuild_loader
+from pipecheck.stress.tracker import BATCH_EVENT_INTERVAL_S, ProgressCallback, Tracker
 from pipecheck.stress.trial import TrialLimits, TrialResult, failed, measure
 
 Source = Union[str, Factory, DataLoader]
-ProgressCallback = Callable[[str, TrialConfig, int, int, Optional[TrialResult]], None]
-"""``(event, config, done, total, result)``; ``event`` is ``start``, ``done`` or ``skipped``."""
-
 
 @dataclass
 class Sweep:
-    """What a sweep produced: trials in run order, configurations skipped for lack of budget,
-    and the stress section (:meth:`section`)."""
+    """What a sweep produced: trials in run order, configurations skipped (for lack of budget
+    or memory, with the reason), and the stress section (:meth:`section`)."""
 
     trials: list[TrialResult] = field(default_factory=list)
-    skipped: list[TrialConfig] = field(default_factory=list)
+    skipped: dict[TrialConfig, str] = field(default_factory=dict)
     predicted: dict[TrialConfig, dict[str, Optional[float]]] = field(default_factory=dict)
     """Model predictions made before measuring (measured configurations) or instead of it
     (:attr:`unmeasured`): ``samples_per_s``, ``batches_per_s``, ``stall_fraction``."""
@@ -49,7 +47,7 @@ class Sweep:
 
     def section(self) -> dict[str, Any]:
         """The Report's ``stress`` section: ``trials``, ``best``, ``recommended``, ``skipped``
-        and ``search``.
+        (``[{config, reason}]``) and ``search``.
 
         Every trial entry carries ``predicted_samples_per_s`` (the search model's figure before
         the trial ran; ``None`` for grid and calibration trials). Candidates the search did not
@@ -57,8 +55,9 @@ class Sweep:
         and stall in the rate fields. ``best`` is always a measured trial.
 
         ``recommended`` is the best configuration with ``expected`` throughput and stall and
-        ``gain`` = best / baseline samples/s (the baseline is the first trial; ``None`` when it
-        did not measure).
+        ``gain`` = best / baseline samples/s (the baseline is the first trial: the given
+        configuration when there is one; ``gain`` is ``None`` when it did not measure), and
+        ``changes``: the settings that differ from the baseline's, ``{name: [from, to]}``.
         """
         best = self.best()
         baseline = self.trials[0] if self.trials else None
@@ -72,6 +71,7 @@ class Sweep:
                 "baseline": baseline.config.to_dict() if baseline is not None else None,
                 "baseline_samples_per_s": base_rate,
                 "gain": best.samples_per_s / base_rate if base_rate else None,
+                "changes": _changes(baseline.config, best.config) if baseline else {},
             }
         trials = []
         for trial in self.trials:
@@ -96,12 +96,13 @@ class Sweep:
             "trials": trials,
             "best": best_entry,
             "recommended": recommended,
-            "skipped": [c.to_dict() for c in self.skipped],
+            "skipped": [{"config": c.to_dict(), "reason": reason}
+                        for c, reason in self.skipped.items()],
             "search": self.search,
         }
 
 
-def validate(source: Source, config: TrialConfig, batch_size: Optional[int]) -> Source:
+def validate(source: Source, config: TrialConfig) -> Source:
     """Check the target up front in this process: load it and call it once with ``config``
     (a DataLoader is returned unchanged). Returns the loaded factory for a string target.
     Raises :class:`BadInputError` naming the problem."""
@@ -109,10 +110,10 @@ def validate(source: Source, config: TrialConfig, batch_size: Optional[int]) -> 
         return source
     if isinstance(source, str):
         factory = load_factory(source)
-        call_factory(factory, config, batch_size, name=source)
+        call_factory(factory, config, name=source)
         return factory
     if callable(source):
-        call_factory(source, config, batch_size, name=getattr(source, "__name__", "factory"))
+        call_factory(source, config, name=getattr(source, "__name__", "factory"))
         return source
     raise BadInputError(
         f"stress needs a DataLoader, a factory function or a TARGET string, got "
@@ -120,54 +121,77 @@ def validate(source: Source, config: TrialConfig, batch_size: Optional[int]) -> 
 
 
 def run_sweep(source: Source, configs: Sequence[TrialConfig], limits: TrialLimits, *,
-              step: Optional[StepTime], batch_size: Optional[int], budget_s: float,
+              step: Optional[StepTime], budget_s: float,
               timeout_s: float, progress: Optional[ProgressCallback] = None) -> Sweep:
     """Run ``configs`` in order until ``budget_s`` seconds are spent (a started trial finishes;
-    later ones are recorded as skipped). ``timeout_s`` is the per-trial silence limit. A string
+    later ones are recorded as skipped); a configuration whose workers would not fit in the
+    available memory (:mod:`pipecheck.stress.memory`) is skipped with the reason. ``timeout_s`` is the per-trial silence limit. A string
     ``source`` runs each trial in a child process; other sources run here (module docstring)."""
+    from pipecheck.stress.memory import skip_reason
+
     sweep = Sweep()
-    started = time.perf_counter()
-    total = len(configs)
+    tracker = Tracker(len(configs), budget_s, progress)
     for index, config in enumerate(configs):
-        if time.perf_counter() - started >= budget_s and index > 0:
-            sweep.skipped.extend(configs[index:])
-            if progress is not None:
-                for skipped in configs[index:]:
-                    progress("skipped", skipped, index, total, None)
+        if index > 0 and tracker.budget_spent():
+            sweep.skipped.update((c, "budget spent") for c in configs[index:])
+            tracker.skipped(configs[index:], len(sweep.trials))
             break
-        if progress is not None:
-            progress("start", config, index, total, None)
-        result = run_trial(source, config, limits, step=step, batch_size=batch_size,
-                           timeout_s=timeout_s)
-        sweep.trials.append(result)
-        if progress is not None:
-            progress("done", config, index + 1, total, result)
+        reason = skip_reason(config, (t.record for t in sweep.trials))
+        if reason is not None:
+            sweep.skipped[config] = reason
+            continue
+        sweep.trials.append(tracker.run(source, config, limits, step=step, timeout_s=timeout_s,
+                                        done=len(sweep.trials)))
     return sweep
 
 
+def _changes(before: TrialConfig, after: TrialConfig) -> dict[str, list[Any]]:
+    """Settings whose value differs, ``{name: [before, after]}`` in DataLoader keyword names."""
+    old, new = before.to_dict(), after.to_dict()
+    return {name: [old.get(name), new[name]] for name in new if old.get(name) != new[name]}
+
+
 def run_trial(source: Source, config: TrialConfig, limits: TrialLimits, *,
-              step: Optional[StepTime], batch_size: Optional[int],
-              timeout_s: float) -> TrialResult:
+              step: Optional[StepTime], timeout_s: float,
+              on_batches: Optional[Callable[[int], None]] = None) -> TrialResult:
     """Measure one configuration: in a child process for a string ``source``, here otherwise
-    (module docstring). Never raises for a failing target: the result carries the error."""
+    (module docstring). ``on_batches`` is called with the batches delivered so far, at most
+    every :data:`BATCH_EVENT_INTERVAL_S` seconds. Never raises for a failing target: the
+    result carries the error."""
     from pipecheck.stress.isolate import run_isolated
 
     if isinstance(source, str):
-        return run_isolated(source, config, limits, step=step, batch_size=batch_size,
-                            timeout_s=timeout_s)
-    return _run_here(source, config, limits, step, batch_size, timeout_s)
+        return run_isolated(source, config, limits, step=step, timeout_s=timeout_s,
+                            on_batches=on_batches)
+    return _run_here(source, config, limits, step, timeout_s, on_batches)
 
 
 def _run_here(source: Union[Factory, DataLoader], config: TrialConfig, limits: TrialLimits,
-              step: Optional[StepTime], batch_size: Optional[int],
-              timeout_s: float) -> TrialResult:
+              step: Optional[StepTime], timeout_s: float,
+              on_batches: Optional[Callable[[int], None]]) -> TrialResult:
     try:
         if isinstance(source, DataLoader):
             loader = rebuild_loader(source, config, timeout_s=timeout_s)
         else:
-            built = call_factory(source, config, batch_size,
-                                 name=getattr(source, "__name__", "factory"))
+            built = call_factory(source, config, name=getattr(source, "__name__", "factory"))
             loader = rebuild_loader(built, config, timeout_s=timeout_s)
     except BadInputError as err:
         return failed(config, str(err))
-    return measure(loader, config, limits, step)
+    return measure(loader, config, limits, step, _throttled(on_batches))
+
+
+def _throttled(on_batches: Optional[Callable[[int], None]]) -> Optional[Callable[[], None]]:
+    """A per-batch callback that counts batches and passes the count on at most every
+    :data:`BATCH_EVENT_INTERVAL_S` seconds."""
+    if on_batches is None:
+        return None
+    state = {"count": 0, "last": time.perf_counter()}
+
+    def on_batch() -> None:
+        state["count"] += 1
+        now = time.perf_counter()
+        if now - state["last"] >= BATCH_EVENT_INTERVAL_S:
+            state["last"] = now
+            on_batches(state["count"])
+
+    return on_batch

@@ -5,17 +5,25 @@ ones predicted to beat the best measured so far.
 The procedure (:func:`run_search`):
 
 1. candidates: :func:`candidate_configs` (``num_workers`` 0 .. ``max(8, 4 x usable CPUs)``,
-   at most :data:`MAX_AUTO_WORKERS`; ``prefetch_factor`` 2 and 4 unless given);
-2. calibrate: measure the baseline (the first candidate, ``num_workers=0``) and
-   ``num_workers=1`` (calibration trials carry no prediction), the latter
-   :data:`CALIBRATION_LENGTH` times the trial limits (the first model is fit from it);
-3. fit the model from the best measured trial's wrap record (:func:`pipecheck.analysis.analyze`)
-   and predict every unmeasured candidate. Predictions are anchored to that measurement:
-   ``predicted = measured_best x model(candidate) / model(best's own config)`` (steady
-   batches/s), so a bias the model shares across settings cancels;
-4. stop when the highest predicted gain over the best measured samples/s is below the
-   threshold (below), or when ``budget_s`` is spent; otherwise measure that candidate (ties go
-   to fewer workers, then the smaller prefetch factor), record its prediction, and go to 3.
+   at most :data:`MAX_AUTO_WORKERS`; ``prefetch_factor`` 2 and 4 unless given; ``in_order``
+   True and False with 2+ workers where torch has it; each batch size asked for);
+2. calibrate: per batch size, measure its first candidate (the baseline: the user's given
+   configuration, else ``num_workers=0``) and ``num_workers=1`` (calibration trials carry no
+   prediction), the latter :data:`CALIBRATION_LENGTH` times the trial limits;
+3. fit the model from each batch size's best measured trial (:func:`pipecheck.analysis.analyze`)
+   and predict that batch size's unmeasured candidates. Predictions are anchored to that
+   measurement: ``predicted = measured_best x model(candidate) / model(best's own config)``
+   (steady batches/s), so a bias the model shares across settings cancels. The per-worker
+   rate is the larger of the best trial's and the 1-worker trial's, since workers crowding
+   fewer cores each run slower than one alone;
+4. if the highest predicted gain over the best measured samples/s reaches the threshold
+   (below), measure that candidate (ties go to fewer workers, then the smaller prefetch
+   factor, then ``in_order=True``), record its prediction, and go to 3;
+5. otherwise, if the model missed the best trial itself by more than the threshold, its
+   ranking near that trial is suspect: measure the unmeasured candidates one worker either
+   side of it (once per best trial) and go to 3; else stop. The budget (``budget_s``) stops
+   the search at any step; a candidate whose workers would not fit in the available memory
+   (:mod:`pipecheck.stress.memory`) is skipped with the reason.
 
 Stop threshold: ``max(noise, MIN_WORTHWHILE_GAIN)`` where ``noise`` is the best trial's
 measured run-to-run variation, estimated within the trial: its steady batches are cut into
@@ -36,12 +44,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from typing import Any, Optional, Sequence
 
 from pipecheck.records import RunRecord
-from pipecheck.stress.runner import ProgressCallback, Source, Sweep, run_trial
-from pipecheck.stress.settings import StepTime, TrialConfig, sweep_configs, usable_cpus
+from pipecheck.stress.memory import skip_reason
+from pipecheck.stress.runner import Source, Sweep
+from pipecheck.stress.settings import (
+    StepTime,
+    TrialConfig,
+    sweep_configs,
+    torch_has_in_order,
+    usable_cpus,
+)
+from pipecheck.stress.tracker import ProgressCallback, Tracker
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
 MAX_AUTO_WORKERS = 32
@@ -76,13 +91,19 @@ def auto_workers(cpus: Optional[int] = None) -> list[int]:
 
 def candidate_configs(prefetch_factors: Optional[Sequence[int]] = None, *,
                       persistent_workers: bool = False, pin_memory: Optional[bool] = None,
+                      in_orders: Optional[Sequence[Optional[bool]]] = None,
+                      batch_sizes: Sequence[Optional[int]] = (None,),
                       cpus: Optional[int] = None) -> list[TrialConfig]:
     """The search space (also the ``--search grid`` space with automatic workers): every
     :func:`auto_workers` count with each prefetch factor (default
-    :data:`AUTO_PREFETCH_FACTORS`); the first, ``num_workers=0``, is the baseline."""
+    :data:`AUTO_PREFETCH_FACTORS`), each ``in_order`` (default True and False when torch has
+    it, else the loader's own) and each batch size; the first, ``num_workers=0``, is the
+    baseline."""
     factors = list(AUTO_PREFETCH_FACTORS) if prefetch_factors is None else list(prefetch_factors)
+    if in_orders is None:
+        in_orders = [True, False] if torch_has_in_order() else [None]
     return sweep_configs(auto_workers(cpus), factors, persistent_workers=persistent_workers,
-                         pin_memory=pin_memory)
+                         pin_memory=pin_memory, in_orders=in_orders, batch_sizes=batch_sizes)
 
 
 def rate_noise_fraction(record: Optional[RunRecord], blocks: int = NOISE_BLOCKS
@@ -113,101 +134,178 @@ def rate_noise_fraction(record: Optional[RunRecord], blocks: int = NOISE_BLOCKS
 
 
 def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialLimits, *,
-               step: Optional[StepTime], batch_size: Optional[int], budget_s: float,
-               timeout_s: float, progress: Optional[ProgressCallback] = None) -> Sweep:
+               step: Optional[StepTime], budget_s: float, timeout_s: float,
+               progress: Optional[ProgressCallback] = None) -> Sweep:
     """Search ``candidates`` (the first is the baseline) as the module docstring describes.
 
     Returns a :class:`Sweep` whose ``trials`` are the measured ones in run order,
     ``unmeasured`` the rest (with ``predicted`` figures when a model was available),
-    ``skipped`` the unmeasured ones when the budget ended the search, and ``search`` a summary:
-    ``method``, ``candidates``, ``measured``, ``calibration`` (configs), ``noise_fraction``,
-    ``threshold_fraction``, ``stop_reason``. Failed trials are kept and the search goes on.
+    ``skipped`` the unmeasured ones the budget or the memory guard stopped (with the reason),
+    and ``search`` a summary: ``method``, ``candidates``, ``measured``, ``calibration``
+    (configs), ``noise_fraction``, ``threshold_fraction``, ``verified`` (configs whose
+    neighbours were measured because the model missed them), ``stop_reason``. Failed trials
+    are kept and the search goes on.
     """
-    from pipecheck.analysis import analyze
-    from pipecheck.analysis.model import LoaderSettings
-
     candidates = list(candidates)
     sweep = Sweep()
-    started = time.perf_counter()
-    total = len(candidates)
+    tracker = Tracker(len(candidates), budget_s, progress)
     measured: set[TrialConfig] = set()
 
-    def measure(config: TrialConfig, trial_limits: TrialLimits = limits) -> TrialResult:
-        if progress is not None:
-            progress("start", config, len(sweep.trials), total, None)
-        result = run_trial(source, config, trial_limits, step=step, batch_size=batch_size,
-                           timeout_s=timeout_s)
-        sweep.trials.append(result)
+    def measure(config: TrialConfig, trial_limits: TrialLimits = limits) -> None:
+        reason = skip_reason(config, (t.record for t in sweep.trials))
+        if reason is not None:
+            sweep.skipped[config] = reason
+        else:
+            sweep.trials.append(tracker.run(source, config, trial_limits, step=step,
+                                            timeout_s=timeout_s, done=len(sweep.trials)))
         measured.add(config)
-        if progress is not None:
-            progress("done", config, len(sweep.trials), total, result)
-        return result
 
-    def budget_spent() -> bool:
-        return time.perf_counter() - started >= budget_s
-
-    baseline = candidates[0]
-    one_worker = next((c for c in candidates if c.num_workers == 1), None)
     calibration_limits = dataclasses.replace(
         limits, batches=limits.batches * CALIBRATION_LENGTH,
         seconds=limits.seconds * CALIBRATION_LENGTH)
-    calibration = [baseline] + ([one_worker] if one_worker is not None else [])
+    calibration = calibration_configs(candidates)
     for index, config in enumerate(calibration):
-        if index > 0 and budget_spent():
+        if index > 0 and tracker.budget_spent():
             break
         measure(config, calibration_limits if config.num_workers == 1 else limits)
 
     noise: Optional[float] = None
     threshold: Optional[float] = None
+    verified: list[TrialConfig] = []
     stop_reason = "every candidate measured"
     while True:
         remaining = [c for c in candidates if c not in measured]
         if not remaining:
             stop_reason = "every candidate measured"
             break
-        if budget_spent():
+        if tracker.budget_spent():
             stop_reason = "budget spent"
-            sweep.skipped.extend(remaining)
+            for config in remaining:
+                sweep.skipped[config] = "budget spent"
+            tracker.skipped(remaining, len(sweep.trials))
             break
-        best = sweep.best()
-        model = analyze(best.record).model if best is not None and best.record is not None \
-            else None
-        if model is None:
-            # No model: measure in grid order (the plain sweep) within the budget.
+        predictable = _predict(sweep, remaining, calibration)
+        unpredictable = [c for c in remaining if c not in predictable]
+        if unpredictable:
+            # No model for these (too few steady batches, or none of their batch size
+            # measured): measure in grid order within the budget.
             stop_reason = "no model (too few steady batches or no measured trial): grid order"
-            measure(remaining[0])
+            measure(unpredictable[0])
             continue
-        settings = lambda c: LoaderSettings(c.num_workers, c.prefetch_factor,  # noqa: E731
-                                            c.persistent_workers)
-        reference = model.predict(settings(best.config)).steady_batches_per_s
-        scale = best.batches_per_s / reference
-        per_batch = best.samples_per_s / best.batches_per_s
-        for config in remaining:
-            guess = model.predict(settings(config))
-            rate = guess.steady_batches_per_s * scale
-            sweep.predicted[config] = {"samples_per_s": rate * per_batch,
-                                       "batches_per_s": rate,
-                                       "stall_fraction": guess.steady_stall_fraction}
+        best = sweep.best()
+        assert best is not None  # every remaining config was predicted from a measured trial
         noise = rate_noise_fraction(best.record)
         threshold = max(noise or 0.0, MIN_WORTHWHILE_GAIN)
         pick = max(remaining, key=lambda c: (sweep.predicted[c]["samples_per_s"],
-                                             -c.num_workers, -(c.prefetch_factor or 0)))
+                                             -c.num_workers, -(c.prefetch_factor or 0),
+                                             c.in_order is not False))
         gain = sweep.predicted[pick]["samples_per_s"] / best.samples_per_s - 1.0
-        if gain < threshold:
-            stop_reason = (f"best predicted gain {gain:+.1%} ({pick.label()}) is below the "
-                           f"threshold {threshold:.1%}")
-            break
-        measure(pick)
+        if gain >= threshold:
+            measure(pick)
+            continue
+        neighbours = _unverified_neighbours(sweep, best, remaining, threshold, verified)
+        if neighbours:
+            verified.append(best.config)
+            for config in neighbours:
+                measure(config)
+            continue
+        stop_reason = (f"best predicted gain {gain:+.1%} ({pick.label()}) is below the "
+                       f"threshold {threshold:.1%}")
+        break
 
     sweep.unmeasured = [c for c in candidates if c not in measured]
     sweep.search = {
         "method": "model",
-        "candidates": total,
+        "candidates": len(candidates),
         "measured": len(sweep.trials),
         "calibration": [c.to_dict() for c in calibration],
         "noise_fraction": noise,
         "threshold_fraction": threshold,
+        "verified": [c.to_dict() for c in verified],
         "stop_reason": stop_reason,
     }
     return sweep
 
+
+def calibration_configs(candidates: Sequence[TrialConfig]) -> list[TrialConfig]:
+    """The calibration trials: per batch size (in candidate order), its first candidate (the
+    baseline for the first batch size) and its first ``num_workers=1`` candidate."""
+    chosen: list[TrialConfig] = []
+    for group in _by_batch_size(candidates).values():
+        chosen.append(group[0])
+        one = next((c for c in group if c.num_workers == 1), None)
+        if one is not None and one not in chosen:
+            chosen.append(one)
+    return chosen
+
+
+def _by_batch_size(configs: Sequence[TrialConfig]) -> dict[Optional[int], list[TrialConfig]]:
+    groups: dict[Optional[int], list[TrialConfig]] = {}
+    for config in configs:
+        groups.setdefault(config.batch_size, []).append(config)
+    return groups
+
+
+def _predict(sweep: Sweep, remaining: Sequence[TrialConfig],
+             calibration: Sequence[TrialConfig]) -> set[TrialConfig]:
+    """Fill ``sweep.predicted`` for ``remaining`` from each batch size's best measured trial;
+    returns the configurations that could be predicted.
+
+    Predictions are anchored to that trial (``measured x model(c) / model(its config)``). The
+    per-worker rate is the larger of the trial's own and the 1-worker calibration trial's: a
+    trial with more CPU-bound workers than cores measures each worker slowed by the others,
+    and would under-predict fewer workers."""
+    from pipecheck.analysis import analyze
+
+    predicted: set[TrialConfig] = set()
+    for batch_size, group in _by_batch_size(remaining).items():
+        ok = [t for t in sweep.trials if t.ok and t.config.batch_size == batch_size]
+        if not ok:
+            continue
+        best = max(ok, key=lambda t: t.samples_per_s)
+        model = analyze(best.record).model if best.record is not None else None
+        if model is None:
+            continue
+        single = next((t for t in ok if t.config.num_workers == 1 and t.config in calibration
+                       and t.record is not None), None)
+        if single is not None:
+            single_model = analyze(single.record).model
+            if single_model is not None and (single_model.per_worker_batches_per_s
+                                             > model.per_worker_batches_per_s):
+                model = dataclasses.replace(
+                    model, per_worker_batches_per_s=single_model.per_worker_batches_per_s)
+        reference = model.predict(_settings(best.config)).steady_batches_per_s
+        scale = best.batches_per_s / reference
+        per_batch = best.samples_per_s / best.batches_per_s
+        for config in group:
+            guess = model.predict(_settings(config))
+            rate = guess.steady_batches_per_s * scale
+            sweep.predicted[config] = {"samples_per_s": rate * per_batch,
+                                       "batches_per_s": rate,
+                                       "stall_fraction": guess.steady_stall_fraction}
+            predicted.add(config)
+    return predicted
+
+
+def _settings(config: TrialConfig) -> Any:
+    from pipecheck.analysis.model import LoaderSettings
+
+    return LoaderSettings(config.num_workers, config.prefetch_factor, config.persistent_workers,
+                          config.in_order is not False)
+
+
+def _unverified_neighbours(sweep: Sweep, best: TrialResult, remaining: Sequence[TrialConfig],
+                           threshold: float, verified: Sequence[TrialConfig]
+                           ) -> list[TrialConfig]:
+    """When the model missed the best trial by more than ``threshold`` (its prediction made
+    before the trial ran), its ranking near that trial is not to be trusted: the unmeasured
+    candidates one worker either side (other settings equal) are returned for measuring, once
+    per best trial. Empty otherwise."""
+    if best.config in verified:
+        return []
+    predicted = sweep.predicted.get(best.config, {}).get("samples_per_s")
+    if predicted is None or abs(best.samples_per_s / predicted - 1.0) <= threshold:
+        return []
+    return [c for c in remaining
+            if abs(c.num_workers - best.config.num_workers) == 1 and c.num_workers > 0
+            and dataclasses.replace(c, num_workers=best.config.num_workers) == best.config]

@@ -11,6 +11,7 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional, Sequence
 
+from pipecheck.environment import torch_has_in_order  # noqa: F401 (re-exported)
 from pipecheck.errors import BadInputError
 
 TORCH_DEFAULT_PREFETCH_FACTOR = 2
@@ -22,30 +23,37 @@ class TrialConfig:
     """DataLoader settings of one trial, with torch's keyword names.
 
     ``prefetch_factor`` is ``None`` when ``num_workers == 0`` (torch refuses it there), else an
-    integer >= 1. ``pin_memory`` ``None`` keeps the target's own choice.
+    integer >= 1. ``pin_memory``, ``in_order`` and ``batch_size`` ``None`` keep the target's
+    own choice; ``in_order=False`` (torch >= 2.6) delivers batches as workers finish them, not
+    in sampler order; ``batch_size`` (>= 1) is samples per batch.
     """
 
     num_workers: int
     prefetch_factor: Optional[int] = None
     persistent_workers: bool = False
     pin_memory: Optional[bool] = None
+    in_order: Optional[bool] = None
+    batch_size: Optional[int] = None
 
     def loader_kwargs(self) -> dict[str, Any]:
-        """The settings as ``DataLoader`` keyword arguments (``pin_memory`` only when set;
-        ``prefetch_factor`` / ``persistent_workers`` only with workers, as torch requires)."""
+        """The settings as ``DataLoader`` keyword arguments (``pin_memory``, ``in_order`` and
+        ``batch_size`` only when set; ``prefetch_factor`` / ``persistent_workers`` only with
+        workers, as torch requires)."""
         kwargs: dict[str, Any] = {"num_workers": self.num_workers}
         if self.num_workers > 0:
             kwargs["prefetch_factor"] = self.prefetch_factor
             kwargs["persistent_workers"] = self.persistent_workers
-        if self.pin_memory is not None:
-            kwargs["pin_memory"] = self.pin_memory
+        for name in _OPTIONAL_SETTINGS:
+            if getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
         return kwargs
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready settings; ``pin_memory`` left out when not set."""
+        """JSON-ready settings; the optional ones left out when not set."""
         data = asdict(self)
-        if data["pin_memory"] is None:
-            del data["pin_memory"]
+        for name in _OPTIONAL_SETTINGS:
+            if data[name] is None:
+                del data[name]
         return data
 
     @classmethod
@@ -56,6 +64,9 @@ class TrialConfig:
     def label(self) -> str:
         """Short text such as ``num_workers=2 prefetch_factor=4``."""
         return " ".join(f"{k}={v}" for k, v in self.to_dict().items())
+
+
+_OPTIONAL_SETTINGS = ("pin_memory", "in_order", "batch_size")
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,52 @@ def parse_int_list(text: str, option: str, minimum: int) -> list[int]:
     return values
 
 
+def parse_bool_list(text: str, option: str) -> list[bool]:
+    """Parse ``"true,false"`` (also ``1/0``, ``yes/no``), duplicates dropped, order kept.
+    Raises :class:`BadInputError` naming ``option`` on anything else."""
+    values: list[bool] = []
+    for part in text.split(","):
+        value = _BOOLEANS.get(part.strip().lower())
+        if value is None:
+            raise BadInputError(f"{option} takes true or false separated by commas, got {text!r}")
+        if value not in values:
+            values.append(value)
+    return values
+
+
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def parse_config(text: str, option: str) -> TrialConfig:
+    """Parse ``"num_workers=4,prefetch_factor=2,persistent_workers=true"`` into a
+    :class:`TrialConfig` (``num_workers`` required). Raises :class:`BadInputError` naming
+    ``option`` and the bad part."""
+    fields: dict[str, Any] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or name not in _CONFIG_FIELDS:
+            raise BadInputError(f"{option}: {part.strip()!r} is not one of "
+                                f"{', '.join(_CONFIG_FIELDS)}=VALUE")
+        if _CONFIG_FIELDS[name] is bool:
+            flag = _BOOLEANS.get(value.lower())
+            if flag is None:
+                raise BadInputError(f"{option}: {name} must be true or false, got {value!r}")
+            fields[name] = flag
+        else:
+            try:
+                fields[name] = int(value)
+            except ValueError:
+                raise BadInputError(f"{option}: {name} must be an integer, got {value!r}") from None
+    if "num_workers" not in fields:
+        raise BadInputError(f"{option} needs num_workers=N")
+    return TrialConfig(**fields)
+
+
+_CONFIG_FIELDS = {"num_workers": int, "prefetch_factor": int, "persistent_workers": bool,
+                  "pin_memory": bool, "in_order": bool, "batch_size": int}
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (affinity mask when the platform has one), at least 1."""
     try:
@@ -127,12 +184,16 @@ def default_workers(cpus: Optional[int] = None) -> list[int]:
 def sweep_configs(workers: Optional[Sequence[int]] = None,
                   prefetch_factors: Optional[Sequence[int]] = None, *,
                   persistent_workers: bool = False,
-                  pin_memory: Optional[bool] = None) -> list[TrialConfig]:
-    """Every combination, in the order given (the first is the baseline).
+                  pin_memory: Optional[bool] = None,
+                  in_orders: Sequence[Optional[bool]] = (None,),
+                  batch_sizes: Sequence[Optional[int]] = (None,)) -> list[TrialConfig]:
+    """Every combination, in the order given (the first is the baseline), batch size outermost.
 
-    ``prefetch_factor`` only varies with workers; ``num_workers=0`` appears once. ``None`` lists
-    take :func:`default_workers` and torch's default prefetch factor. Raises
-    :class:`BadInputError` on an empty list, a negative worker count or a prefetch factor < 1.
+    ``prefetch_factor`` only varies with workers and ``in_order`` only with 2 or more (one
+    worker delivers in order anyway); ``num_workers=0`` appears once per batch size. ``None``
+    lists take :func:`default_workers` and torch's default prefetch factor. Raises
+    :class:`BadInputError` on an empty list, a negative worker count, a prefetch factor < 1 or
+    a batch size < 1.
     """
     workers = default_workers() if workers is None else list(workers)
     factors = [TORCH_DEFAULT_PREFETCH_FACTOR] if prefetch_factors is None else list(prefetch_factors)
@@ -144,16 +205,22 @@ def sweep_configs(workers: Optional[Sequence[int]] = None,
         raise BadInputError(f"num_workers must be >= 0, got {workers}")
     if any(p < 1 for p in factors):
         raise BadInputError(f"prefetch_factor must be >= 1, got {factors}")
+    if not in_orders or not batch_sizes:
+        raise BadInputError("the in_order and batch size lists must not be empty")
+    if any(b is not None and b < 1 for b in batch_sizes):
+        raise BadInputError(f"batch_size must be >= 1, got {list(batch_sizes)}")
     configs: list[TrialConfig] = []
-    for count in _unique(workers):
-        for factor in (factors if count > 0 else [None]):
-            configs.append(TrialConfig(count, factor, persistent_workers and count > 0,
-                                       pin_memory))
+    for size in _unique(batch_sizes):
+        for count in _unique(workers):
+            for factor in (factors if count > 0 else [None]):
+                for order in (_unique(in_orders) if count > 1 else [in_orders[0]]):
+                    configs.append(TrialConfig(count, factor, persistent_workers and count > 0,
+                                               pin_memory, order, size))
     return configs
 
 
-def _unique(values: Iterable[int]) -> list[int]:
-    seen: list[int] = []
+def _unique(values: Iterable[Any]) -> list[Any]:
+    seen: list[Any] = []
     for v in values:
         if v not in seen:
             seen.append(v)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from pipecheck.errors import BadInputError
-from pipecheck.stress.settings import TrialConfig
+from pipecheck.stress.settings import TORCH_DEFAULT_PREFETCH_FACTOR, TrialConfig
 
 Factory = Callable[..., Any]
 
@@ -101,14 +101,11 @@ def _import_module(where: str) -> Any:
         raise BadInputError(f"importing {where} failed: {_describe(err)}") from err
 
 
-def call_factory(factory: Factory, config: TrialConfig, batch_size: Optional[int] = None,
-                 name: str = "target") -> DataLoader:
+def call_factory(factory: Factory, config: TrialConfig, name: str = "target") -> DataLoader:
     """Call ``factory`` with the keywords it accepts and return a DataLoader with ``config``'s
     settings. Raises :class:`BadInputError` when the call raises or returns neither a
-    DataLoader nor a Dataset."""
+    DataLoader nor a Dataset, or when its loader cannot take ``config``'s batch size."""
     offered = dict(config.loader_kwargs())
-    if batch_size is not None:
-        offered["batch_size"] = batch_size
     try:
         result = factory(**_accepted(factory, offered))
     except Exception as err:
@@ -154,7 +151,39 @@ def _matches(loader: DataLoader, config: TrialConfig) -> bool:
                                    or bool(loader.persistent_workers)
                                    != config.persistent_workers):
         return False
+    if config.in_order is not None and getattr(loader, "in_order", True) != config.in_order:
+        return False
+    if config.batch_size is not None and loader.batch_size != config.batch_size:
+        return False
     return config.pin_memory is None or bool(loader.pin_memory) == config.pin_memory
+
+
+def given_config(source: Any) -> Optional[TrialConfig]:
+    """The settings the user already runs with, as the baseline to beat: a DataLoader's own
+    (``num_workers``, ``prefetch_factor``, ``persistent_workers``), or the defaults a factory's
+    signature gives ``num_workers`` / ``prefetch_factor`` / ``persistent_workers`` (``None``
+    when it gives ``num_workers`` no default: then there is no given configuration)."""
+    if isinstance(source, DataLoader):
+        workers = source.num_workers
+        return TrialConfig(workers, source.prefetch_factor if workers else None,
+                           bool(source.persistent_workers) if workers else False)
+    try:
+        params = inspect.signature(source).parameters
+    except (TypeError, ValueError):
+        return None
+    workers = _default(params, "num_workers")
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        return None
+    if workers == 0:
+        return TrialConfig(0)
+    factor = _default(params, "prefetch_factor") or TORCH_DEFAULT_PREFETCH_FACTOR
+    return TrialConfig(workers, factor, bool(_default(params, "persistent_workers")))
+
+
+def _default(params: Any, name: str) -> Any:
+    """The default of parameter ``name`` (``None`` when absent or without a default)."""
+    param = params.get(name)
+    return None if param is None or param.default is inspect.Parameter.empty else param.default
 
 
 def rebuild_loader(loader: DataLoader, config: TrialConfig,
@@ -185,6 +214,10 @@ def rebuild_loader(loader: DataLoader, config: TrialConfig,
         kwargs["batch_sampler"] = loader.batch_sampler
     else:  # automatic batching disabled: one sample per "batch"
         kwargs.update(batch_size=None, sampler=loader.sampler)
+    if config.batch_size is not None and kwargs.get("batch_size") is None:
+        raise BadInputError(
+            "cannot set batch_size on this loader: it batches with its own batch_sampler or "
+            "inside the dataset (batch_size=None); make the target take batch_size")
     kwargs.update(config.loader_kwargs())
     if config.num_workers == 0:
         kwargs["multiprocessing_context"] = None

@@ -27,11 +27,13 @@ from pipecheck.stress.settings import StepTime, TrialConfig
 class TrialLimits:
     """How long one trial runs: at most ``batches`` batches per epoch (>= 2: the first is
     warm-up) and at most ``seconds`` of wall time in all; ``epochs`` passes (2 to see
-    ``persistent_workers`` pay off)."""
+    ``persistent_workers`` pay off). ``stacks``: sample hot stacks with py-spy throughout (a
+    profiling trial: sampling costs throughput, so such a trial is not compared)."""
 
     batches: int = 50
     seconds: float = 10.0
     epochs: int = 1
+    stacks: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def measure(loader: Any, config: TrialConfig, limits: TrialLimits,
 
     started = time.perf_counter()
     step_s = step.sampler() if step is not None and step.mean_s > 0 else None
-    wrapped = wrap(loader)
+    wrapped = wrap(loader, stacks=limits.stacks, stacks_window_s=limits.seconds)
     error: Optional[str] = None
     try:
         for _ in range(limits.epochs):
@@ -178,8 +180,7 @@ def _child(request_path: str) -> int:
     config = TrialConfig.from_dict(request["config"])
     started = time.perf_counter()
     try:
-        loader = call_factory(load_factory(request["target"]), config, request["batch_size"],
-                              name=request["target"])
+        loader = call_factory(load_factory(request["target"]), config, name=request["target"])
         progress.write(b"l")
         step = StepTime(**request["step"]) if request["step"] else None
         result = measure(loader, config, TrialLimits(**request["limits"]), step,

@@ -1,0 +1,229 @@
+"""Findings that say why the loader is slow or at risk: what workers wait on, worker memory growth,
+``/dev/shm`` headroom, hot stacks (or why they could not be sampled) and GPU idle.
+
+Each function takes the run and its producer summary and returns findings (kinds:
+``cpu-bound-workers``, ``io-bound-workers``, ``latency-bound-workers``, ``memory-growth``,
+``shm-headroom``, ``hot-function``, ``stacks-unavailable``, ``gpu-idle``), each with the numbers
+behind it in ``evidence``. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pipecheck.analysis import bound, memory
+from pipecheck.analysis.producer import usable_host
+from pipecheck.records import Finding, ProducerSummary, RunRecord
+from pipecheck.units import percent, seconds, size
+
+GPU_IDLE_WARNING_FRACTION = 0.10
+"""GPU idle (data) share from which the ``gpu-idle`` finding is a warning, the same 10% the
+input-bound verdict uses for the loop's stall."""
+
+COPY_ON_READ_ISSUE = "pytorch/pytorch#13246"
+
+_CLASS_ADVICE = {
+    bound.CPU_BOUND: "more workers than free cores will not help; cheaper transforms, offline "
+    "preprocessing or GPU decode will",
+    bound.IO_BOUND: "more workers help until the storage bandwidth is reached; faster or local "
+    "storage, larger sequential reads (shards) or caching will",
+    bound.LATENCY_BOUND: "it mostly waits while cores idle, so more workers (or threads inside "
+    "a worker) will help",
+}
+
+
+def cause_findings(run: RunRecord, producer: ProducerSummary, verdict: str) -> list[Finding]:
+    """All findings of this module that apply to ``run``, in a fixed order."""
+    candidates = [
+        worker_class_finding(producer, verdict),
+        *memory_growth_findings(run, producer),
+        shm_headroom_finding(run),
+        stacks_finding(run),
+        gpu_idle_finding(run),
+    ]
+    return [f for f in candidates if f is not None]
+
+
+def worker_class_finding(producer: ProducerSummary, verdict: str) -> Optional[Finding]:
+    """What the producer waits on, when the loop is input-bound or balanced (when it is
+    compute-bound the producer's cause does not hold training back)."""
+    name = producer.workers_class
+    if name is None or verdict not in ("input-bound", "balanced"):
+        return None
+    return Finding(
+        kind=f"{name}-workers",
+        severity="info",
+        message=f"The producer is {name} ({producer.workers_class_basis}): "
+        f"{_CLASS_ADVICE[name]}.",
+        evidence={
+            "class": name,
+            "cpu_fraction": producer.cpu_fraction,
+            "workers": [
+                {"id": w.id, "bound": w.bound, "cpu_fraction": w.cpu_fraction,
+                 "runqueue_fraction": w.runqueue_fraction,
+                 "storage_read_bytes_per_s": w.storage_read_bytes_per_s}
+                for w in producer.workers
+            ],
+            "cpu_bound_fraction": bound.CPU_BOUND_FRACTION,
+            "io_bound_storage_bytes_per_s": bound.IO_BOUND_STORAGE_BYTES_PER_S,
+            "io_bound_iowait_fraction": bound.IO_BOUND_IOWAIT_FRACTION,
+        },
+    )
+
+
+def memory_growth_findings(run: RunRecord, producer: ProducerSummary) -> list[Finding]:
+    """One ``memory-growth`` finding for the workers whose USS grows significantly (see
+    :mod:`pipecheck.analysis.memory`): bytes per second and per batch, time until the memory
+    available at the end is used up, and the dataset's largest Python containers when known."""
+    host = usable_host(run.host)
+    if host is None:
+        return []
+    growing = []
+    for record in run.workers:
+        own = [p for p in host.processes if p.worker_id == record.id and p.role == "worker"]
+        growth = memory.worker_growth(own)
+        if growth is None or not growth.significant:
+            continue
+        span_s = (record.last_at_s or 0.0) - (record.first_at_s or 0.0)
+        rate = record.batches / span_s if span_s > 0 and record.batches > 1 else None
+        per_batch = growth.slope_bytes_per_s / rate if rate else None
+        growing.append((record.id, growth, per_batch))
+    if not growing:
+        return []
+    total_per_s = sum(g.slope_bytes_per_s for _, g, _ in growing)
+    available = _last_available_bytes(run)
+    exhaust_s = available / total_per_s if available is not None and total_per_s > 0 else None
+    per_batch = [b for _, _, b in growing if b is not None]
+    mean_per_batch = sum(per_batch) / len(per_batch) if per_batch else None
+    worker_words = ", ".join(
+        f"worker {wid} {size(g.slope_bytes_per_s)}/s (95% interval {size(g.low_bytes_per_s)}/s"
+        f"-{size(g.high_bytes_per_s)}/s over {seconds(g.span_s)})"
+        for wid, g, _ in growing
+    )
+    message = f"Worker memory grows: {worker_words}"
+    if mean_per_batch is not None:
+        message += f", about {size(mean_per_batch)} per batch"
+    if exhaust_s is not None:
+        message += f"; at {size(total_per_s)}/s the {size(available)} still available lasts " \
+                   f"{seconds(exhaust_s)}"
+    message += "."
+    containers = run.dataset_containers[:3]
+    if containers:
+        named = "; ".join(
+            f"{c.name} ({c.type} of {c.items:,} items, about {size(c.approx_bytes)})"
+            for c in containers
+        )
+        message += (
+            f" If the dataset holds Python objects, workers copy them page by page as reference "
+            f"counts are touched (copy-on-read, {COPY_ON_READ_ISSUE}); its largest containers: "
+            f"{named}. Store them as numpy arrays or Arrow buffers instead of lists/dicts of "
+            "Python objects."
+        )
+    else:
+        message += (
+            " Common causes: a cache or list filled per sample, or Python objects shared with "
+            f"workers copied as their reference counts change (copy-on-read, {COPY_ON_READ_ISSUE})."
+        )
+    return [
+        Finding(
+            kind="memory-growth",
+            severity="warning" if exhaust_s is None or exhaust_s > 3600 else "critical",
+            message=message,
+            evidence={
+                "workers": [
+                    {"id": wid, "pid": g.pid, "uss_bytes_per_s": g.slope_bytes_per_s,
+                     "uss_bytes_per_s_low": g.low_bytes_per_s,
+                     "uss_bytes_per_s_high": g.high_bytes_per_s, "bytes_per_batch": b,
+                     "readings": g.readings, "span_s": g.span_s, "start_uss_bytes": g.start_bytes}
+                    for wid, g, b in growing
+                ],
+                "bytes_per_s": total_per_s,
+                "bytes_per_batch": mean_per_batch,
+                "available_memory_bytes": available,
+                "time_to_exhaust_s": exhaust_s,
+                "containers": [c.name for c in containers],
+                "min_growth_bytes": memory.MIN_GROWTH_BYTES,
+                "confidence_z": memory.CONFIDENCE_Z,
+            },
+        )
+    ]
+
+
+def _last_available_bytes(run: RunRecord) -> Optional[int]:
+    host = usable_host(run.host)
+    if host is None or not host.timeline:
+        return None
+    return host.timeline[-1].available_memory_bytes
+
+
+def shm_headroom_finding(run: RunRecord) -> Optional[Finding]:
+    """``/dev/shm`` too small for :data:`memory.SHM_HEADROOM_FACTOR` x the prefetch queue
+    (``prefetch_factor x num_workers x batch bytes``): workers then die with a bus error."""
+    shm = run.shared_memory
+    loader = run.loader
+    needed = memory.shm_needed_bytes(run.consumer.batch_bytes, loader.num_workers,
+                                     loader.prefetch_factor)
+    if shm is None or needed is None:
+        return None
+    wanted = memory.SHM_HEADROOM_FACTOR * needed
+    if shm.free_bytes >= wanted:
+        return None
+    return Finding(
+        kind="shm-headroom",
+        severity="critical" if shm.free_bytes < needed else "warning",
+        message=f"{shm.path} has {size(shm.free_bytes)} free of {size(shm.total_bytes)}, but the "
+        f"prefetch queue holds prefetch_factor {loader.prefetch_factor} x {loader.num_workers} "
+        f"workers x {size(run.consumer.batch_bytes)} per batch = {size(needed)} "
+        f"(pipecheck wants {memory.SHM_HEADROOM_FACTOR:g}x that free): workers risk a bus error. "
+        "Enlarge it (docker run --shm-size=...), or lower prefetch_factor, num_workers or the "
+        "batch size.",
+        evidence={"shm_free_bytes": shm.free_bytes, "shm_total_bytes": shm.total_bytes,
+                  "needed_bytes": needed, "batch_bytes": run.consumer.batch_bytes,
+                  "headroom_factor": memory.SHM_HEADROOM_FACTOR},
+    )
+
+
+def stacks_finding(run: RunRecord) -> Optional[Finding]:
+    """``stacks-unavailable`` when stacks were asked for and could not be sampled; otherwise a
+    ``hot-function`` finding naming the hottest function."""
+    stacks = run.stacks
+    if stacks is None:
+        return None
+    if stacks.status in ("unavailable", "failed"):
+        return Finding(
+            kind="stacks-unavailable",
+            severity="info",
+            message=f"Hot stacks were not sampled: {stacks.note}",
+            evidence={"status": stacks.status},
+        )
+    if stacks.status != "ok" or not stacks.top:
+        return None
+    top = stacks.top[0]
+    where = "worker" if stacks.worker_samples else "main-process"
+    return Finding(
+        kind="hot-function",
+        severity="info",
+        message=f"Hottest function in {where} samples: {top.function} ({top.file}:{top.line}), "
+        f"{percent(top.fraction)} of {stacks.worker_samples or stacks.main_samples} on-CPU samples "
+        f"over a {seconds(stacks.window_s)} window at {stacks.rate_hz} Hz.",
+        evidence={"function": top.function, "file": top.file, "line": top.line,
+                  "fraction": top.fraction,
+                  "samples": stacks.worker_samples or stacks.main_samples},
+    )
+
+
+def gpu_idle_finding(run: RunRecord) -> Optional[Finding]:
+    """How long the CUDA stream starved while the loop waited in ``next()``."""
+    device = run.device
+    if device is None or device.status != "ok" or device.idle_fraction is None:
+        return None
+    warn = device.idle_fraction >= GPU_IDLE_WARNING_FRACTION
+    return Finding(
+        kind="gpu-idle",
+        severity="warning" if warn else "info",
+        message=f"The GPU stream sat idle waiting for data {seconds(device.idle_s)} "
+        f"({percent(device.idle_fraction)} of stream time over {device.batches} batches).",
+        evidence={"idle_s": device.idle_s, "idle_fraction": device.idle_fraction,
+                  "batches": device.batches, "pinned_fraction": device.pinned_fraction,
+                  "threshold_fraction": GPU_IDLE_WARNING_FRACTION},
+    )

@@ -1,0 +1,84 @@
+"""Head-of-line blocking from :class:`pipecheck.probes.hol.HeadOfLineProbe` totals: how much of
+the data wait was spent on one batch while later batches were already done, and whose worker.
+
+The fix is ``in_order=False`` (torch >= 2.6: batches are handed over as they finish; gives up
+the sampler's order) or evening out per-batch work. Its expected effect is an upper bound: the
+blocked wait removed, ``stall = (wait - blocked) / (loop - blocked)``; the batches that were
+ready still have to be received.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pipecheck.records import Expected, Finding, Recommendation
+
+SHARE_OF_WAIT_THRESHOLD = 0.25
+"""Blocked wait / data wait (0-1) from which ``head-of-line-blocking`` is reported."""
+
+SHARE_OF_LOOP_THRESHOLD = 0.03
+"""Blocked wait / loop time (0-1) from which it is reported: below 3 % of the loop it costs
+less than the compute-bound verdict's own threshold (pipecheck's choice, both)."""
+
+
+IMBALANCE_THRESHOLD = 1.25
+"""Slowest / fastest worker's mean batch time from which blocked waits are blamed on a slow
+worker (pipecheck's choice: below it the waits are the jitter any balanced pipeline shows, and
+out-of-order delivery would gain little)."""
+
+
+def head_of_line_finding(summary: Optional[dict[str, Any]], loop_s: float,
+                         worker_batch_s: dict[str, float]) -> Optional[Finding]:
+    """``head-of-line-blocking`` when the blocked wait passes both thresholds and the worker
+    that caused most of it is slower per batch than the fastest by :data:`IMBALANCE_THRESHOLD`
+    or more; else ``None``. ``loop_s`` is the consumer's wait + compute seconds;
+    ``worker_batch_s`` maps worker id (text) to its mean production time per batch in seconds
+    (the worker probe's busy time / batches)."""
+    if not summary or summary.get("status") != "ok" or loop_s <= 0:
+        return None
+    blocked = summary.get("blocked_wait_s") or 0.0
+    wait = summary.get("wait_s") or 0.0
+    if wait <= 0 or blocked / wait < SHARE_OF_WAIT_THRESHOLD \
+            or blocked / loop_s < SHARE_OF_LOOP_THRESHOLD:
+        return None
+    by_worker = summary.get("blocked_s_by_worker") or {}
+    if not by_worker:
+        return None
+    worst, worst_s = max(by_worker.items(), key=lambda kv: kv[1])
+    times = [t for t in worker_batch_s.values() if t > 0]
+    if worst not in worker_batch_s or not times \
+            or worker_batch_s[worst] < IMBALANCE_THRESHOLD * min(times):
+        return None
+    ready = summary.get("mean_ready_later")
+    return Finding(
+        "head-of-line-blocking", "warning",
+        f"{blocked / wait:.0%} of the data wait ({blocked:.2f} s, {blocked / loop_s:.1%} of "
+        f"loop time) was spent on one batch while later ones were done"
+        + (f" ({ready:.1f} on average)" if ready is not None else "")
+        + f"; worker {worst}'s batches ({worker_batch_s[worst] * 1e3:.1f} ms each vs "
+          f"{min(times) * 1e3:.1f} ms for the fastest worker) caused {worst_s / blocked:.0%} "
+          f"of it",
+        {"blocked_wait_s": blocked, "wait_s": wait, "loop_s": loop_s,
+         "blocked_fraction_of_wait": blocked / wait, "mean_ready_later": ready,
+         "worst_worker": worst, "worst_worker_blocked_s": worst_s,
+         "worst_worker_batch_s": worker_batch_s[worst], "fastest_worker_batch_s": min(times)})
+
+
+def in_order_recommendation(finding: Finding, *, wait_s: float, compute_s: float,
+                            samples: int, torch_has_in_order: bool
+                            ) -> Optional[Recommendation]:
+    """``in_order=False`` for ``finding`` (a ``head-of-line-blocking`` one) with its upper-bound
+    effect (module docstring); ``None`` when this torch has no ``in_order`` (the finding's
+    message then stands alone: even out per-batch work)."""
+    if not torch_has_in_order:
+        return None
+    blocked = finding.evidence["blocked_wait_s"]
+    remaining = max(wait_s + compute_s - blocked, 1e-9)
+    expected = Expected(
+        samples_per_s=samples / remaining if samples else None,
+        stall_fraction=max(wait_s - blocked, 0.0) / remaining,
+        note="upper bound: the blocked wait removed")
+    return Recommendation(
+        "in_order", True, False, expected,
+        f"{finding.message}. in_order=False hands batches over as workers finish them, so a "
+        f"slow batch no longer holds back the ready ones (batch order then varies)")

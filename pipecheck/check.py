@@ -1,0 +1,115 @@
+"""CI thresholds on a saved report: ``pipecheck check RUN.json --max-stall 0.05
+--min-samples-per-s 500``.
+
+Each threshold is judged on one number of the report and gives one line, passed or violated:
+
+* ``max_stall`` (a 0-1 fraction, 0.05 = 5%): the **steady-state** data stall (each epoch's
+  first batch left out, what the verdict is judged on), the whole-run stall when the report has
+  no steady-state figure;
+* ``min_samples_per_s`` (> 0): the consumer's throughput in samples/s;
+* ``max_wait_per_batch_s`` (> 0, seconds): the mean data wait per batch.
+
+For a multi-rank report (``ranks`` set, from rank 0's gather or ``pipecheck report`` merging
+rank files), stall and wait are judged on the straggler (the worst rank, which sets every
+rank's pace) and throughput on the ranks' summed samples/s. A number that was not measured (a run
+with no batches) violates its threshold: a guard must not pass on missing data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from pipecheck.report import Report
+from pipecheck.units import percent, rate, seconds
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What a run must meet; ``None`` skips that check. Raises ``ValueError`` when
+    ``max_stall`` is outside 0-1 or another bound is not positive, or none is given."""
+
+    max_stall: Optional[float] = None
+    min_samples_per_s: Optional[float] = None
+    max_wait_per_batch_s: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.max_stall is not None and not 0 <= self.max_stall <= 1:
+            raise ValueError(f"--max-stall is a 0-1 fraction (0.05 = 5%), got {self.max_stall:g}")
+        for name, value in (("--min-samples-per-s", self.min_samples_per_s),
+                            ("--max-wait-per-batch-s", self.max_wait_per_batch_s)):
+            if value is not None and not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a positive number, got {value:g}")
+        if (self.max_stall, self.min_samples_per_s, self.max_wait_per_batch_s) == (None,) * 3:
+            raise ValueError("give at least one threshold: --max-stall, --min-samples-per-s "
+                             "or --max-wait-per-batch-s")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One threshold judged: ``passed`` and the line saying why (numbers with units)."""
+
+    passed: bool
+    line: str
+
+
+def _stall(report: Report) -> tuple[Optional[float], str, str]:
+    """(stall fraction, what it is, where) for the report, or its straggler rank's."""
+    consumer = report.consumer
+    steady, whole, where = consumer.steady_stall_fraction, consumer.stall_fraction, ""
+    if report.ranks is not None and report.ranks.straggler is not None:
+        worst = next(r for r in report.ranks.ranks if r.rank == report.ranks.straggler)
+        steady, whole = worst.steady_stall_fraction, worst.stall_fraction
+        where = f" on rank {worst.rank} (the straggler)"
+    if steady is not None:
+        return steady, "steady-state data stall", where
+    return whole, "data stall", where
+
+
+def _wait_per_batch(report: Report) -> tuple[Optional[float], str]:
+    if report.ranks is not None and report.ranks.straggler is not None:
+        worst = next(r for r in report.ranks.ranks if r.rank == report.ranks.straggler)
+        return worst.wait_per_batch_s, f" on rank {worst.rank} (the straggler)"
+    consumer = report.consumer
+    return (consumer.wait_s / consumer.batches if consumer.batches else None), ""
+
+
+def check(report: Report, thresholds: Thresholds) -> list[Outcome]:
+    """Judge ``report`` against every threshold given, in the order stall, throughput, wait."""
+    outcomes = []
+    if thresholds.max_stall is not None:
+        value, what, where = _stall(report)
+        limit = percent(thresholds.max_stall)
+        if value is None:
+            outcomes.append(Outcome(False, f"{what}{where} was not measured (no batches); "
+                                    f"--max-stall {limit} cannot be met"))
+        else:
+            ok = value <= thresholds.max_stall
+            verb = "is within" if ok else "exceeds"
+            outcomes.append(Outcome(ok, f"{what}{where} {percent(value)} {verb} "
+                                    f"--max-stall {limit}"))
+    if thresholds.min_samples_per_s is not None:
+        several = report.ranks is not None and len(report.ranks.ranks) > 1
+        value = report.ranks.samples_per_s if several else report.consumer.samples_per_s
+        what = "throughput summed over ranks" if several else "throughput"
+        limit = rate(thresholds.min_samples_per_s, "samples")
+        if value is None:
+            outcomes.append(Outcome(False, f"{what} was not measured (no batches); "
+                                    f"--min-samples-per-s {limit} cannot be met"))
+        else:
+            ok = value >= thresholds.min_samples_per_s
+            verb = "meets" if ok else "is below"
+            outcomes.append(Outcome(ok, f"{what} {rate(value, 'samples')} {verb} "
+                                    f"--min-samples-per-s {limit}"))
+    if thresholds.max_wait_per_batch_s is not None:
+        value, where = _wait_per_batch(report)
+        limit = seconds(thresholds.max_wait_per_batch_s)
+        if value is None:
+            outcomes.append(Outcome(False, f"data wait per batch{where} was not measured (no "
+                                    f"batches); --max-wait-per-batch-s {limit} cannot be met"))
+        else:
+            ok = value <= thresholds.max_wait_per_batch_s
+            verb = "is within" if ok else "exceeds"
+            outcomes.append(Outcome(ok, f"mean data wait per batch{where} {seconds(value)} "
+                                    f"{verb} --max-wait-per-batch-s {limit}"))
+    return outcomes

@@ -1,0 +1,130 @@
+"""Head-of-line blocking: at each ``next()`` on a multi-worker DataLoader iterator, which worker
+the consumer is about to wait on, and how many later batches have already arrived.
+
+With ``in_order=True`` (torch's default) torch's ``_MultiProcessingDataLoaderIter`` returns
+batch ``_rcvd_idx`` next; ``_task_info[idx]`` is ``(worker_id,)`` while batch ``idx`` is out
+and ``(worker_id, data)`` once it arrived ahead of its turn. Reading both at ``next()`` entry
+tells whose batch the consumer waits for and how many later batches sit done meanwhile. These
+are private attributes: :meth:`HeadOfLineProbe.attach` checks they exist with the expected
+types (torch 1.x to 2.13 keep them) and otherwise the probe stays off and says why.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import Any, Optional
+
+
+class HeadOfLineProbe:
+    """Per-batch head-of-line bookkeeping (two short calls per batch; the scan covers at most
+    ``prefetch_factor x num_workers`` entries). Totals only, no per-batch storage."""
+
+    def __init__(self) -> None:
+        self.status = "off"
+        self.note: Optional[str] = "not attached"
+        self._iterator: Any = None
+        self._worker: Optional[int] = None
+        self._ready_later = 0
+        self.waits = 0
+        self.wait_s = 0.0
+        self.blocked_waits = 0
+        self.blocked_wait_s = 0.0
+        self.ready_later_sum = 0
+        self.wait_s_by_worker: dict[int, float] = {}
+        self.blocked_s_by_worker: dict[int, float] = {}
+
+    def attach(self, iterator: Any) -> bool:
+        """Follow ``iterator`` (a new epoch's). True when it is an in-order multi-worker
+        iterator with the expected private state; otherwise the probe is off with a note."""
+        self._iterator = None
+        task_info = getattr(iterator, "_task_info", None)
+        if not isinstance(task_info, dict) or not isinstance(
+                getattr(iterator, "_rcvd_idx", None), int):
+            self.status, self.note = "unavailable", (
+                "this DataLoader iterator has no _task_info / _rcvd_idx (single-process "
+                "loading, or a torch version pipecheck does not know)")
+            return False
+        if getattr(iterator, "_in_order", True) is False:
+            self.status, self.note = "off", "in_order=False: batches are not delivered in order"
+            return False
+        if getattr(iterator, "_num_workers", 0) < 2:
+            self.status, self.note = "off", "fewer than 2 workers: no batch can overtake another"
+            return False
+        self._iterator = iterator
+        self.status, self.note = "ok", None
+        return True
+
+    def before_next(self) -> None:
+        """At ``next()`` entry: note the awaited batch's worker and the later ones done."""
+        iterator = self._iterator
+        if iterator is None:
+            return
+        info = iterator._task_info
+        awaited = info.get(iterator._rcvd_idx)
+        self._worker = awaited[0] if awaited else None
+        self._ready_later = sum(1 for entry in info.values() if len(entry) == 2)
+
+    def after_next(self, wait_s: float) -> None:
+        """After ``next()`` returned: account ``wait_s`` seconds of waiting to that worker."""
+        worker = self._worker
+        if self._iterator is None or worker is None:
+            return
+        self.waits += 1
+        self.wait_s += wait_s
+        self.wait_s_by_worker[worker] = self.wait_s_by_worker.get(worker, 0.0) + wait_s
+        if self._ready_later:
+            self.blocked_waits += 1
+            self.blocked_wait_s += wait_s
+            self.ready_later_sum += self._ready_later
+            self.blocked_s_by_worker[worker] = self.blocked_s_by_worker.get(worker, 0.0) + wait_s
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready totals: ``status``, ``note``, ``waits``, ``wait_s``, ``blocked_waits``,
+        ``blocked_wait_s`` (seconds waited while later batches were done),
+        ``mean_ready_later`` (batches done ahead during those waits), ``wait_s_by_worker`` and
+        ``blocked_s_by_worker`` (keys are worker ids as text)."""
+        return {
+            "status": self.status, "note": self.note, "waits": self.waits,
+            "wait_s": self.wait_s, "blocked_waits": self.blocked_waits,
+            "blocked_wait_s": self.blocked_wait_s,
+            "mean_ready_later": (self.ready_later_sum / self.blocked_waits
+                                 if self.blocked_waits else None),
+            "wait_s_by_worker": {str(k): v for k, v in sorted(self.wait_s_by_worker.items())},
+            "blocked_s_by_worker": {str(k): v
+                                    for k, v in sorted(self.blocked_s_by_worker.items())},
+        }
+
+
+class ObservedSource:
+    """An iterable over ``source`` whose iterator reports each ``next()`` to ``probe``.
+    ``iter()`` is lazy (the consumer probe times worker start-up inside it) and attaches the
+    probe to the new iterator; when it cannot attach, the plain iterator is returned."""
+
+    def __init__(self, source: Any, probe: HeadOfLineProbe) -> None:
+        self.source = source
+        self.probe = probe
+
+    def __iter__(self) -> Any:
+        iterator = iter(self.source)
+        if not self.probe.attach(iterator):
+            return iterator
+        return _ObservedIterator(iterator, self.probe)
+
+
+class _ObservedIterator:
+    __slots__ = ("iterator", "probe")
+
+    def __init__(self, iterator: Any, probe: HeadOfLineProbe) -> None:
+        self.iterator = iterator
+        self.probe = probe
+
+    def __iter__(self) -> "_ObservedIterator":
+        return self
+
+    def __next__(self) -> Any:
+        probe = self.probe
+        probe.before_next()
+        started = perf_counter()
+        batch = next(self.iterator)
+        probe.after_next(perf_counter() - started)
+        return batch

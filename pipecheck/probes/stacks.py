@@ -1,0 +1,479 @@
+"""Hot stacks: sample the training process and its DataLoader workers with py-spy for a bounded
+window, and count which Python functions were on the CPU.
+
+One ``py-spy record --pid MAIN --subprocesses --format raw --function --nonblocking`` process
+samples the main process and every process below it (workers, and processes they start) at
+``rate_hz``. ``--nonblocking`` reads the targets' memory without pausing them, so the training
+loop is never stopped; idle threads (sleeping, blocked on a queue or a socket) are left out by
+py-spy, so the counts are on-CPU time. A watcher thread ends the window with SIGINT (py-spy then
+writes its output) and reads py-spy's own CPU time first, reported as the overhead.
+
+A second py-spy samples the main process alone with ``--idle`` (off-CPU stacks too), to split
+the main thread's time inside the DataLoader's ``__next__`` into waiting on an empty queue
+(no batch ready: the workers are behind), receiving (unpickling a batch and attaching its shared
+memory: CPU the main thread pays per batch) and other (bookkeeping; with ``num_workers=0`` the
+production itself), and to tell how busy the pin-memory thread is (:func:`parse_main_wait`).
+A thread waiting for the GIL looks like the frame it waits in, so "GIL held elsewhere" is not
+separated: it counts where the thread stood (usually the queue wait).
+
+Permissions (Linux): py-spy attaches with ``ptrace``/``process_vm_readv``. Launched by the
+trainer it is a *sibling* of the workers and a child of the main process, which Yama's
+``ptrace_scope=1`` forbids unless the target opts in: :func:`allow_ptrace` calls
+``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`` in the main process, and :class:`PtracerOptIn`
+does it in each worker from ``worker_init_fn``. ``ptrace_scope=2`` needs CAP_SYS_PTRACE, 3 forbids
+attaching altogether; containers need CAP_SYS_PTRACE (``docker run --cap-add SYS_PTRACE``). When
+sampling is impossible the record says why and how to enable it; nothing else is affected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from typing import Any, Callable, Optional
+
+from pipecheck.records import HotFunction, StacksRecord
+
+DEFAULT_WINDOW_S = 10.0
+"""Seconds sampled by default: about 200 samples per busy process at the default rate."""
+
+DEFAULT_RATE_HZ = 20
+"""Samples per second and process. pipecheck's choice, measured with
+``benchmarks/stacks_overhead.py`` (2 cores, 1 CPU-bound worker, a CPU-bound step, 3 rounds,
+median): both py-spy processes together used 10.2% / 16.3% / 26.2% of a core at 20 / 50 / 100 Hz,
+and throughput changed by -0.6% / -5.3% / -6.1% (run-to-run noise is about 3%). At 20 Hz a
+function taking 10% of a worker's time is estimated within about +-2% from 200 samples.
+py-spy's own CPU is reported in every record (``overhead_cpu_s``)."""
+
+TOP_FUNCTIONS = 10
+"""Functions listed in ``top`` / ``main_top``."""
+
+PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
+
+_PR_SET_PTRACER = 0x59616D61  # "Yama" in <linux/prctl.h>
+_PR_SET_PTRACER_ANY = ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF)
+_CAP_SYS_PTRACE = 19
+_STOP_TIMEOUT_S = 10.0
+_WORKER_LOOP = "_worker_loop ("  # torch.utils.data._utils.worker._worker_loop
+_OWN_THREAD = "HostProbe._run ("  # pipecheck's sampler thread in the main process
+_FRAME = re.compile(r"^(?P<function>.*) \((?P<file>.*):(?P<line>\d+)\)$")
+
+_ENABLE_HINT = (
+    "run as root with CAP_SYS_PTRACE (in Docker: docker run --cap-add SYS_PTRACE), or allow "
+    "same-user attach with sysctl kernel.yama.ptrace_scope=1"
+)
+
+
+def allow_ptrace() -> bool:
+    """Let any process of this user ptrace this one (Yama's opt-in); ``True`` on success. A
+    no-op returning ``False`` off Linux or where Yama is not built in (nothing to opt into)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class PtracerOptIn:
+    """A ``worker_init_fn`` wrapper: opts the worker in to being sampled (:func:`allow_ptrace`),
+    then calls the loader's own ``worker_init_fn`` (if any) unchanged. Picklable for spawn and
+    forkserver when the wrapped function is."""
+
+    def __init__(self, worker_init_fn: Optional[Callable[[int], Any]]) -> None:
+        self.worker_init_fn = worker_init_fn
+
+    def __call__(self, worker_id: int) -> None:
+        allow_ptrace()
+        if self.worker_init_fn is not None:
+            self.worker_init_fn(worker_id)
+
+    def __repr__(self) -> str:
+        return f"<pipecheck ptrace opt-in then {self.worker_init_fn!r}>"
+
+
+def ptrace_scope(path: str = PTRACE_SCOPE_PATH) -> Optional[int]:
+    """Yama's ``kernel.yama.ptrace_scope`` (0-3), ``None`` where Yama is absent."""
+    try:
+        with open(path) as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def has_cap_sys_ptrace(status_path: str = "/proc/self/status") -> bool:
+    """Whether this process's effective capabilities include CAP_SYS_PTRACE (Linux)."""
+    try:
+        with open(status_path) as handle:
+            for line in handle:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_PTRACE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def unavailable_reason(py_spy: Optional[str], scope: Optional[int], capable: bool) -> Optional[str]:
+    """Why sampling cannot start, with how to enable it; ``None`` when it may. ``py_spy``: the
+    executable's path (``None``: not found); ``scope``: Yama's ptrace_scope; ``capable``: whether
+    this process holds CAP_SYS_PTRACE."""
+    if not sys.platform.startswith("linux"):
+        return f"pipecheck samples stacks on Linux only (this is {sys.platform})."
+    if py_spy is None:
+        return "py-spy is not installed or not on PATH (python -m pip install py-spy)."
+    if scope == 3:
+        return ("kernel.yama.ptrace_scope is 3: no process may attach to another until reboot; "
+                "boot with a lower ptrace_scope to sample stacks.")
+    if scope == 2 and not capable:
+        return ("kernel.yama.ptrace_scope is 2: only processes with CAP_SYS_PTRACE may attach; "
+                f"{_ENABLE_HINT}.")
+    return None
+
+
+class StackSampler:
+    """py-spy over ``pid`` and its descendants for ``window_s`` seconds at ``rate_hz``.
+
+    :meth:`start` launches py-spy (or records why it cannot); :meth:`stop` ends the window
+    early if it is still open, waits for py-spy's output and parses it; :meth:`snapshot` returns
+    the :class:`~pipecheck.records.StacksRecord` (``running`` until the window is over and
+    stopped). ``py_spy``: the executable (default: ``py-spy`` on PATH). Raises ``ValueError`` for
+    a non-positive window or rate. Never raises from start/stop/snapshot.
+    """
+
+    def __init__(
+        self,
+        pid: Optional[int] = None,
+        *,
+        window_s: float = DEFAULT_WINDOW_S,
+        rate_hz: int = DEFAULT_RATE_HZ,
+        py_spy: Optional[str] = None,
+    ) -> None:
+        if not window_s > 0:
+            raise ValueError(f"window_s must be > 0 seconds, got {window_s!r}")
+        if not rate_hz > 0:
+            raise ValueError(f"rate_hz must be > 0, got {rate_hz!r}")
+        self.pid = os.getpid() if pid is None else pid
+        self.window_s = float(window_s)
+        self.rate_hz = int(rate_hz)
+        self._py_spy = py_spy if py_spy is not None else shutil.which("py-spy")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._process: Optional[subprocess.Popen] = None
+        self._main_process: Optional[subprocess.Popen] = None
+        self._watcher: Optional[threading.Thread] = None
+        self._dir: Optional[tempfile.TemporaryDirectory] = None
+        self._started_at: Optional[float] = None
+        self._record: Optional[StacksRecord] = None
+        self._overhead_cpu_s: Optional[float] = None
+        self._sampled_s: Optional[float] = None
+
+    def start(self) -> None:
+        """Launch py-spy now (idempotent). Opts this process in to being traced first."""
+        with self._lock:
+            if self._started_at is not None or self._record is not None:
+                return
+            self._started_at = time.perf_counter()
+            reason = unavailable_reason(self._py_spy, ptrace_scope(), has_cap_sys_ptrace())
+            if reason is not None:
+                self._record = self._result("unavailable", note=reason)
+                return
+            allow_ptrace()
+            self._dir = tempfile.TemporaryDirectory(prefix="pipecheck-stacks-")
+            common = ["--format", "raw", "--function", "--full-filenames", "--nonblocking",
+                      "--rate", str(self.rate_hz), "--pid", str(self.pid)]
+            hot = [self._py_spy, "record", "--subprocesses", *common, "--output",
+                   os.path.join(self._dir.name, "stacks.txt")]
+            idle = [self._py_spy, "record", "--idle", *common, "--output",
+                    os.path.join(self._dir.name, "main.txt")]
+            try:
+                self._process = _launch(hot)
+                self._main_process = _launch(idle)
+            except OSError as error:
+                self._record = self._result("failed", note=f"py-spy could not start: {error}")
+                return
+            self._watcher = threading.Thread(target=self._watch, name="pipecheck-stacks",
+                                             daemon=True)
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        """End the window after ``window_s`` (or when stopped): read py-spy's CPU, then SIGINT."""
+        self._stop.wait(self.window_s)
+        used = [_cpu_s(p.pid) for p in (self._process, self._main_process)
+                if p is not None and p.poll() is None]
+        self._overhead_cpu_s = sum(u for u in used if u is not None) if used else None
+        for process in (self._process, self._main_process):
+            if process is not None and process.poll() is None:
+                try:
+                    process.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        """End the window now if open, wait for py-spy and parse what it wrote. Idempotent."""
+        with self._lock:
+            if self._record is not None or self._process is None:
+                return
+            self._stop.set()
+            if self._watcher is not None:
+                self._watcher.join(_STOP_TIMEOUT_S)
+            assert self._started_at is not None
+            self._sampled_s = min(self.window_s, time.perf_counter() - self._started_at)
+            returncode, stderr = _finish(self._process)
+            if self._main_process is not None:
+                _finish(self._main_process)
+            self._record = self._parse_result(returncode, stderr)
+            if self._dir is not None:
+                self._dir.cleanup()
+
+    def window_over(self) -> bool:
+        """Whether the sampling window has ended (or never opened)."""
+        if self._started_at is None:
+            return False
+        return self._record is not None or time.perf_counter() - self._started_at >= self.window_s
+
+    def snapshot(self) -> StacksRecord:
+        """The result once stopped; before that a ``running`` record (or ``unavailable`` when
+        sampling never started)."""
+        with self._lock:
+            if self._record is not None:
+                return self._record
+            if self._started_at is None:
+                return self._result("unavailable", note="stack sampling was not started")
+            return self._result("running", note="the sampling window is still open")
+
+    def _parse_result(self, returncode: Optional[int], stderr: str) -> StacksRecord:
+        output = os.path.join(self._dir.name, "stacks.txt") if self._dir is not None else None
+        text = ""
+        if output is not None and os.path.exists(output):
+            with open(output, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+        if not text.strip():
+            detail = _last_error_line(stderr) or f"exit status {returncode}"
+            if "permission" in stderr.lower() or "operation not permitted" in stderr.lower():
+                return self._result("failed", note=f"py-spy was denied ({detail}); {_ENABLE_HINT}.")
+            return self._result("failed", note=f"py-spy recorded nothing ({detail}).")
+        counts = parse_raw(text, self.pid)
+        main_path = os.path.join(self._dir.name, "main.txt") if self._dir is not None else None
+        if main_path is not None and os.path.exists(main_path):
+            with open(main_path, encoding="utf-8", errors="replace") as handle:
+                counts.update(parse_main_wait(handle.read()))
+        return self._result("ok", **counts)
+
+    def _result(self, status: str, **fields: Any) -> StacksRecord:
+        window_s = self._sampled_s if self._sampled_s is not None else self.window_s
+        return StacksRecord(status=status, window_s=window_s, rate_hz=self.rate_hz,
+                            overhead_cpu_s=self._overhead_cpu_s, **fields)
+
+
+def parse_raw(text: str, main_pid: int, top: int = TOP_FUNCTIONS) -> dict[str, Any]:
+    """Hot functions from py-spy's ``--format raw`` output (one ``frame;frame;... count`` line per
+    distinct stack, outermost first; with ``--subprocesses`` led by ``process PID:"cmd"``
+    elements, the last naming the sampled process).
+
+    Samples of ``main_pid`` count as main, others as worker samples. Each worker sample is put
+    in the pipeline stage it ran in (:func:`stage_of`): ``stages`` gives each stage's share of
+    worker samples and every hot function its commonest stage. Worker samples count only
+    while torch's worker loop (``_worker_loop``) is on the stack, i.e. while producing batches:
+    a spawned worker's start-up (importing torch and the user's modules, often most of a short
+    window) and shutdown are counted apart as ``worker_other_samples``; when no sample shows the
+    worker loop (not a torch worker), all worker samples count. Main-process samples of
+    pipecheck's own sampler thread are left out. Returns ``worker_samples``,
+    ``worker_other_samples``, ``main_samples``, ``top`` (over worker samples, or over main
+    samples when there are none) and ``main_top``."""
+    self_counts: dict[bool, Counter] = {True: Counter(), False: Counter()}
+    inclusive: dict[bool, Counter] = {True: Counter(), False: Counter()}
+    totals = {True: 0, False: 0}
+    other: list[tuple[list[str], int]] = []  # worker samples outside the worker loop
+    stages: Counter = Counter()
+    leaf_stages: dict[str, Counter] = {}
+
+    def count_stage(frames: list[str], samples: int) -> None:
+        stage = stage_of(frames)
+        stages[stage] += samples
+        leaf_stages.setdefault(frames[-1], Counter())[stage] += samples
+
+    for line in text.splitlines():
+        stack, _, number = line.rstrip().rpartition(" ")
+        if not stack or not number.isdigit():
+            continue
+        samples = int(number)
+        pid = main_pid
+        frames = []
+        for element in stack.split(";"):
+            if element.startswith("process ") and not frames:
+                pid = _pid_of(element, pid)
+            else:
+                frames.append(element)
+        if not frames:
+            continue
+        is_worker = pid != main_pid
+        if is_worker and not any(f.startswith(_WORKER_LOOP) for f in frames):
+            other.append((frames, samples))
+            continue
+        if not is_worker and any(f.startswith(_OWN_THREAD) for f in frames):
+            continue
+        totals[is_worker] += samples
+        if is_worker:
+            count_stage(frames, samples)
+        self_counts[is_worker][frames[-1]] += samples
+        for frame in set(frames):
+            inclusive[is_worker][frame] += samples
+    other_samples = sum(samples for _, samples in other)
+    if not totals[True]:  # no torch worker loop anywhere: not DataLoader workers, count them all
+        for frames, samples in other:
+            totals[True] += samples
+            count_stage(frames, samples)
+            self_counts[True][frames[-1]] += samples
+            for frame in set(frames):
+                inclusive[True][frame] += samples
+        other_samples = 0
+    worker_top = _top(self_counts[True], inclusive[True], totals[True], top, leaf_stages)
+    main_top = _top(self_counts[False], inclusive[False], totals[False], top)
+    return {
+        "worker_samples": totals[True],
+        "worker_other_samples": other_samples,
+        "main_samples": totals[False],
+        "top": worker_top if totals[True] else main_top,
+        "main_top": main_top,
+        "stages": {name: n / totals[True] for name, n in stages.most_common()} if totals[True]
+        else {},
+    }
+
+
+_COLLATE_FILE = "torch/utils/data/_utils/collate.py"
+_FETCH_FILE = "torch/utils/data/_utils/fetch.py"
+
+
+def stage_of(frames: list[str]) -> str:
+    """The pipeline stage a worker stack (outermost frame first) ran in: the innermost frame
+    that names one. A webdataset pipeline stage (a module-level function or an ``__iter__`` in
+    the ``webdataset`` package: ``map``, ``decode``, ``tarfile_samples``, ``url_opener``, ...),
+    torch's ``collate`` (``torch/utils/data/_utils/collate.py``) or ``fetch`` (the dataset's
+    ``__getitem__`` / ``__iter__``, called from ``_utils/fetch.py``); ``worker loop``
+    otherwise (waiting for indices, sending batches)."""
+    for frame in reversed(frames):
+        match = _FRAME.match(frame)
+        if match is None:
+            continue
+        function, file = match["function"], match["file"].replace("\\", "/")
+        if "/webdataset/" in file:
+            if "." not in function:
+                return function.lstrip("_")
+            if function.endswith(".__iter__"):
+                return function[: -len(".__iter__")]
+        elif file.endswith(_COLLATE_FILE):
+            return "collate"
+        elif file.endswith(_FETCH_FILE):
+            return "fetch"
+    return "worker loop"
+
+
+_RECEIVING_FILES = ("torch/multiprocessing/reductions.py", "multiprocessing/resource_sharer.py",
+                    "multiprocessing/reduction.py")
+_NEXT_FRAME = "_BaseDataLoaderIter.__next__ ("
+_THREAD_ROOT = "Thread._bootstrap ("
+_PIN_LOOP = "_pin_memory_loop ("
+_PINNING = "pin_memory ("  # torch.utils.data._utils.pin_memory.pin_memory
+
+
+def parse_main_wait(text: str) -> dict[str, Any]:
+    """The main thread's time inside the DataLoader's ``__next__`` and the pin-memory thread's
+    busy share, from py-spy ``--idle`` raw output of the main process alone (every thread's
+    stack, on or off the CPU). Main-thread samples are those not rooted in
+    ``Thread._bootstrap``. Returns ``main_wait`` (fractions of the main thread's in-``next()``
+    samples: ``queue-empty``, ``receiving``, ``other``), ``main_wait_samples`` and
+    ``pin_memory_busy_fraction`` (``None`` without a pin-memory thread)."""
+    counts = {"queue-empty": 0, "receiving": 0, "other": 0}
+    pin_total = pin_busy = 0
+    for line in text.splitlines():
+        stack, _, number = line.rstrip().rpartition(" ")
+        if not stack or not number.isdigit():
+            continue
+        samples = int(number)
+        frames = [f for f in stack.split(";") if not f.startswith("process ")]
+        if not frames:
+            continue
+        if any(f.startswith(_PIN_LOOP) for f in frames):
+            pin_total += samples
+            if any(f.startswith(_PINNING) for f in frames):
+                pin_busy += samples
+            continue
+        if frames[0].startswith(_THREAD_ROOT) or not any(f.startswith(_NEXT_FRAME) for f in frames):
+            continue
+        if any(f.rstrip(")").rsplit(":", 1)[0].endswith(_RECEIVING_FILES) for f in frames):
+            counts["receiving"] += samples
+        elif any(f.startswith("Queue.get (") for f in frames):
+            counts["queue-empty"] += samples
+        else:
+            counts["other"] += samples
+    total = sum(counts.values())
+    return {
+        "main_wait": {k: v / total for k, v in counts.items()} if total else {},
+        "main_wait_samples": total,
+        "pin_memory_busy_fraction": pin_busy / pin_total if pin_total else None,
+    }
+
+
+def _launch(command: list[str]) -> subprocess.Popen:
+    # Its own session: the user's Ctrl-C goes to the trainer, which then stops py-spy itself.
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _finish(process: subprocess.Popen) -> tuple[Optional[int], str]:
+    """Wait for a signalled py-spy (kill it past the timeout); its exit status and stderr."""
+    try:
+        _, stderr = process.communicate(timeout=_STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+    return process.returncode, stderr.decode(errors="replace")
+
+
+def _pid_of(element: str, default: int) -> int:
+    head = element[len("process "):].split(":", 1)[0]
+    return int(head) if head.isdigit() else default
+
+
+def _top(self_counts: Counter, inclusive: Counter, total: int, top: int,
+         leaf_stages: Optional[dict[str, Counter]] = None) -> list[HotFunction]:
+    if not total:
+        return []
+    out = []
+    leaf_stages = leaf_stages or {}
+    for frame, samples in self_counts.most_common(top):
+        match = _FRAME.match(frame)
+        function, file, line = (
+            (match["function"], match["file"], int(match["line"])) if match else (frame, "", None)
+        )
+        stage = leaf_stages[frame].most_common(1)[0][0] if frame in leaf_stages else None
+        out.append(HotFunction(function=function, file=file, line=line, fraction=samples / total,
+                               inclusive_fraction=inclusive[frame] / total, samples=samples,
+                               stage=stage))
+    return out
+
+
+def _cpu_s(pid: int) -> Optional[float]:
+    """User + system CPU seconds of ``pid`` so far (``/proc/<pid>/stat``), ``None`` if gone."""
+    try:
+        import psutil
+
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
+    except Exception:  # the process may have exited; psutil errors vary by platform
+        return None
+
+
+def _last_error_line(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or [""])[-1][:300]

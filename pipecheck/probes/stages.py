@@ -1,0 +1,380 @@
+"""Per-stage timing of iterable pipelines: webdataset ``DataPipeline`` stages (in workers and in
+the main process) and user-marked stages (``with pipecheck.stage("decode"): ...``).
+
+Pipeline stages are pulled in a chain: stage ``i``'s ``next()`` runs inside stage ``i+1``'s.
+Each stage's output iterator is wrapped by :class:`_TimedIterator`, which adds the wall time of
+every ``next()`` to the stage's *inclusive* time and counts the items it yields; a stage's
+exclusive time is its inclusive time minus its upstream's (:mod:`pipecheck.analysis.stages`).
+Two ``perf_counter_ns`` reads per item per stage.
+
+User stages (:func:`stage`) keep exclusive time directly: a stage entered inside another pauses
+the outer one.
+
+Every process keeps its totals in memory (:class:`StageTotals`). Workers write theirs to
+``stages-PID.json`` in the probe's folder at most every :data:`FLUSH_INTERVAL_S` seconds, when
+their pipeline ends and when the worker exits (``multiprocessing.util.Finalize``, which
+DataLoader workers run on a clean shutdown); a killed worker loses at most its last interval.
+The folder reaches user stages in workers through the :data:`STAGE_DIR_ENV` variable, which
+fork, spawn and forkserver children inherit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from typing import Any, Iterable, Iterator, Optional
+
+STAGE_DIR_ENV = "PIPECHECK_STAGE_DIR"
+"""Environment variable naming the folder where worker processes write their stage totals."""
+
+FLUSH_INTERVAL_S = 0.5
+"""Least seconds between two writes of a worker's totals (pipecheck's choice: a write costs
+tens of microseconds, so at this interval the cost is negligible; a killed worker loses at most
+this much)."""
+
+
+class StageTotals:
+    """One process's stage totals, in nanoseconds and item counts, keyed by stage key
+    (``"pipeline:3:decode"`` for pipeline stage 3, ``"user:decode"`` for a user stage)."""
+
+    def __init__(self, folder: Optional[str]) -> None:
+        self.pid = os.getpid()
+        self.folder = folder
+        self.order: list[str] = []
+        self.names: dict[str, str] = {}
+        self.upstream: dict[str, Optional[str]] = {}
+        self.inclusive_ns: dict[str, int] = {}
+        self.exclusive_ns: dict[str, int] = {}
+        self.items: dict[str, int] = {}
+        self._last_flush = time.perf_counter()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        if folder is not None:
+            _register_exit_flush(self)
+
+    def declare(self, key: str, name: str, upstream: Optional[str]) -> None:
+        """Make ``key`` known (idempotent): its display ``name`` and the key of the stage that
+        feeds it (``None`` for a source or a user stage)."""
+        if key not in self.names:
+            with self._lock:
+                if key not in self.names:
+                    self.order.append(key)
+                    self.names[key] = name
+                    self.upstream[key] = upstream
+                    self.inclusive_ns[key] = self.exclusive_ns[key] = self.items[key] = 0
+
+    def user_stack(self) -> list[list[Any]]:
+        """This thread's open user stages: ``[key, resumed_ns, entered_ns]`` each."""
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def maybe_flush(self) -> None:
+        """Write the totals if :data:`FLUSH_INTERVAL_S` passed since the last write."""
+        if self.folder is not None and time.perf_counter() - self._last_flush >= FLUSH_INTERVAL_S:
+            self.flush()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The totals as a JSON-ready dict (also the file format)."""
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        return {"pid": self.pid, "worker_id": None if info is None else info.id,
+                "stages": [{"key": k, "name": self.names[k], "upstream": self.upstream[k],
+                            "inclusive_ns": self.inclusive_ns[k],
+                            "exclusive_ns": self.exclusive_ns[k], "items": self.items[k]}
+                           for k in list(self.order)]}
+
+    def flush(self) -> None:
+        """Write the totals to ``stages-PID.json`` atomically (no-op without a folder; an
+        unwritable folder loses this write, never the pipeline)."""
+        self._last_flush = time.perf_counter()
+        if self.folder is None:
+            return
+        path = os.path.join(self.folder, f"stages-{self.pid}.json")
+        try:
+            fd, temp = tempfile.mkstemp(dir=self.folder, prefix=".stages-", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(self.snapshot(), handle)
+            os.replace(temp, path)
+        except OSError:
+            pass
+
+
+_TOTALS: dict[Optional[str], StageTotals] = {}
+
+
+def totals(folder: Optional[str]) -> StageTotals:
+    """This process's :class:`StageTotals` for ``folder`` (a new one after a fork)."""
+    current = _TOTALS.get(folder)
+    if current is None or current.pid != os.getpid():
+        current = _TOTALS[folder] = StageTotals(folder)
+    return current
+
+
+def _register_exit_flush(stage_totals: StageTotals) -> None:
+    import multiprocessing.util
+
+    if multiprocessing.parent_process() is not None:  # a worker: flush when it exits
+        multiprocessing.util.Finalize(None, stage_totals.flush, exitpriority=10)
+
+
+# -- pipeline stages -----------------------------------------------------------------------
+
+
+def stage_name(stage: Any) -> str:
+    """A name a user recognises for a webdataset pipeline stage: a function's name; for
+    ``map(f)`` the name of ``f``; for decode ``decode``; for other filters their own name
+    without webdataset's leading underscore (``shuffle``, ``batched``, ``to_tuple``); for
+    objects their class name (``SimpleShardList``)."""
+    function = getattr(stage, "f", None)
+    if callable(function) and hasattr(stage, "args"):  # webdataset FilterFunction
+        name = getattr(function, "__name__", "filter").lstrip("_")
+        args = getattr(stage, "args", ())
+        if name in ("map", "map_dict", "map_tuple") and args:
+            target = args[0]
+            if type(target).__name__ == "Decoder":
+                return "decode"
+            inner = getattr(target, "__name__", None)
+            if inner and inner != "<lambda>":
+                return inner
+        return name
+    name = getattr(stage, "__name__", None)
+    if name and name != "<lambda>":
+        return name
+    return type(stage).__name__
+
+
+class _TimedIterator:
+    """Times each ``next()`` of ``inner`` as stage ``key``'s inclusive time."""
+
+    __slots__ = ("inner", "key", "totals")
+
+    def __init__(self, inner: Iterator[Any], key: str, stage_totals: StageTotals) -> None:
+        self.inner = inner
+        self.key = key
+        self.totals = stage_totals
+
+    def __iter__(self) -> "_TimedIterator":
+        return self
+
+    def __next__(self) -> Any:
+        totals_ = self.totals
+        started = time.perf_counter_ns()
+        try:
+            item = next(self.inner)
+        except StopIteration:
+            totals_.inclusive_ns[self.key] += time.perf_counter_ns() - started
+            totals_.flush()
+            raise
+        totals_.inclusive_ns[self.key] += time.perf_counter_ns() - started
+        totals_.items[self.key] += 1
+        totals_.maybe_flush()
+        return item
+
+
+class TimedStage:
+    """A pipeline stage (source or filter) whose output is timed. Picklable when ``stage`` is:
+    it holds only the stage, its position, names and the folder."""
+
+    def __init__(self, stage: Any, key: str, name: str, upstream: Optional[str],
+                 folder: Optional[str]) -> None:
+        self.stage = stage
+        self.key = key
+        self.name = name
+        self.upstream = upstream
+        self.folder = folder
+
+    def _wrap(self, output: Iterable[Any]) -> _TimedIterator:
+        stage_totals = totals(self.folder)
+        stage_totals.declare(self.key, self.name, self.upstream)
+        return _TimedIterator(iter(output), self.key, stage_totals)
+
+    def __iter__(self) -> Iterator[Any]:
+        """As a source stage (iterated without input)."""
+        return self._wrap(self.stage)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        """Run the stage as webdataset's ``DataPipeline.invoke`` would (a source is iterated,
+        a ``PipelineStage`` run, a filter called with the upstream iterator), timed."""
+        from torch.utils.data import DataLoader, IterableDataset
+        from webdataset.pipeline import PipelineStage
+
+        stage = self.stage
+        if isinstance(stage, (IterableDataset, DataLoader, list)) and not args and not kwargs:
+            return self._wrap(stage)
+        if isinstance(stage, PipelineStage):
+            return self._wrap(stage.run(*args, **kwargs))
+        return self._wrap(stage(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "stage":  # not yet set while unpickling
+            raise AttributeError(name)
+        return getattr(self.stage, name)
+
+
+def time_pipeline(stages: list[Any], folder: Optional[str], prefix: str) -> list[Any]:
+    """``stages`` (a ``DataPipeline.pipeline`` list) with each stage wrapped in a
+    :class:`TimedStage` chained to its upstream; keys are ``PREFIX:INDEX:NAME``. A stage that is
+    a DataLoader or an IterableDataset stays the pipeline's source as before (webdataset
+    iterates those directly), wrapped as a source."""
+    timed: list[Any] = []
+    upstream: Optional[str] = None
+    for index, stage in enumerate(stages):
+        name = stage_name(stage)
+        key = f"{prefix}:{index}:{name}"
+        timed.append(TimedStage(stage, key, name, upstream, folder))
+        upstream = key
+    return timed
+
+
+# -- user stages ---------------------------------------------------------------------------
+
+
+class stage:  # noqa: N801 - used like a function: ``with pipecheck.stage("decode"):``
+    """Time a block or function as pipeline stage ``name``, in the main process or a worker.
+
+    ``with pipecheck.stage("decode"): ...`` or ``@pipecheck.stage("decode")`` on a function.
+    Time is exclusive: a stage entered inside another pauses the outer one. Each entry counts
+    as one item in and out. Totals reach the report when the code runs under
+    ``pipecheck.wrap`` (workers write them to the folder in :data:`STAGE_DIR_ENV`); elsewhere
+    they are kept in memory and cost two clock reads per entry. Not for generators (a
+    decorated generator function is timed only while it creates the generator).
+    """
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"pipecheck.stage() needs a non-empty name, got {name!r}")
+        self.name = name
+        self.key = f"user:{name}"
+
+    def __enter__(self) -> "stage":
+        stage_totals = totals(os.environ.get(STAGE_DIR_ENV))
+        stage_totals.declare(self.key, self.name, None)
+        now = time.perf_counter_ns()
+        stack = stage_totals.user_stack()
+        if stack:  # pause the enclosing stage
+            outer = stack[-1]
+            stage_totals.exclusive_ns[outer[0]] += now - outer[1]
+        stack.append([self.key, now, now])
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        stage_totals = totals(os.environ.get(STAGE_DIR_ENV))
+        now = time.perf_counter_ns()
+        stack = stage_totals.user_stack()
+        key, resumed, entered = stack.pop()
+        stage_totals.exclusive_ns[key] += now - resumed
+        stage_totals.inclusive_ns[key] += now - entered
+        stage_totals.items[key] += 1
+        if stack:
+            stack[-1][1] = now  # the enclosing stage resumes
+        stage_totals.maybe_flush()
+
+    def __call__(self, function: Any) -> Any:
+        import functools
+
+        @functools.wraps(function)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with stage(self.name):
+                return function(*args, **kwargs)
+
+        return timed
+
+
+def read_stage_files(folder: str) -> list[dict[str, Any]]:
+    """Every worker's last written totals in ``folder`` (unreadable files skipped)."""
+    snapshots = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    for name in names:
+        if not (name.startswith("stages-") and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                snapshots.append(json.load(handle))
+        except (OSError, ValueError):
+            continue
+    return snapshots
+
+
+# -- the probe wrap() drives -----------------------------------------------------------------
+
+
+def _stage_folder() -> str:
+    """A fresh folder for worker totals: in ``/dev/shm`` (memory) when there is one."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    return tempfile.mkdtemp(prefix="pipecheck-stages-", dir=base)
+
+
+class StageProbe:
+    """Per-stage timing for one :func:`pipecheck.wrap` run: times the webdataset stages of a
+    DataLoader's ``DataPipeline`` dataset (in its workers), a ``WebLoader``'s main-process
+    stages, and every :class:`stage` block, in workers and in the main process.
+
+    While open, :data:`STAGE_DIR_ENV` names its folder (the previous value comes back on
+    :meth:`close`). Never modifies the user's objects: it returns instrumented copies.
+    """
+
+    def __init__(self) -> None:
+        self.folder = _stage_folder()
+        self._saved_env = os.environ.get(STAGE_DIR_ENV)
+        os.environ[STAGE_DIR_ENV] = self.folder
+        self._final: Optional[list[dict[str, Any]]] = None
+
+    def instrument_dataloader(self, loader: Any) -> Any:
+        """A copy of ``loader`` (a DataLoader) whose dataset's pipeline stages are timed, or
+        ``loader`` itself when its dataset is not a webdataset ``DataPipeline``."""
+        import copy
+
+        dataset = loader.dataset
+        if not isinstance(getattr(dataset, "pipeline", None), list):
+            return loader
+        timed = copy.copy(dataset)
+        timed.pipeline = time_pipeline(list(dataset.pipeline), self.folder, "workers")
+        clone = copy.copy(loader)
+        # DataLoader.__setattr__ refuses `dataset` after init; the clone is ours to change.
+        object.__setattr__(clone, "dataset", timed)
+        clone._iterator = None  # never share the original's persistent workers
+        return clone
+
+    def instrument_pipeline(self, pipeline: Any) -> Any:
+        """A copy of ``pipeline`` (a ``WebLoader`` / ``DataPipeline`` run in this process)
+        whose stages are timed."""
+        import copy
+
+        timed = copy.copy(pipeline)
+        timed.pipeline = time_pipeline(list(pipeline.pipeline), self.folder, "main")
+        return timed
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        """Every process's totals so far: the workers' files and this process's own."""
+        if self._final is not None:
+            return list(self._final)
+        found = [s for s in read_stage_files(self.folder) if s.get("pid") != os.getpid()]
+        own = totals(self.folder)
+        if own.order:
+            found.append(own.snapshot())
+        return found
+
+    def close(self) -> None:
+        """Keep the final totals, restore the environment variable and remove the folder."""
+        import shutil
+
+        if self._final is not None:
+            return
+        self._final = self.snapshots()
+        # Runs may close out of order: only undo our own setting, and never point back at a
+        # folder an earlier run has removed.
+        if os.environ.get(STAGE_DIR_ENV) == self.folder:
+            if self._saved_env is not None and os.path.isdir(self._saved_env):
+                os.environ[STAGE_DIR_ENV] = self._saved_env
+            else:
+                os.environ.pop(STAGE_DIR_ENV, None)
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,99 @@
+"""The stress section of a report as formatted rows and facts, shared by the HTML and markdown
+renderers (the terminal renderer keeps its own rich layout).
+
+Input is the report's ``stress`` dict (``trials``, ``best``, ``recommended``, ``skipped``,
+``search``; see :meth:`pipecheck.stress.runner.Sweep.section`). Values come back as plain,
+unescaped text with units; the caller escapes them for its format. Missing or malformed entries
+are skipped or shown as :data:`pipecheck.units.NOT_MEASURED`, never raise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipecheck import units as fmt
+from pipecheck.render.generic import format_value
+
+TRIAL_HEADERS = ["config", "samples/s", "predicted before measuring", "batches/s", "stall",
+                 "source", "error"]
+"""Column headers of :func:`trial_rows`."""
+
+
+def config_text(config: Any) -> str:
+    """``{"num_workers": 2, "pin_memory": True}`` -> ``"num_workers=2 pin_memory=True"``."""
+    if isinstance(config, dict):
+        return " ".join(f"{k}={fmt.setting_value(v)}" for k, v in config.items())
+    return fmt.NOT_MEASURED if config is None else str(config)
+
+
+def trial_rows(stress: dict[str, Any]) -> list[list[str]]:
+    """One row per trial, columns as :data:`TRIAL_HEADERS`. "predicted before measuring" is
+    filled only for measured trials the search predicted; unmeasured candidates show their
+    predicted figures in the rate columns, with source ``predicted``."""
+    rows = []
+    for trial in stress.get("trials") or []:
+        if not isinstance(trial, dict):
+            continue
+        measured = bool(trial.get("measured"))
+        predicted = trial.get("predicted_samples_per_s") if measured else None
+        source = "failed" if trial.get("error") else ("measured" if measured else "predicted")
+        rows.append([
+            config_text(trial.get("config")),
+            format_value("samples_per_s", trial.get("samples_per_s")),
+            format_value("samples_per_s", predicted) if predicted is not None else "",
+            format_value("batches_per_s", trial.get("batches_per_s")),
+            format_value("stall_fraction", trial.get("stall_fraction")),
+            source,
+            " ".join(str(trial.get("error") or "").split()),
+        ])
+    return rows
+
+
+def trial_table(stress: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """:data:`TRIAL_HEADERS` and :func:`trial_rows` without the columns that are empty in every
+    row (no prediction in a grid sweep, no error when nothing failed)."""
+    rows = trial_rows(stress)
+    keep = [i for i, _ in enumerate(TRIAL_HEADERS) if i == 0 or any(row[i] for row in rows)]
+    return [TRIAL_HEADERS[i] for i in keep], [[row[i] for i in keep] for row in rows]
+
+
+def summary_facts(stress: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(label, text)`` pairs: skipped configurations grouped by reason, how the search ran,
+    the best and recommended configurations, the expected gain over the baseline and the
+    settings that change."""
+    facts: list[tuple[str, str]] = []
+    skipped: dict[str, list[str]] = {}
+    for entry in stress.get("skipped") or []:
+        if isinstance(entry, dict) and "config" in entry:
+            reason, config = str(entry.get("reason") or "budget spent"), entry.get("config")
+        else:  # older reports list bare configurations skipped for lack of budget
+            reason, config = "budget spent", entry
+        skipped.setdefault(reason, []).append(config_text(config))
+    for reason, configs in skipped.items():
+        facts.append((f"skipped ({reason}):", "; ".join(configs)))
+    search = stress.get("search")
+    if isinstance(search, dict) and search:
+        facts.append(("model-guided search:", f"measured {search.get('measured')} of "
+                      f"{search.get('candidates')} configurations; stopped: "
+                      f"{search.get('stop_reason')}"))
+    for key in ("best", "recommended"):
+        choice = stress.get(key)
+        if isinstance(choice, dict) and choice:
+            facts.append((f"{key}:", config_text(choice.get("config", choice))))
+    recommended = stress.get("recommended") if isinstance(stress.get("recommended"), dict) else {}
+    gain = recommended.get("gain")
+    if isinstance(gain, (int, float)) and not isinstance(gain, bool):
+        expected = recommended.get("expected") if isinstance(recommended.get("expected"),
+                                                             dict) else {}
+        detail = ""
+        if "baseline_samples_per_s" in recommended:
+            base = format_value("samples_per_s", recommended.get("baseline_samples_per_s"))
+            best = format_value("samples_per_s", expected.get("samples_per_s"))
+            detail = f" ({base} -> {best}, baseline {config_text(recommended.get('baseline'))})"
+        facts.append(("expected gain over the baseline:", f"{gain:.2f}x{detail}"))
+    changes = recommended.get("changes")
+    if isinstance(changes, dict) and changes:
+        facts.append(("change:", ", ".join(
+            f"{name} {fmt.setting_value(pair[0])} -> {fmt.setting_value(pair[1])}"
+            for name, pair in changes.items() if isinstance(pair, list) and len(pair) == 2)))
+    return facts

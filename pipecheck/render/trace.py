@@ -1,0 +1,206 @@
+"""The report's timeline as a Chrome Trace Event Format file, for Perfetto and chrome://tracing.
+
+:func:`trace_events` builds the JSON Object Format (``{"traceEvents": [...], ...}``) from a
+finished :class:`~pipecheck.report.Report`; :func:`render_trace` returns it as JSON text.
+Timestamps (``ts``) and durations (``dur``) are microseconds since the run started.
+
+Layout (``pid`` / ``tid`` are track ids, not OS process ids; the real pids are in the names):
+
+* process 1, "training loop (main process)": thread 1 "consumer" holds a ``wait`` span (time
+  blocked in ``next()``, category ``data-wait``) and a ``compute`` span (the step, category
+  ``compute``) for every batch the report's consumer timeline kept; thread 2 "epochs" one span
+  per epoch. With ``num_workers=0`` the main process's own fetch / collate spans go on
+  thread 3 "loader (main process)".
+* process 2, "DataLoader workers": one thread per worker id with a ``fetch`` span (the
+  dataset's ``__getitem__`` calls, category ``fetch``) then a ``collate`` span (category
+  ``collate``) for each batch in that worker's recent-batch ring.
+* counters on process 1 from the host samples: ``CPU (cores)`` (main, workers),
+  ``memory (MiB)`` (main RSS, workers RSS, workers PSS when measured) and ``read (MB/s)``.
+
+What is kept: the consumer timeline holds every batch up to 8192 batches, then an evenly spaced
+sample (every k-th batch, k doubling as the run grows), so a longer run has fewer spans than
+batches; each worker's ring holds its most recent 1024 batches. ``otherData`` says how many
+batches the run had and how many the trace holds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+from typing import TYPE_CHECKING, Any, Optional
+
+from pipecheck._atomic import write_text_atomic
+
+if TYPE_CHECKING:
+    from pipecheck.report import Report
+
+MAIN_PID = 1
+"""Track id of the training loop's process in the trace."""
+WORKERS_PID = 2
+"""Track id of the DataLoader workers' process in the trace."""
+CONSUMER_TID = 1
+EPOCHS_TID = 2
+MAIN_LOADER_TID = 3
+_US = 1e6
+_MIB = 1024**2
+
+
+def trace_events(report: "Report") -> dict[str, Any]:
+    """The trace as a JSON-ready dict in the Trace Event Format's JSON Object Format: complete
+    events (``ph: "X"``, ``ts`` and ``dur`` in microseconds), metadata events (``ph: "M"``)
+    naming processes and threads, and counter events (``ph: "C"``). Raises nothing for any
+    report :meth:`pipecheck.Report.from_dict` accepts."""
+    events: list[Optional[dict[str, Any]]] = []
+    main_pid = _main_os_pid(report)
+    events.extend(_process_name(MAIN_PID, "training loop (main process"
+                                + (f", pid {main_pid})" if main_pid else ")"), 0))
+    events.append(_thread_name(MAIN_PID, CONSUMER_TID, "consumer (wait / compute)"))
+    events.extend(_consumer_spans(report))
+    if report.timeline.epochs:
+        events.append(_thread_name(MAIN_PID, EPOCHS_TID, "epochs"))
+        for epoch in report.timeline.epochs:
+            events.append(_span(f"epoch {epoch.epoch}", "epoch", MAIN_PID, EPOCHS_TID,
+                                epoch.started_at_s, epoch.wall_s,
+                                {"batches": epoch.batches, "ended": epoch.ended}))
+    events.extend(_worker_spans(report))
+    events.extend(_counters(report))
+    batches = report.timeline.batches
+    return {
+        "traceEvents": [event for event in events if event is not None],
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": f"pipecheck {report.environment.pipecheck or ''}".strip(),
+            "report_kind": report.kind,
+            "created": report.created,
+            "verdict": report.diagnosis.verdict,
+            "batches_in_run": report.consumer.batches,
+            "batches_in_trace": len(batches),
+            "worker_batches_in_trace": len(report.timeline.worker_batches),
+            "note": "ts/dur in microseconds since the run started; the consumer timeline keeps "
+                    "every batch up to 8192, then an evenly spaced sample",
+        },
+    }
+
+
+def render_trace(report: "Report") -> str:
+    """:func:`trace_events` as compact JSON text (UTF-8, no NaN)."""
+    return json.dumps(trace_events(report), separators=(",", ":"), allow_nan=False,
+                      ensure_ascii=False)
+
+
+def save_trace(report: "Report", path: str | os.PathLike[str]) -> pathlib.Path:
+    """Write :func:`render_trace` to ``path`` atomically and return the path. Raises
+    :class:`~pipecheck.errors.BadInputError` when the file cannot be written."""
+    return write_text_atomic(path, render_trace(report), "trace")
+
+
+# -- events --------------------------------------------------------------------------------------
+
+
+def _consumer_spans(report: "Report") -> list[Optional[dict[str, Any]]]:
+    events = []
+    for batch in report.timeline.batches:
+        args = {"batch": batch.index, "epoch": batch.epoch, "samples": batch.samples}
+        events.append(_span("wait", "data-wait", MAIN_PID, CONSUMER_TID, batch.start_at_s,
+                            batch.wait_s, args))
+        if batch.compute_s is not None:
+            events.append(_span("compute", "compute", MAIN_PID, CONSUMER_TID,
+                                batch.start_at_s + batch.wait_s, batch.compute_s, args))
+    return events
+
+
+def _worker_spans(report: "Report") -> list[Optional[dict[str, Any]]]:
+    batches = report.timeline.worker_batches
+    if not batches:
+        return []
+    pids = {w.id: w.pid for w in report.producer.workers}
+    events: list[Optional[dict[str, Any]]] = []
+    ids = sorted({b.worker_id for b in batches})
+    if any(i >= 0 for i in ids):
+        events.extend(_process_name(WORKERS_PID, "DataLoader workers", 1))
+    for worker_id in ids:
+        pid, tid = _worker_track(worker_id)
+        pid_note = f" (pid {pids[worker_id]})" if worker_id in pids else ""
+        name = "loader (main process)" if worker_id < 0 else f"worker {worker_id}{pid_note}"
+        events.append(_thread_name(pid, tid, name))
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+                       "args": {"sort_index": tid}})
+    for batch in batches:
+        pid, tid = _worker_track(batch.worker_id)
+        collate_start = batch.end_at_s - batch.collate_s
+        fetch_start = max(0.0, collate_start - batch.fetch_s)
+        args = {"samples": batch.samples}
+        events.append(_span("fetch", "fetch", pid, tid, fetch_start,
+                            collate_start - fetch_start, args))
+        events.append(_span("collate", "collate", pid, tid, collate_start, batch.collate_s, args))
+    return events
+
+
+def _counters(report: "Report") -> list[dict[str, Any]]:
+    events = []
+    for sample in report.timeline.host:
+        ts = _us(sample.at_s)
+        events.append(_counter("CPU (cores)", ts, {
+            "main": sample.main_cpu_percent / 100, "workers": sample.workers_cpu_percent / 100}))
+        memory = {"main RSS": sample.main_rss_bytes / _MIB,
+                  "workers RSS": sample.workers_rss_bytes / _MIB}
+        if sample.workers_pss_bytes is not None:
+            memory["workers PSS"] = sample.workers_pss_bytes / _MIB
+        events.append(_counter("memory (MiB)", ts, memory))
+        reads = {name: value / 1e6 for name, value in (
+            ("storage", sample.read_bytes_per_s), ("incl. page cache", sample.read_chars_per_s))
+            if value is not None}
+        if reads:
+            events.append(_counter("read (MB/s)", ts, reads))
+    return events
+
+
+# -- event constructors --------------------------------------------------------------------------
+
+
+def _us(seconds: float) -> float:
+    """Seconds to microseconds, rounded to 0.001 us (keeps the file short)."""
+    return round(seconds * _US, 3)
+
+
+def _span(name: str, category: str, pid: int, tid: int, start_s: float, duration_s: float,
+          args: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """A complete event; a start before the run (a worker's first fetch) is clamped to 0.
+    ``None`` for a non-finite time, which JSON cannot hold (and which is no measurement)."""
+    if not (math.isfinite(start_s) and math.isfinite(duration_s)):
+        return None
+    return {"name": name, "cat": category, "ph": "X", "ts": _us(max(0.0, start_s)),
+            "dur": _us(max(0.0, duration_s)), "pid": pid, "tid": tid, "args": args}
+
+
+def _counter(name: str, ts: float, values: dict[str, float]) -> dict[str, Any]:
+    """A counter event; non-finite values are left out (JSON cannot hold them)."""
+    return {"name": name, "ph": "C", "ts": ts, "pid": MAIN_PID, "tid": 0,
+            "args": {k: round(v, 3) for k, v in values.items() if math.isfinite(v)}}
+
+
+def _process_name(pid: int, name: str, sort_index: int) -> list[dict[str, Any]]:
+    return [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}},
+            {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+             "args": {"sort_index": sort_index}}]
+
+
+def _thread_name(pid: int, tid: int, name: str) -> dict[str, Any]:
+    return {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def _worker_track(worker_id: int) -> tuple[int, int]:
+    """``(pid, tid)`` of a worker's track: the main process's loader thread for id -1."""
+    if worker_id < 0:
+        return MAIN_PID, MAIN_LOADER_TID
+    return WORKERS_PID, worker_id + 1
+
+
+def _main_os_pid(report: "Report") -> Optional[int]:
+    if report.host is not None:
+        for process in report.host.processes:
+            if process.role == "main":
+                return process.pid
+    return None

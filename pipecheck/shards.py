@@ -1,0 +1,119 @@
+"""The shard-assignment dry run: ``pipecheck.shards(urls, num_workers=...)`` and
+``pipecheck shards URLS``. It reads shard headers, replays the real split for every (rank,
+worker) (:mod:`pipecheck.probes.shards`) and judges it (:mod:`pipecheck.analysis.sharding`),
+without loading a sample."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence, Union
+
+from pipecheck.errors import BadInputError
+from pipecheck.probes.shards import (
+    DEFAULT_MAX_COUNTED,
+    Splitter,
+    expand_urls,
+    pipeline_shards,
+    replay_split,
+    shard_stats,
+)
+
+SCHEMA = "pipecheck.sharding/1"
+"""Schema tag of the JSON ``pipecheck shards --json`` writes (the report's ``sharding``
+section with this tag added)."""
+
+
+def world_size_from_environment() -> tuple[int, str]:
+    """``(world size, where it came from)``: an initialized torch.distributed process group,
+    else the ``WORLD_SIZE`` variable torchrun sets, else 1 (a single process)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_world_size(), "torch.distributed"
+    except ImportError:  # a torch build without distributed support
+        pass
+    text = os.environ.get("WORLD_SIZE")
+    if text:
+        try:
+            return max(int(text), 1), "environment (WORLD_SIZE)"
+        except ValueError:
+            raise BadInputError(f"WORLD_SIZE must be an integer, got {text!r}") from None
+    return 1, "single process"
+
+
+def shards(urls: Union[str, Sequence[str]], *, num_workers: int, world_size: Optional[int] = None,
+           batch_size: Optional[int] = None, drop_last: bool = False,
+           shuffle_buffer: Optional[int] = None, resampled: bool = False,
+           node_splitter: Optional[Splitter] = None, worker_splitter: Optional[Splitter] = None,
+           max_counted: int = DEFAULT_MAX_COUNTED) -> dict[str, Any]:
+    """Dry-run the shard assignment of ``urls`` (one string or a list, brace notation allowed)
+    and return the
+    ``sharding`` section (:func:`pipecheck.analysis.sharding.analyze_sharding`).
+
+    ``num_workers`` (>= 0) DataLoader workers per rank; ``world_size`` (>= 1) ranks, ``None``:
+    :func:`world_size_from_environment`; ``batch_size`` (>= 1) samples per batch, for batches
+    per rank; ``shuffle_buffer`` the ``shuffle(n)`` stage's size in samples; splitters default
+    to webdataset's ``split_by_node`` / ``split_by_worker``; ``max_counted`` shards are counted
+    from their tar headers, the rest estimated by size.
+
+    Raises :class:`BadInputError` for bad values, a missing or unreadable local shard, or a
+    splitter that raises.
+    """
+    from pipecheck.analysis.sharding import analyze_sharding
+
+    if num_workers < 0:
+        raise BadInputError(f"num_workers must be >= 0, got {num_workers}")
+    if batch_size is not None and batch_size < 1:
+        raise BadInputError(f"batch_size must be >= 1, got {batch_size}")
+    if shuffle_buffer is not None and shuffle_buffer < 0:
+        raise BadInputError(f"shuffle_buffer must be >= 0, got {shuffle_buffer}")
+    source = "given"
+    if world_size is None:
+        world_size, source = world_size_from_environment()
+    elif world_size < 1:
+        raise BadInputError(f"world size must be >= 1, got {world_size}")
+    expanded = expand_urls(urls)
+    stats = shard_stats(expanded, max_counted)
+    assignment = replay_split(expanded, world_size, num_workers, node_splitter, worker_splitter)
+    return analyze_sharding(
+        stats, assignment, world_size=world_size, num_workers=num_workers,
+        batch_size=batch_size, drop_last=drop_last, shuffle_buffer=shuffle_buffer,
+        resampled=resampled, world_size_source=source,
+        splitters={"node": _name(node_splitter, "split_by_node"),
+                   "worker": _name(worker_splitter, "split_by_worker")})
+
+
+def _name(function: Optional[Splitter], default: str) -> str:
+    if function is None:
+        return default
+    return getattr(function, "__qualname__", None) or type(function).__name__
+
+
+def loader_sharding(loader: Any, world_size: int = 1,
+                    world_size_source: str = "single process") -> Optional[dict[str, Any]]:
+    """The ``sharding`` section of a webdataset ``loader`` (WebDataset / DataPipeline,
+    WebLoader, or a DataLoader over one): its own shard list, splitters, workers and shuffle
+    buffer, replayed for ``world_size`` ranks. ``None`` when it is not such a pipeline or the
+    dry run fails (a missing local shard, a splitter that raises): the report then has no
+    sharding section, and nothing else changes."""
+    from pipecheck.analysis.sharding import analyze_sharding
+
+    setup = pipeline_shards(loader)
+    if setup is None:
+        return None
+    try:
+        stats = shard_stats(setup.urls)
+        assignment = replay_split(setup.urls, world_size, setup.num_workers,
+                                  node_splitter=setup.split, worker_splitter=_unchanged)
+    except BadInputError:
+        return None
+    return analyze_sharding(
+        stats, assignment, world_size=world_size, num_workers=setup.num_workers,
+        shuffle_buffer=setup.shuffle_buffer, resampled=setup.resampled,
+        world_size_source=world_size_source, splitters={"chain": setup.splitter_names})
+
+
+def _unchanged(urls: Any) -> Any:
+    """The identity splitter: the loader's own chain already split by worker."""
+    return urls

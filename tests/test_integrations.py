@@ -1,0 +1,122 @@
+"""The framework callbacks, with the real Lightning and transformers packages training a tiny
+model built here (no downloads). Marked ``integrations``; skipped when the package is missing
+(``pip install -e ".[integrations]"`` installs both)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from pipecheck.report import load
+
+pytestmark = pytest.mark.integrations
+
+SAMPLE_S = 0.002
+"""Each sample sleeps this long: a batch of 4 waits >= 8 ms for data, which the report must show."""
+SAMPLES = 24
+BATCH_SIZE = 4
+EPOCHS = 2
+
+
+class _Slow(Dataset):
+    """Regression samples; ``as_dict`` gives the Hugging Face layout (``x``, ``labels``)."""
+
+    def __init__(self, as_dict: bool = False) -> None:
+        self.as_dict = as_dict
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, index: int):
+        time.sleep(SAMPLE_S)
+        x = torch.full((4,), index / SAMPLES)
+        y = x.sum().reshape(1)
+        return {"x": x, "labels": y} if self.as_dict else (x, y)
+
+
+def test_import_pipecheck_does_not_import_the_frameworks():
+    code = ("import sys, pipecheck; "
+            "print(any(m.split('.')[0] in ('lightning', 'pytorch_lightning', 'transformers') "
+            "for m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_lightning_callback_measures_the_train_dataloader(tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from pipecheck.integrations.lightning import PipecheckCallback
+
+    class Tiny(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+            self.steps = 0
+
+        def training_step(self, batch, batch_idx):
+            self.steps += 1
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.linear(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return DataLoader(_Slow(), batch_size=BATCH_SIZE, num_workers=1)
+
+    callback = PipecheckCallback(tmp_path / "run.json", host_interval_s=0.2)
+    model = Tiny()
+    trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback])
+    trainer.fit(model)
+    saved = load(tmp_path / "run.json")
+    batches = EPOCHS * SAMPLES // BATCH_SIZE
+    assert model.steps == batches  # training saw every batch, through the wrapper
+    assert saved.consumer.batches == batches and saved.consumer.epochs == EPOCHS
+    assert saved.consumer.samples == EPOCHS * SAMPLES
+    assert (saved.loader.num_workers, saved.loader.batch_size) == (1, BATCH_SIZE)
+    assert saved.producer.probe != "none" and len(saved.producer.workers) == 1
+    assert saved.producer.workers[0].batches == batches  # the worker probe timed each batch
+    assert callback.report.consumer.batches == batches
+
+
+def test_transformers_callback_measures_the_train_dataloader(tmp_path):
+    pytest.importorskip("accelerate")
+    transformers = pytest.importorskip("transformers")
+    from pipecheck.integrations.transformers import PipecheckCallback
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x, labels=None):
+            out = self.linear(x)
+            return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+    callback = PipecheckCallback(tmp_path / "run.json", host_interval_s=0.2)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=BATCH_SIZE,
+        num_train_epochs=EPOCHS, report_to=[], save_strategy="no", logging_strategy="no",
+        use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)
+    trainer = transformers.Trainer(model=Tiny(), args=args, train_dataset=_Slow(as_dict=True),
+                                   callbacks=[callback])
+    trainer.train()
+    saved = load(tmp_path / "run.json")
+    batches = EPOCHS * SAMPLES // BATCH_SIZE
+    assert trainer.state.global_step == batches
+    assert saved.consumer.batches == batches and saved.consumer.epochs == EPOCHS
+    assert saved.consumer.samples == EPOCHS * SAMPLES
+    # accelerate rebuilds the DataLoader around a batch sampler, so batch_size reads None
+    assert saved.loader.num_workers == 0 and saved.loader.dataset_len == SAMPLES
+    # each batch's samples sleep in the main process, inside next(): all of it is data wait
+    assert saved.consumer.wait_s >= 0.9 * EPOCHS * SAMPLES * SAMPLE_S
+    assert saved.producer.workers[0].batches == batches  # the main-process probe timed each
+    # the Trainer's loader holds its own DataLoader again afterwards
+    assert type(trainer.callback_handler.train_dataloader.base_dataloader) is DataLoader

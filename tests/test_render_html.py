@@ -1,0 +1,194 @@
+"""HTML report: sections and numbers, inline SVG charts, escaping of user strings, no external
+references, generic rendering of sections this renderer does not know, and save_html."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+from html.parser import HTMLParser
+from typing import Any, Optional
+
+import pytest
+
+from pipecheck.errors import BadInputError
+from pipecheck.records import BatchTiming, Timeline, WorkerBatch
+from pipecheck.render.html import CONTENT_SECURITY_POLICY, render_html
+from pipecheck.report import Report
+from render_fixtures import SCRIPT, hostile_report, real_report, stress_report
+from report_factory import sample_report
+
+
+class _Page(HTMLParser):
+    """Collects tags, attributes and text of a page (the standard library's HTML tokenizer)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, Optional[str]]]] = []
+        self.text: list[str] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, Optional[str]]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def count(self, tag: str) -> int:
+        return sum(1 for name, _ in self.tags if name == tag)
+
+    def visible_text(self) -> str:
+        return " ".join(" ".join(self.text).split())
+
+
+def _headings(page: _Page, source: str) -> list[str]:
+    return [html.unescape(m) for m in re.findall(r"<h2>(.*?)</h2>", source)]
+
+
+def test_sections_numbers_and_charts_of_a_stress_report():
+    text = render_html(stress_report())
+    page = _Page(text)
+    assert text.startswith("<!DOCTYPE html>")
+    assert _headings(page, text) == [
+        "Data wait (stall)", "Producer vs consumer", "Host: CPU, IO and memory", "Findings",
+        "Recommendations", "Stress search"]
+    words = page.visible_text()
+    assert ("INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%)"
+            in words)
+    for number in ("256 samples/s", "41.2%", "13.6 batches/s", "9.50 batches/s", "0.70x",
+                   "1.20 s", "410 samples/s", "6.0%", "capped by 2 usable CPUs"):
+        assert number in words, number
+    # step timeline, rates, workers, CPU, IO, memory, stress search
+    assert page.count("svg") == 7
+    assert "num_workers=3 prefetch_factor=2" in words and "ValueError: corrupt sample 7" in words
+    assert "3.33x" in words and "skipped (budget spent):" in words
+
+
+def test_each_chart_is_inline_svg_with_drawn_content():
+    text = render_html(stress_report())
+    svgs = re.findall(r"<svg\b.*?</svg>", text, flags=re.S)
+    assert len(svgs) == 7
+    for svg in svgs:
+        assert 'viewBox="' in svg
+        assert len(re.findall(r"<path\b", svg)) > 5  # axes, ticks and the data itself
+        assert "<?xml" not in svg and "<!DOCTYPE" not in svg
+    # ids are unique in the page, and every reference points at an id of the same page
+    ids = re.findall(r'\bid="([^"]+)"', text)
+    assert len(ids) == len(set(ids))
+    references = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', text))
+    assert references and references <= set(ids)
+
+
+def test_every_user_string_is_escaped():
+    text = render_html(hostile_report())
+    assert "<script" not in text.lower()
+    page = _Page(text)
+    assert page.count("script") == 0
+    words = page.visible_text()
+    assert f"MyLoader{SCRIPT}" in words  # the loader type, shown as text
+    assert f"<MyDataset {SCRIPT} at 0x7f>" in words  # the dataset repr
+    assert f"ValueError: bad sample {SCRIPT}" in words  # the run's exception text
+    assert f"sample {SCRIPT} slow" in words and f"because {SCRIPT} & more" in words
+    assert f"prefetch_factor={SCRIPT!r}" in words  # a stress config value
+    assert f"RuntimeError: {SCRIPT}" in words  # a trial's error
+    assert f"/data/{SCRIPT}.tar" in words  # a path in a finding's evidence
+
+
+def test_markup_in_chart_labels_is_escaped_by_the_svg_writer():
+    # A stress config value lands in the stress chart's tick labels (no num_workers axis).
+    report = hostile_report()
+    stress = dict(report.stress)
+    stress["trials"] = [dict(t, config={"batch_size": f"{SCRIPT}$x$", "num_workers": None})
+                        for t in stress["trials"][:2]]
+    text = render_html(dataclasses.replace(report, stress=stress))
+    stress_svg = re.findall(r"<svg\b.*?</svg>", text, flags=re.S)[-1]
+    assert "&lt;script&gt;" in stress_svg and "<script" not in stress_svg
+    assert "$x$" in html.unescape(stress_svg)  # shown literally, not parsed as mathtext
+
+
+def test_nothing_is_fetched_and_no_script_may_run():
+    text = render_html(real_report())
+    page = _Page(text)
+    policy = [attrs for tag, attrs in page.tags if tag == "meta"
+              and attrs.get("http-equiv") == "Content-Security-Policy"]
+    assert policy and policy[0]["content"] == CONTENT_SECURITY_POLICY
+    for tag, attrs in page.tags:
+        for name in ("src", "href", "xlink:href", "action"):
+            value = attrs.get(name)
+            assert value is None or value.startswith(("#", "data:")), (tag, name, value)
+    assert "url(http" not in text and "@import" not in text
+
+
+def test_a_real_report_renders_every_chart():
+    report = real_report()
+    assert report.producer.workers and report.timeline.host
+    page = _Page(render_html(report))
+    assert page.count("svg") == 6  # no stress chart in a wrap report
+    assert "worker 1" in page.visible_text()
+
+
+def test_dense_timelines_stay_small():
+    # 3,000 batches and 2 x 1,000 worker batches: drawn as images embedded in the SVG (vector
+    # paths would take about 0.6 MB for the step timeline alone)
+    report = sample_report()
+    batches = [BatchTiming(index=i, epoch=0, start_at_s=0.01 * i, wait_s=0.001 * (i % 7),
+                           compute_s=0.008, samples=8) for i in range(3000)]
+    worker_batches = [WorkerBatch(worker_id=i % 2, end_at_s=0.02 * i, fetch_s=0.015,
+                                  collate_s=0.002, samples=8) for i in range(2000)]
+    timeline = dataclasses.replace(report.timeline, batches=batches,
+                                   worker_batches=worker_batches)
+    consumer = dataclasses.replace(report.consumer, batches=3000)
+    text = render_html(dataclasses.replace(report, timeline=timeline, consumer=consumer))
+    assert len(text.encode()) < 400_000
+    assert text.count('xlink:href="data:image/png;base64,') == 2  # step timeline, worker spans
+
+
+def test_missing_data_is_said_instead_of_an_empty_chart():
+    bare = sample_report(timeline=Timeline(), host=None)
+    producer = dataclasses.replace(bare.producer, workers=[], probe="none")
+    text = render_html(dataclasses.replace(bare, producer=producer))
+    words = _Page(text).visible_text()
+    assert _Page(text).count("svg") == 0
+    assert "No per-batch timeline was recorded." in words
+    assert "No per-worker timing (worker probe: none)." in words
+    assert "Host sampling was not run." in words
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReportWithExtras(Report):
+    """A report as a later pipecheck might produce: sections this renderer has no layout for."""
+
+    hot_paths: Optional[dict[str, Any]] = None
+    gpu_notes: Optional[dict[str, Any]] = None
+
+
+def test_unknown_sections_render_generically_only_when_present():
+    base = sample_report()
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    hot_paths = {"samples": 120, "interval_s": 0.01, "rate_hz": 100,
+                 "top": [{"function": f"decode {SCRIPT}", "file": "/src/data.py", "line": 1200,
+                          "fraction": 0.42, "self_s": 1.25}]}
+    report = _ReportWithExtras(**fields, hot_paths=hot_paths, gpu_notes={})
+    text = render_html(report)
+    page = _Page(text)
+    headings = _headings(page, text)
+    assert headings[-1] == "Hot paths"
+    assert "Gpu notes" not in headings  # empty: no section
+    words = page.visible_text()
+    assert f"decode {SCRIPT}" in words and "<script" not in text.lower()
+    # units from the key names: fraction, seconds, hertz; line numbers as written
+    assert "42.0%" in words and "1.25 s" in words and "10.0 ms" in words and "100 Hz" in words
+    assert "1200" in words
+
+
+def test_save_html_writes_atomically_and_reports_bad_paths(tmp_path):
+    report = sample_report(timeline=Timeline(), host=None)  # no charts: fast to render
+    target = report.save_html(tmp_path / "run.html")
+    assert target.read_text(encoding="utf-8") == render_html(report)
+    assert [p.name for p in tmp_path.iterdir()] == ["run.html"]  # no temporary file left
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(BadInputError, match=r"^cannot write HTML report to .*file/run\.html: "):
+        report.save_html(blocker / "run.html")
+    with pytest.raises(BadInputError, match="is a directory"):
+        report.save_html(tmp_path)

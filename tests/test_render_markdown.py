@@ -1,0 +1,88 @@
+"""Markdown report: verdict first, key numbers and recommendations as tables, the stress sweep,
+and user strings made inert (no raw HTML, no broken table cells)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pipecheck.render.markdown import render_markdown
+from render_fixtures import SCRIPT, hostile_report, stress_report
+from report_factory import sample_report
+
+VERDICT = "INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%)"
+
+
+def _table_after(lines: list[str], heading: str) -> list[list[str]]:
+    """The cells of the first table after ``heading`` (header row first, separator dropped)."""
+    start = lines.index(heading)
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip("|").split(" | ")])
+        elif rows:
+            break
+    return [rows[0], *rows[2:]]
+
+
+def test_verdict_numbers_findings_and_recommendations():
+    text = render_markdown(sample_report())
+    lines = text.splitlines()
+    assert lines[0] == f"**{VERDICT}**"
+    assert lines[2].startswith("<sub>wrap report, 2024-05-01T12:00:00+00:00 · DataLoader")
+    key_numbers = _table_after(lines, lines[2])
+    assert key_numbers[0] == ["metric", "value"]
+    numbers = dict(row for row in key_numbers[1:])
+    assert numbers["throughput"] == "256 samples/s · 8.00 batches/s"
+    assert numbers["data stall"] == "41.2% (steady state 38.0%)"
+    assert numbers["producer capacity"] == "9.50 batches/s"
+    assert numbers["capacity / demand"] == "0.70x"
+    findings = lines[lines.index("### Findings") + 2:lines.index("### Recommendations") - 1]
+    assert findings[0].startswith("- **critical**: the loop waited for data 41.2%")
+    recommendations = _table_after(lines, "### Recommendations")
+    assert recommendations[0] == ["#", "setting", "current -> proposed", "expected throughput",
+                                  "expected stall", "why"]
+    assert recommendations[1] == [
+        "1.", "`num_workers`", "2 -> 4", "410 samples/s", "6.0%",
+        "each worker delivers 4.8 batches/s; the step takes 13.6 (capped by 2 usable CPUs)"]
+    assert text.endswith("\n") and not text.endswith("\n\n")
+
+
+def test_stress_sweep_table():
+    lines = render_markdown(stress_report()).splitlines()
+    table = _table_after(lines, "### Stress sweep")
+    assert table[0][:3] == ["config", "samples/s", "predicted before measuring"]
+    by_config = {row[0]: row for row in table[1:]}
+    measured = by_config["num_workers=2 prefetch_factor=2 persistent_workers=False"]
+    assert measured[1:3] == ["400 samples/s", "420 samples/s"] and measured[5] == "measured"
+    assert by_config["num_workers=4 prefetch_factor=2 persistent_workers=False"][5] == "predicted"
+    failed = by_config["num_workers=3 prefetch_factor=2 persistent_workers=False"]
+    assert failed[5:] == ["failed", "ValueError: corrupt sample 7"]
+    assert any(line.startswith("**expected gain over the baseline:** 3.33x") for line in lines)
+
+
+def test_user_strings_are_inert():
+    text = render_markdown(hostile_report())
+    assert "<script" not in text
+    assert SCRIPT.replace("<", "&lt;") in text  # shown as <script>... by any markdown viewer
+    piped = sample_report()
+    rec = dataclasses.replace(piped.recommendations[0], reason="a | b")
+    lines = render_markdown(dataclasses.replace(piped, recommendations=[rec])).splitlines()
+    row = next(line for line in lines if line.startswith("| 1. |"))
+    assert row.endswith(r"| a \| b (capped by 2 usable CPUs) |")
+
+
+def test_title_becomes_a_heading():
+    assert render_markdown(sample_report(), title="rank<0>.json").startswith(
+        "## rank&lt;0>.json\n\n**INPUT-BOUND")
+
+
+def test_grid_sweep_leaves_out_empty_columns():
+    stress = {"trials": [
+        {"config": {"num_workers": w}, "samples_per_s": 100.0 * (w + 1), "batches_per_s": None,
+         "stall_fraction": 0.5, "measured": True, "predicted_samples_per_s": None, "error": None}
+        for w in (0, 2)]}
+    lines = render_markdown(sample_report(kind="stress", stress=stress)).splitlines()
+    table = _table_after(lines, "### Stress sweep")
+    assert table == [["config", "samples/s", "batches/s", "stall", "source"],
+                     ["num_workers=0", "100 samples/s", "n/a", "50.0%", "measured"],
+                     ["num_workers=2", "300 samples/s", "n/a", "50.0%", "measured"]]

@@ -1,0 +1,200 @@
+"""Hot stacks with py-spy: the burning worker function comes out on top (real workers, spawn),
+and a missing or denied py-spy leaves a ``stacks-unavailable`` finding and everything else."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import stat
+import time
+
+import pytest
+from torch.utils.data import DataLoader
+
+import pipecheck
+from cause_datasets import BusyDataset, burn_in_map_stage
+from pipecheck.probes import stacks
+from pipecheck.demo_data import ensure_shards
+from pipecheck.probes.stacks import (PtracerOptIn, StackSampler, parse_main_wait, parse_raw,
+                                     stage_of, unavailable_reason)
+
+HOT = "burn_cpu_in_pipecheck_test_worker"
+
+
+def _busy_run(context="fork", workers=2, **wrap_options):
+    loader = DataLoader(BusyDataset(160, 0.01), batch_size=4, num_workers=workers,
+                        multiprocessing_context=context)
+    with pipecheck.wrap(loader, host_interval_s=0.2, **wrap_options) as wrapped:
+        for _ in wrapped:
+            time.sleep(0.002)
+        return wrapped.report()
+
+
+@pytest.mark.skipif(stacks.shutil.which("py-spy") is None, reason="py-spy not installed")
+def test_the_burning_worker_function_is_the_top_hot_function():
+    # spawn: the opt-in wrapper must survive pickling; its start-up must not count as hot
+    report = _busy_run("spawn", workers=1, stacks=True, stacks_window_s=30.0,
+                       stacks_rate_hz=100)
+    assert report.stacks.status == "ok", report.stacks.note
+    top = report.stacks.top[0]
+    assert top.function == HOT and top.file.endswith("cause_datasets.py")
+    assert top.fraction > 0.5 and report.stacks.worker_samples >= 50
+    assert report.stacks.worker_other_samples > 0  # spawned workers importing torch
+    # The main thread mostly waits for the single slow worker: an empty queue.
+    wait = report.stacks.main_wait
+    assert report.stacks.main_wait_samples > 0 and max(wait, key=wait.get) == "queue-empty"
+    assert report.stacks.overhead_cpu_s is None or report.stacks.overhead_cpu_s >= 0
+    data = json.loads(report.to_json())
+    assert data["stacks"]["top"][0]["function"] == HOT
+    assert {"function", "file", "line", "fraction"} <= set(data["stacks"]["top"][0])
+    assert pipecheck.Report.from_dict(data).stacks == report.stacks
+    hot = [f for f in report.diagnosis.findings if f.kind == "hot-function"]
+    assert hot and HOT in hot[0].message
+    assert HOT in report.render(width=100)
+
+
+@pytest.mark.skipif(stacks.shutil.which("py-spy") is None, reason="py-spy not installed")
+def test_hot_functions_are_grouped_under_their_webdataset_stage(tmp_path):
+    import webdataset as wds
+
+    urls = ensure_shards(tmp_path, images=96, shards=2, size=32)
+    pipeline = (wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+                .decode("pil").to_tuple("jpg", "cls").map(burn_in_map_stage))
+    loader = wds.WebLoader(pipeline, batch_size=8, num_workers=1)
+    with pipecheck.wrap(loader, stacks=True, stacks_rate_hz=100) as wrapped:
+        for _ in wrapped:
+            pass
+        report = wrapped.report()
+    top = report.stacks.top[0]
+    assert top.function == HOT and top.stage == "map", report.stacks.top[:3]
+    assert max(report.stacks.stages, key=report.stacks.stages.get) == "map"
+    assert "map" in report.render(width=100)
+
+
+def test_stage_of_names_the_innermost_stage():
+    wds = "/site-packages/webdataset/"
+    loop = "_worker_loop (/torch/utils/data/_utils/worker.py:1)"
+    fetch = "_IterableDatasetFetcher.fetch (/torch/utils/data/_utils/fetch.py:5)"
+    assert stage_of([loop, fetch, f"_map ({wds}filters.py:10)", "user_fn (/u.py:3)"]) == "map"
+    assert stage_of([loop, fetch, f"_map ({wds}filters.py:10)",
+                     f"_decode ({wds}filters.py:20)", f"Decoder.__call__ ({wds}autodecode.py:5)"]
+                    ) == "decode"
+    assert stage_of([loop, fetch, f"ResampledShards.__iter__ ({wds}shardlists.py:9)"]
+                    ) == "ResampledShards"
+    assert stage_of([loop, "default_collate (/torch/utils/data/_utils/collate.py:3)"]
+                    ) == "collate"
+    assert stage_of([loop, fetch, "MyData.__getitem__ (/u.py:9)"]) == "fetch"
+    assert stage_of([loop, "Queue.get (/py/queues.py:1)"]) == "worker loop"
+
+
+def test_without_py_spy_the_report_says_so_and_the_rest_works(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no py-spy anywhere on PATH
+    report = _busy_run(stacks=True)
+    assert report.stacks.status == "unavailable"
+    (finding,) = [f for f in report.diagnosis.findings if f.kind == "stacks-unavailable"]
+    assert "py-spy is not installed" in finding.message
+    assert report.diagnosis.verdict == "input-bound"
+    assert report.producer.capacity_batches_per_s and report.producer.workers_class
+    assert report.recommendations
+    assert "stacks-unavailable" not in json.dumps(report.to_dict()["stress"] or {})
+
+
+def _fake_py_spy(tmp_path, script: str) -> str:
+    path = tmp_path / "py-spy"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_a_denied_py_spy_is_reported_with_how_to_enable_it(tmp_path):
+    fake = _fake_py_spy(tmp_path, 'echo "Error: Permission denied (os error 13)" >&2\nexit 1\n')
+    sampler = StackSampler(window_s=0.2, py_spy=fake)
+    sampler.start()
+    time.sleep(0.3)
+    sampler.stop()
+    record = sampler.snapshot()
+    assert record.status == "failed"
+    assert "Permission denied" in record.note and "--cap-add SYS_PTRACE" in record.note
+
+
+def test_unavailable_reasons_say_how_to_enable():
+    assert unavailable_reason("/usr/bin/py-spy", None, False) is None
+    assert unavailable_reason("/usr/bin/py-spy", 1, False) is None  # workers opt in
+    assert "CAP_SYS_PTRACE" in unavailable_reason("/usr/bin/py-spy", 2, False)
+    assert "--cap-add SYS_PTRACE" in unavailable_reason("/usr/bin/py-spy", 2, False)
+    assert unavailable_reason("/usr/bin/py-spy", 2, True) is None
+    assert "until reboot" in unavailable_reason("/usr/bin/py-spy", 3, True)
+    assert "pip install py-spy" in unavailable_reason(None, None, False)
+
+
+def test_parse_raw_splits_worker_and_main_samples():
+    text = "\n".join([
+        'process 10:"python train.py";main (/t/train.py:1);step (/t/train.py:9) 30',
+        'process 10:"python train.py";process 11:"python train.py";_worker_loop (/w.py:3);'
+        'decode (/d.py:7) 60',
+        'process 10:"python train.py";process 11:"python train.py";_worker_loop (/w.py:3) 20',
+        'process 10:"x";process 12:"x";process 13:"x";resize (/d.py:20) 20',
+        "garbage line",
+    ])
+    parsed = parse_raw(text, main_pid=10)
+    assert parsed["worker_samples"] == 80 and parsed["main_samples"] == 30
+    assert parsed["worker_other_samples"] == 20  # resize ran outside the worker loop
+    assert [(f.function, f.file, f.line) for f in parsed["top"]] == [
+        ("decode", "/d.py", 7), ("_worker_loop", "/w.py", 3)]
+    assert parsed["top"][0].fraction == pytest.approx(0.75)
+    assert parsed["top"][1].inclusive_fraction == pytest.approx(1.0)
+    assert parsed["main_top"][0].function == "step"
+    # Not torch workers (no worker loop anywhere): every sample of theirs counts.
+    plain = parse_raw('process 1:"a";process 2:"a";crunch (/c.py:4) 5', main_pid=1)
+    assert plain["worker_samples"] == 5 and plain["top"][0].function == "crunch"
+    own = parse_raw('process 1:"a";HostProbe._run (/p/host.py:9);read (/p/x.py:1) 9', main_pid=1)
+    assert own["main_samples"] == 0  # pipecheck's sampler thread is not the user's code
+
+
+def _remember_worker(worker_id: int) -> None:
+    os.environ["PIPECHECK_TEST_WORKER"] = str(worker_id)
+
+
+def test_ptracer_opt_in_calls_the_loaders_worker_init_fn_and_pickles():
+    wrapped = pickle.loads(pickle.dumps(PtracerOptIn(_remember_worker)))
+    wrapped(3)
+    assert os.environ.pop("PIPECHECK_TEST_WORKER") == "3"
+    PtracerOptIn(None)(0)  # no function of the loader's own: nothing else to call
+
+
+def test_the_users_loader_is_not_modified():
+    loader = DataLoader(BusyDataset(8, 0.0), batch_size=4, num_workers=1)
+    wrapped = pipecheck.wrap(loader, stacks=True, workers=False, host=False)
+    wrapped.close()
+    assert loader.worker_init_fn is None
+
+
+def test_bad_window_is_refused():
+    with pytest.raises(ValueError, match="stacks_window_s"):
+        pipecheck.wrap([1, 2], stacks_window_s=0)
+
+
+def test_parse_main_wait_splits_the_main_threads_time_in_next():
+    root = 'train (/t/train.py:1);_BaseDataLoaderIter.__next__ (/torch/dataloader.py:720);'
+    text = "\n".join([
+        root + "_MultiProcessingDataLoaderIter._next_data (/torch/dataloader.py:1400);"
+        "Queue.get (/py/multiprocessing/queues.py:98);"
+        "_PollLikeSelector.select (/py/selectors.py:402) 70",
+        root + "Queue.get (/py/multiprocessing/queues.py:98);"
+        "rebuild_storage_fd (/site/torch/multiprocessing/reductions.py:537) 20",
+        root + "_MultiProcessingDataLoaderIter._shutdown_workers (/torch/dataloader.py:1500) 10",
+        "train (/t/train.py:1);step (/t/train.py:9) 300",  # the step: not in next()
+        "Thread._bootstrap (/py/threading.py:1);_pin_memory_loop (/torch/pin_memory.py:18);"
+        "pin_memory (/torch/pin_memory.py:60) 5",
+        "Thread._bootstrap (/py/threading.py:1);_pin_memory_loop (/torch/pin_memory.py:18);"
+        "Queue.get (/py/queue.py:154) 15",
+        "Thread._bootstrap (/py/threading.py:1);HostProbe._run (/p/host.py:9) 40",
+    ])
+    parsed = parse_main_wait(text)
+    assert parsed["main_wait_samples"] == 100
+    assert parsed["main_wait"] == pytest.approx(
+        {"queue-empty": 0.7, "receiving": 0.2, "other": 0.1})
+    assert parsed["pin_memory_busy_fraction"] == pytest.approx(0.25)
+    assert parse_main_wait("") == {"main_wait": {}, "main_wait_samples": 0,
+                                   "pin_memory_busy_fraction": None}
