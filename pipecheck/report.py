@@ -16,7 +16,6 @@ import math
 import numbers
 import os
 import pathlib
-import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
@@ -166,23 +165,9 @@ class Report:
             from pipecheck.distributed import rank_path
 
             target = rank_path(target, self.rank.rank)
-        text = self.to_json()
-        temp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            # os.open with 0o666 lets the umask decide permissions, as a plain open() would.
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(text)
-                    handle.write("\n")
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(temp, target)
-            except BaseException:
-                temp.unlink(missing_ok=True)
-                raise
-        except OSError as err:
-            raise BadInputError(f"cannot write report to {target}: {err.strerror or err}") from err
+        from pipecheck._atomic import write_text_atomic
+
+        write_text_atomic(target, self.to_json() + "\n", "report")
         _fsync_directory(target.parent)
         return target
 
