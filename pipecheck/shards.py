@@ -117,3 +117,37 @@ def loader_sharding(loader: Any, world_size: int = 1,
 def _unchanged(urls: Any) -> Any:
     """The identity splitter: the loader's own chain already split by worker."""
     return urls
+
+
+def n_shards_sharding(loader: Any, world_size: int = 1,
+                      world_size_source: str = "single process") -> Optional[dict[str, Any]]:
+    """The ``sharding`` section for a DataLoader over a dataset exposing an integer
+    ``n_shards`` (Hugging Face ``datasets.IterableDataset`` does; duck-typed, no import), split
+    round-robin by rank then by worker as ``split_dataset_by_node`` and its DataLoader workers
+    do: shard ``i`` goes to rank ``i % W``, then worker ``(i // W) % N``. Sample counts are not
+    known, so findings count shards. ``None`` when there is no such dataset."""
+    from torch.utils.data import DataLoader
+
+    from pipecheck.analysis.sharding import analyze_sharding
+    from pipecheck.probes.shards import ShardStat
+
+    inner = loader
+    stages = getattr(loader, "pipeline", None)
+    if isinstance(stages, list) and stages and isinstance(stages[0], DataLoader):
+        inner = stages[0]
+    if not isinstance(inner, DataLoader):
+        return None
+    count = getattr(inner.dataset, "n_shards", None)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return None
+    workers = max(inner.num_workers, 1)
+    names = [f"shard {i}" for i in range(count)]
+    assignment: dict[tuple[int, int], list[str]] = {
+        (rank, worker): [] for rank in range(world_size) for worker in range(workers)}
+    for index, name in enumerate(names):
+        assignment[(index % world_size, (index // world_size) % workers)].append(name)
+    return analyze_sharding(
+        [ShardStat(name, None, None, False) for name in names], assignment,
+        world_size=world_size, num_workers=inner.num_workers,
+        world_size_source=world_size_source,
+        splitters={"chain": ["round-robin by rank", "round-robin by worker (n_shards)"]})

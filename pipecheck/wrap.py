@@ -46,7 +46,7 @@ from .probes.workers import WorkerProbe, WorkerProbeUnsupported
 from .autosave import AutoSave
 from .distributed import DEFAULT_GATHER_TIMEOUT_S, current_rank
 from .records import LoaderConfig, RankInfo, RunRecord
-from .shards import loader_sharding
+from .shards import loader_sharding, n_shards_sharding
 
 
 FAST_BATCH_S = 200e-6
@@ -338,13 +338,16 @@ class WrappedLoader:
                          sharding=self._sharding())
 
     def _sharding(self) -> Optional[dict[str, Any]]:
-        """The shard-assignment dry run of a webdataset loader for the current world size
-        (:func:`pipecheck.shards.loader_sharding`), computed once per world size."""
+        """The shard-assignment dry run of a webdataset loader, or of a dataset exposing
+        ``n_shards``, for the current world size (:func:`pipecheck.shards.loader_sharding`,
+        :func:`pipecheck.shards.n_shards_sharding`), computed once per world size."""
         rank = self._current_rank()
         world_size = rank.world_size if rank is not None else 1
         if self._sharding_cache is None or self._sharding_cache[0] != world_size:
             source = "torch.distributed" if rank is not None else "single process"
-            self._sharding_cache = (world_size, loader_sharding(self.loader, world_size, source))
+            section = (loader_sharding(self.loader, world_size, source)
+                       or n_shards_sharding(self.loader, world_size, source))
+            self._sharding_cache = (world_size, section)
         return self._sharding_cache[1]
 
     def _current_rank(self) -> Optional[RankInfo]:

@@ -192,3 +192,17 @@ def test_save_html_writes_atomically_and_reports_bad_paths(tmp_path):
         report.save_html(blocker / "run.html")
     with pytest.raises(BadInputError, match="is a directory"):
         report.save_html(tmp_path)
+
+
+def test_pipeline_stages_get_a_chart_and_an_escaped_table():
+    rows = [{"name": "<script>decode</script>", "where": "workers", "exclusive_s": 2.0,
+             "fraction": 0.8, "samples_in": 10, "samples_out": 10, "workers": {"0": 2.0}},
+            {"name": "DataLoader", "where": "main", "exclusive_s": 0.5, "fraction": 1.0,
+             "samples_in": None, "samples_out": 5, "workers": {"main": 0.5}}]
+    report = sample_report()
+    report = dataclasses.replace(report, producer=dataclasses.replace(report.producer,
+                                                                      stages=rows))
+    page = render_html(report)
+    assert "Pipeline stages" in page and "<script>decode" not in page
+    assert "&lt;script&gt;decode&lt;/script&gt;" in page
+    assert 'id="stages-' in page or "stages-" in page  # the chart's salted ids

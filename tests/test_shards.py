@@ -9,6 +9,7 @@ import tarfile
 
 import pytest
 import webdataset as wds
+import torch.utils.data as torch_data
 from torch.utils.data import DataLoader, get_worker_info
 
 from pipecheck.cli import main
@@ -185,3 +186,33 @@ def test_wrap_reports_the_sharding_of_a_webdataset_loader(tmp_path):
     assert {"num_shards", "shuffle_buffer"} <= settings
     assert report.to_dict()["sharding"]["shards"] == 3
     assert pipecheck.wrap(DataLoader(list(range(4)))).report().sharding is None
+
+
+class ShardedStream(torch_data.IterableDataset):
+    """Duck-types a Hugging Face iterable dataset: ``n_shards`` shards of 4 items, split
+    round-robin across DataLoader workers as HF does."""
+
+    def __init__(self, n_shards: int) -> None:
+        self.n_shards = n_shards
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        for shard in range(worker, self.n_shards, workers):
+            yield from (shard * 4 + i for i in range(4))
+
+
+def test_datasets_with_n_shards_get_the_same_checks():
+    import pipecheck
+
+    with pipecheck.wrap(DataLoader(ShardedStream(3), batch_size=None, num_workers=4),
+                        host=False) as wrapped:
+        assert sum(1 for _ in wrapped) == 12
+    section = wrapped.report().sharding
+    assert section["shards"] == 3 and section["samples_total"] is None
+    assert _kinds(section) == {"empty-workers"}
+    uneven = pipecheck.wrap(DataLoader(ShardedStream(5), batch_size=None, num_workers=2))
+    section = uneven.report().sharding
+    assert "shard-imbalance" in _kinds(section)
+    assert section["idle_fraction_at_epoch_end"] == pytest.approx(1 / 6)
+    uneven.close()

@@ -280,6 +280,34 @@ def stress_svg(stress: Optional[dict[str, Any]]) -> Optional[str]:
 # -- helpers -------------------------------------------------------------------------------------
 
 
+STAGE_BARS = 10
+"""Stages drawn in the stage chart, most exclusive time first."""
+
+
+def stages_svg(rows: Sequence[dict[str, Any]]) -> Optional[str]:
+    """Exclusive seconds per pipeline stage (``producer.stages`` rows), most first, coloured by
+    where the stage ran (workers or main process), each bar labelled with its share of that
+    place's stage time. ``None`` when no stage was timed."""
+    rows = [r for r in rows if _number(r.get("exclusive_s")) is not None][:STAGE_BARS]
+    if not rows:
+        return None
+    fig, ax = _figure(1.0 + 0.3 * len(rows))
+    positions = list(range(len(rows)))
+    colors = [FETCH_COLOR if r.get("where") == "workers" else COLLATE_COLOR for r in rows]
+    values = [float(r["exclusive_s"]) for r in rows]
+    ax.barh(positions, values, color=colors)
+    for position, row, value in zip(positions, rows, values):
+        share = _number(row.get("fraction"))
+        if share is not None:
+            ax.text(value, position, f" {share * 100:.0f}% of {row.get('where')}",
+                    va="center", fontsize=8)
+    ax.set_yticks(positions, [_plain(f"{r.get('name')} ({r.get('where')})") for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("exclusive time (s)")
+    ax.set_xlim(0, max(values) * 1.35 or 1.0)
+    return _to_svg(fig, "stages")
+
+
 def _figure(height_in: float) -> tuple["Figure", "Axes"]:
     from matplotlib.figure import Figure
 

@@ -95,6 +95,10 @@ def render_html(report: "Report") -> str:
         _section("Data wait (stall)", _stall(report)),
         _section("Producer vs consumer", _producer(report)),
         _section("Host: CPU, IO and memory", _host(report)),
+    ]
+    if report.producer.stages:
+        body.append(_section("Pipeline stages", _stages(report.producer.stages)))
+    body += [
         _section("Findings", _findings(report)),
         _section("Recommendations", _recommendations(report)),
     ]
@@ -370,6 +374,20 @@ def _stress(stress: dict[str, Any]) -> list[str]:
     facts = stress_rows.summary_facts(stress)
     if facts:
         parts.append(_facts(*facts))
+    return parts
+
+
+def _stages(rows: list[dict[str, Any]]) -> list[str]:
+    parts = [_chart(charts.stages_svg(rows),
+                    "Exclusive time per pipeline stage (its own work, not the stages it pulls "
+                    "from); blue ran in the workers, purple in the main process.",
+                    "No stage was timed.")]
+    table = [[str(r.get("name")), str(r.get("where")), fmt.seconds(r.get("exclusive_s")),
+              fmt.percent(r.get("fraction")),
+              "-" if r.get("samples_in") is None else f"{r['samples_in']:,}",
+              f"{r.get('samples_out') or 0:,}"] for r in rows]
+    parts.append(_table(["stage", "runs in", "exclusive", "share", "in", "out"], table,
+                        numeric_from=2))
     return parts
 
 
