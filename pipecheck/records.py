@@ -512,7 +512,7 @@ class ProducerSummary:
     stages: list[dict[str, Any]] = field(default_factory=list)
     """Exclusive time per pipeline stage, largest first
     (:func:`pipecheck.analysis.stages.stage_table`): ``{name, where, exclusive_s, fraction,
-    samples_in, samples_out, workers}``."""
+    samples_in, samples_out, bytes_read, workers}``."""
     head_of_line: Optional[dict[str, Any]] = None
     """Head-of-line blocking totals for in-order multi-worker loaders (``None``: not probed)."""
 

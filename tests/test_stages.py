@@ -87,6 +87,8 @@ def test_the_slow_stage_comes_first_with_its_true_time(tmp_path, context):
     select = next(r for r in rows if r["name"] == "select")
     assert (select["samples_in"], select["samples_out"]) == (80, 40)  # the filter shows
     assert sum(r["fraction"] for r in rows if r["where"] == "workers") == pytest.approx(1.0)
+    opener = next(r for r in rows if r["name"] == "StreamingOpen")
+    assert opener["bytes_read"] == sum(os.path.getsize(u) for u in urls)  # the source's bytes
 
 
 def test_user_stages_are_exclusive_and_reach_the_report_from_workers(tmp_path, monkeypatch):

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 def stage_table(snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows ``{name, where, exclusive_s, fraction, samples_in, samples_out, workers}``, largest
-    exclusive time first. ``snapshots`` are :meth:`pipecheck.probes.stages.StageTotals.snapshot`
+    """Rows ``{name, where, exclusive_s, fraction, samples_in, samples_out, bytes_read,
+    workers}``, largest exclusive time first; ``bytes_read`` is the size of the local shard
+    files an opener stage opened (0 for other stages). ``snapshots`` are :meth:`pipecheck.probes.stages.StageTotals.snapshot`
     dicts; ``worker_id`` ``None`` marks the main process. ``samples_in`` is ``None`` for a
     source or user stage; ``workers`` maps worker id (``"main"`` for the main process) to that
     process's exclusive seconds. Empty when no stage ran."""
@@ -37,11 +38,12 @@ def stage_table(snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row = rows.setdefault((where, key), {
                 "name": entry["name"], "where": where, "exclusive_s": 0.0, "fraction": None,
                 "samples_in": None if upstream is None else 0, "samples_out": 0,
-                "workers": {}})
+                "bytes_read": 0, "workers": {}})
             seconds = max(exclusive_ns, 0) / 1e9
             row["exclusive_s"] += seconds
             row["workers"][process] = row["workers"].get(process, 0.0) + seconds
             row["samples_out"] += entry["items"]
+            row["bytes_read"] += entry.get("bytes", 0)
             if upstream is not None:
                 row["samples_in"] = (row["samples_in"] or 0) + upstream["items"]
     totals: dict[str, float] = {}

@@ -49,6 +49,7 @@ class StageTotals:
         self.inclusive_ns: dict[str, int] = {}
         self.exclusive_ns: dict[str, int] = {}
         self.items: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
         self._last_flush = time.perf_counter()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -65,6 +66,7 @@ class StageTotals:
                     self.names[key] = name
                     self.upstream[key] = upstream
                     self.inclusive_ns[key] = self.exclusive_ns[key] = self.items[key] = 0
+                    self.bytes[key] = 0
 
     def user_stack(self) -> list[list[Any]]:
         """This thread's open user stages: ``[key, resumed_ns, entered_ns]`` each."""
@@ -86,7 +88,8 @@ class StageTotals:
         return {"pid": self.pid, "worker_id": None if info is None else info.id,
                 "stages": [{"key": k, "name": self.names[k], "upstream": self.upstream[k],
                             "inclusive_ns": self.inclusive_ns[k],
-                            "exclusive_ns": self.exclusive_ns[k], "items": self.items[k]}
+                            "exclusive_ns": self.exclusive_ns[k], "items": self.items[k],
+                            "bytes": self.bytes.get(k, 0)}
                            for k in list(self.order)]}
 
     def flush(self) -> None:
@@ -177,6 +180,28 @@ class _TimedIterator:
         return item
 
 
+OPENER_STAGES = ("StreamingOpen", "url_opener", "cached_url_opener", "FileCache")
+"""webdataset stages that open shard streams: the shard files they open are counted as the
+pipeline's bytes read (their sizes; a shard read only in part still counts whole)."""
+
+
+class _OpeningIterator(_TimedIterator):
+    """A timed opener stage that also adds each opened local shard's size to its bytes."""
+
+    __slots__ = ()
+
+    def __next__(self) -> Any:
+        item = _TimedIterator.__next__(self)
+        if isinstance(item, dict):
+            path = item.get("local_path") or item.get("url")
+            if isinstance(path, str) and "://" not in path and not path.startswith("pipe:"):
+                try:
+                    self.totals.bytes[self.key] += os.path.getsize(path.removeprefix("file:"))
+                except OSError:
+                    pass
+        return item
+
+
 class TimedStage:
     """A pipeline stage (source or filter) whose output is timed. Picklable when ``stage`` is:
     it holds only the stage, its position, names and the folder."""
@@ -192,7 +217,8 @@ class TimedStage:
     def _wrap(self, output: Iterable[Any]) -> _TimedIterator:
         stage_totals = totals(self.folder)
         stage_totals.declare(self.key, self.name, self.upstream)
-        return _TimedIterator(iter(output), self.key, stage_totals)
+        kind = _OpeningIterator if self.name in OPENER_STAGES else _TimedIterator
+        return kind(iter(output), self.key, stage_totals)
 
     def __iter__(self) -> Iterator[Any]:
         """As a source stage (iterated without input)."""
