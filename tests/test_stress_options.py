@@ -291,3 +291,19 @@ def test_a_profiling_trial_adds_hot_stacks_to_the_stress_report():
         assert report.stacks.status != "ok"
     off = pipecheck.stress(loader, workers=[1], trial_batches=4, stacks=False)
     assert off.stacks is None and off.stress["profile"]["status"] == "off"
+
+
+def test_with_cuda_the_best_configuration_is_measured_again_pinned(monkeypatch):
+    import importlib
+
+    # The package, not the function pipecheck.stress that shadows it as an attribute.
+    stress_module = importlib.import_module("pipecheck.stress")
+    monkeypatch.setattr(stress_module, "cuda_available", lambda: True)
+    loader = DataLoader(IndexDataset(64), batch_size=4, num_workers=1)
+    with pytest.warns(UserWarning, match="pin_memory"):  # torch: no accelerator to pin for
+        report = pipecheck.stress(loader, workers=[1], trial_batches=6, stacks=False)
+    configs = [t["config"] for t in report.stress["trials"]]
+    assert [c.get("pin_memory") for c in configs] == [None, True]
+    monkeypatch.setattr(stress_module, "cuda_available", lambda: False)
+    report = pipecheck.stress(loader, workers=[1], trial_batches=6, stacks=False)
+    assert len(report.stress["trials"]) == 1

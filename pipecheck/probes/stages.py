@@ -131,13 +131,20 @@ def _register_exit_flush(stage_totals: StageTotals) -> None:
 
 def stage_name(stage: Any) -> str:
     """A name a user recognises for a webdataset pipeline stage: a function's name; for
-    ``map(f)`` the name of ``f``; for decode ``decode``; for other filters their own name
+    ``map(f)`` the name of ``f``; for ``map_dict(jpg=f)`` ``map_dict(jpg=f)``; for decode
+    ``decode``; for other filters their own name
     without webdataset's leading underscore (``shuffle``, ``batched``, ``to_tuple``); for
     objects their class name (``SimpleShardList``)."""
     function = getattr(stage, "f", None)
     if callable(function) and hasattr(stage, "args"):  # webdataset FilterFunction
         name = getattr(function, "__name__", "filter").lstrip("_")
         args = getattr(stage, "args", ())
+        keywords = getattr(stage, "kw", None) or {}
+        if name == "map_dict" and keywords:  # map_dict(jpg=augment, ...): name the functions
+            parts = [f"{key}={_callable_name(value)}" for key, value in keywords.items()
+                     if key != "handler" and callable(value)]
+            if parts:
+                return f"map_dict({', '.join(parts)})"
         if name in ("map", "map_dict", "map_tuple") and args:
             target = args[0]
             if type(target).__name__ == "Decoder":
@@ -150,6 +157,12 @@ def stage_name(stage: Any) -> str:
     if name and name != "<lambda>":
         return name
     return type(stage).__name__
+
+
+def _callable_name(function: Any) -> str:
+    """A function's name, or an instance's class name (a callable object such as an augment)."""
+    name = getattr(function, "__name__", None)
+    return name if name and name != "<lambda>" else type(function).__name__
 
 
 class _TimedIterator:

@@ -53,7 +53,8 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
         prefetch_factors: ``prefetch_factor`` values (>= 1) tried with each worker count > 0;
             default torch's 2 with an explicit worker list, 2 and 4 with automatic workers.
         persistent_workers: keep workers across epochs; each trial then runs 2 epochs.
-        pin_memory: force ``pin_memory`` (``None`` keeps the target's choice).
+        pin_memory: force ``pin_memory`` (``None`` keeps the target's choice and, with CUDA,
+            measures the best configuration once more with ``pin_memory=True``).
         in_order: ``in_order`` values tried with 2+ workers (torch >= 2.6); ``None``: True and
             False with automatic workers where torch has it, the target's own otherwise.
             ``in_order=False`` gives up the sampler's batch order (reproducibility).
@@ -123,16 +124,40 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
     limits = TrialLimits(batches=trial_batches, seconds=trial_s,
                          epochs=2 if persistent_workers else 1)
     run = run_search if auto and search == "model" else run_sweep
-    sweep = run(source if isinstance(source, str) else checked, configs, limits,
-                step=step, budget_s=budget_s, timeout_s=timeout_s, progress=progress)
+    runnable = source if isinstance(source, str) else checked
+    sweep = run(runnable, configs, limits, step=step, budget_s=budget_s, timeout_s=timeout_s,
+                progress=progress)
+    if pin_memory is None and cuda_available():
+        _check_pin_memory(sweep, runnable, limits, step, timeout_s)
     best = sweep.best()
     if best is None or best.record is None:
         reasons = "; ".join(f"{t.config.label()}: {t.error}" for t in sweep.trials)
         raise BadInputError(f"no trial measured anything ({reasons})")
     section = sweep.section()
-    record, section["profile"] = _profile(stacks, source if isinstance(source, str) else checked,
-                                          best, limits, step, timeout_s)
+    record, section["profile"] = _profile(stacks, runnable, best, limits, step, timeout_s)
     return build_report(record, stress=section)
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (``pin_memory`` only matters then)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _check_pin_memory(sweep: Sweep, source: Source, limits: TrialLimits,
+                      step: Optional[StepTime], timeout_s: float) -> None:
+    """With CUDA, measure the best configuration again with ``pin_memory=True`` (page-locked
+    batches make the host-to-device copy asynchronous; torch's pin_memory documentation) and
+    add that trial to ``sweep``; the model does not predict pinning, so it is measured.
+    Nothing happens when the best already pins or has no workers."""
+    from pipecheck.stress.runner import run_trial
+
+    best = sweep.best()
+    if best is None or best.config.pin_memory is True or best.config.num_workers == 0:
+        return
+    pinned = dataclasses.replace(best.config, pin_memory=True)
+    sweep.trials.append(run_trial(source, pinned, limits, step=step, timeout_s=timeout_s))
 
 
 def _profile(stacks: Optional[bool], source: Source, best: TrialResult, limits: TrialLimits,
