@@ -33,7 +33,7 @@ step-synchronous job's ranks reach ``report()`` within a step of each other; 60 
 for an uneven last epoch without leaving a job hanging long after a rank died."""
 
 _RANK_SUFFIX = re.compile(r"\.rank(\d+)$")
-_groups: dict[int, Any] = {}
+_groups: dict[int, tuple[Any, Any]] = {}
 
 
 def rank_path(path: str | os.PathLike[str], rank: int) -> pathlib.Path:
@@ -86,11 +86,14 @@ class GatherFailed(RuntimeError):
 def _gloo_group(dist: Any, timeout_s: float) -> Any:
     """A gloo subgroup over all ranks, created once per default process group (creating it is
     itself a collective: every rank must get here)."""
-    key = id(dist.group.WORLD)
-    if key not in _groups:
-        _groups[key] = dist.new_group(backend="gloo",
-                                      timeout=datetime.timedelta(seconds=timeout_s))
-    return _groups[key]
+    world = dist.group.WORLD
+    cached = _groups.get(id(world))
+    # The entry holds ``world`` itself: a later default group (after destroy_process_group
+    # and a new init) can then never reuse its id() and be handed the destroyed subgroup.
+    if cached is None or cached[0] is not world:
+        cached = _groups[id(world)] = (world, dist.new_group(
+            backend="gloo", timeout=datetime.timedelta(seconds=timeout_s)))
+    return cached[1]
 
 
 def gather_summaries(summary: RankSummary,

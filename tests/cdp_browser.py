@@ -50,13 +50,17 @@ class Browser:
 
         self.timeout_s = timeout_s
         self._profile = tempfile.mkdtemp(prefix="pipecheck-chromium-")
-        self._process = subprocess.Popen(
-            [executable, "--headless=new", "--no-sandbox", "--disable-gpu",
-             "--remote-debugging-port=0", f"--user-data-dir={self._profile}", "--no-first-run",
-             "--no-default-browser-check", "--disable-extensions", "--disable-sync",
-             "--disable-background-networking", "--disable-component-update",
-             "--window-size=1100,900", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self._process = subprocess.Popen(
+                [executable, "--headless=new", "--no-sandbox", "--disable-gpu",
+                 "--remote-debugging-port=0", f"--user-data-dir={self._profile}",
+                 "--no-first-run", "--no-default-browser-check", "--disable-extensions",
+                 "--disable-sync", "--disable-background-networking",
+                 "--disable-component-update", "--window-size=1100,900", "about:blank"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except BaseException:  # not started: nothing to stop, but the profile is ours
+            shutil.rmtree(self._profile, ignore_errors=True)
+            raise
         self._next_id = 0
         try:
             port = self._wait_for_port()

@@ -98,7 +98,18 @@ def test_pairs_resolve_lazily_and_the_pool_bounds_memory():
     assert record.unresolved == 2 and record.dropped == 3  # two pairs in flight, then no events
     stream.now += 1000.0
     assert probe.snapshot().batches == 2
-    assert backend.created <= 6  # the pool, plus one replacement for the span's anchor
+    assert backend.created <= 6  # the pool, plus replacements for the span's two ends
+
+
+def test_the_smallest_pool_times_every_batch_it_has_resolved():
+    # Two events: one pair in flight at a time; the span's ends must not starve the pool.
+    stream = FakeStream()
+    probe = DeviceProbe(FakeEvents(stream), pool_size=2)
+    for _ in probe.iterate(_loader(stream, 5, wait_s=0.01)):
+        stream.now += 0.001  # no GPU work queued: each pair completes before the next next()
+    record = probe.snapshot()
+    assert record.batches == 5 and record.dropped == 0
+    assert record.idle_s == pytest.approx(5 * 0.01)
 
 
 def test_items_and_errors_pass_through_unchanged():

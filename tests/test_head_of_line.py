@@ -122,3 +122,24 @@ def test_wrap_finds_the_slow_worker_and_recommends_in_order_false():
         for _ in wrapped:
             time.sleep(0.001)
     assert "head-of-line-blocking" not in [f.kind for f in wrapped.report().diagnosis.findings]
+
+
+def test_an_awaited_batch_that_already_arrived_is_not_a_blocked_wait():
+    # torch's iterator state after batch 5 (worker 1) arrived out of turn while the consumer
+    # waited on batch 4: _task_info[5] holds (worker_id, data), batch 6 is still out.
+    from types import SimpleNamespace
+
+    iterator = SimpleNamespace(_task_info={5: (1, "data"), 6: (0,), 7: (1, "data")},
+                               _rcvd_idx=5, _in_order=True, _num_workers=2)
+    probe = HeadOfLineProbe()
+    assert probe.attach(iterator)
+    probe.before_next()  # batch 5 is here already: next() does not wait on a worker
+    probe.after_next(0.0001)
+    iterator._task_info, iterator._rcvd_idx = {6: (0,), 7: (1, "data")}, 6
+    probe.before_next()  # batch 6 is out while batch 7 is done: head-of-line blocked
+    probe.after_next(0.02)
+    summary = probe.summary()
+    assert (summary["waits"], summary["blocked_waits"]) == (2, 1)
+    assert summary["blocked_wait_s"] == pytest.approx(0.02)
+    assert summary["mean_ready_later"] == 1  # batch 7 only, never the awaited batch itself
+    assert summary["blocked_s_by_worker"] == {"0": pytest.approx(0.02)}

@@ -205,4 +205,25 @@ def test_pipeline_stages_get_a_chart_and_an_escaped_table():
     page = render_html(report)
     assert "Pipeline stages" in page and "<script>decode" not in page
     assert "&lt;script&gt;decode&lt;/script&gt;" in page
-    assert 'id="stages-' in page or "stages-" in page  # the chart's salted ids
+    assert 'id="stages-' in page  # the stage chart was drawn (its salted ids)
+
+
+def test_evidence_numbers_keep_their_units():
+    from pipecheck.render.generic import format_value
+
+    # memory-growth evidence: an interval's bounds and a per-batch size, not bare numbers
+    assert format_value("uss_bytes_per_s_low", 1.5e6) == "1.50 MB/s"
+    assert format_value("uss_bytes_per_s_high", 2.5e6) == "2.50 MB/s"
+    assert format_value("bytes_per_batch", float(2**20)) == "1.00 MiB/batch"
+    assert format_value("bytes_per_s", 2e6) == "2.00 MB/s"
+
+
+def test_stack_shares_are_shown_as_percentages():
+    from pipecheck.records import StacksRecord
+
+    stacks = StacksRecord(status="ok", window_s=10.0, rate_hz=20, worker_samples=100,
+                          main_wait={"queue-empty": 0.7, "other": 0.3}, main_wait_samples=10,
+                          stages={"map": 0.8, "collate": 0.2})
+    report = sample_report(timeline=Timeline(), host=None)
+    words = _Page(render_html(dataclasses.replace(report, stacks=stacks))).visible_text()
+    assert "queue-empty 70.0%" in words and "map 80.0%" in words and "0.700" not in words

@@ -100,6 +100,15 @@ def test_two_ranks_from_the_environment_get_unequal_batches(tmp_path, monkeypatc
                                                        resampled=True))
 
 
+def test_with_epoch_is_proposed_from_a_worker_that_reads_something(tmp_path):
+    urls = _write_shards(tmp_path, [16] * 3)
+    # rank 0: shards 0, 2 (one per worker); rank 1: shard 1 only, so its worker 1 is empty
+    section = shards(urls, num_workers=2, world_size=2, batch_size=8)
+    assert {"empty-workers", "unequal-rank-batches"} <= _kinds(section)
+    (resampled,) = [r for r in section["recommendations"] if r["setting"] == "resampled"]
+    assert ".with_epoch(16)" in resampled["expected"]["note"]
+
+
 def test_small_shuffle_buffer_is_measured_against_samples_per_shard(tmp_path):
     urls = _write_shards(tmp_path, [40, 40])
     section = shards(urls, num_workers=2, world_size=1, shuffle_buffer=10)

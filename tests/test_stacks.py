@@ -198,3 +198,30 @@ def test_parse_main_wait_splits_the_main_threads_time_in_next():
     assert parsed["pin_memory_busy_fraction"] == pytest.approx(0.25)
     assert parse_main_wait("") == {"main_wait": {}, "main_wait_samples": 0,
                                    "pin_memory_busy_fraction": None}
+
+
+def test_a_second_py_spy_that_cannot_start_leaves_no_process_or_directory(monkeypatch):
+    launched = []
+
+    def launch_once(command):
+        if launched:
+            raise OSError("no more processes")
+        launched.append(stacks.subprocess.Popen(["sleep", "30"], stderr=stacks.subprocess.PIPE))
+        return launched[0]
+
+    monkeypatch.setattr(stacks, "_launch", launch_once)
+    monkeypatch.setattr(stacks, "ptrace_scope", lambda: None)
+    sampler = StackSampler(window_s=5.0, py_spy="/usr/bin/true")
+    sampler.start()
+    record = sampler.snapshot()
+    assert record.status == "failed" and "no more processes" in record.note
+    assert launched[0].returncode is not None  # the first py-spy was stopped and reaped
+    assert not os.path.exists(sampler._dir.name)
+
+
+def test_a_rate_below_one_sample_per_second_is_refused():
+    # py-spy takes whole samples per second: 0.5 Hz must not silently become --rate 0
+    with pytest.raises(ValueError, match="rate_hz must be >= 1"):
+        StackSampler(rate_hz=0.5)
+    with pytest.raises(ValueError, match="window_s must be > 0"):
+        StackSampler(window_s=0)

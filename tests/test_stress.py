@@ -192,6 +192,9 @@ def test_parse_step_time():
         parse_step_time("fast")
     with pytest.raises(BadInputError, match="jitter"):
         parse_step_time("0.01+-0.05")
+    for endless in ("inf", "nan"):  # time.sleep(inf) would fail every trial, not the option
+        with pytest.raises(BadInputError, match="finite mean"):
+            parse_step_time(endless)
 
 
 def test_rebuild_loader_keeps_batching_and_applies_the_config():

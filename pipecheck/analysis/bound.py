@@ -51,7 +51,8 @@ IO_BOUND_STORAGE_BYTES_PER_S = 8 * 1024 * 1024
 """Storage reads per busy second at or above which a waiting worker is IO-bound (8 MiB/s)."""
 
 IO_MIN_STORAGE_BYTES_PER_S = 1024 * 1024
-"""Storage reads per busy second (1 MiB/s) that, with system iowait, make a worker IO-bound."""
+"""Storage reads per busy second (1 MiB/s) that, with system iowait or a busy disk, make a worker
+IO-bound."""
 
 IO_BOUND_IOWAIT_FRACTION = 0.05
 """System iowait share (0-1) from which a worker reading storage is IO-bound (iowait is

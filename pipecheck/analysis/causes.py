@@ -20,6 +20,11 @@ GPU_IDLE_WARNING_FRACTION = 0.10
 """GPU idle (data) share from which the ``gpu-idle`` finding is a warning, the same 10% the
 input-bound verdict uses for the loop's stall."""
 
+EXHAUST_CRITICAL_S = 3600.0
+"""Seconds until growing workers use up the memory still available, below which the
+``memory-growth`` finding is critical rather than a warning: a leak that ends the run within the
+hour (pipecheck's choice; training runs last hours)."""
+
 COPY_ON_READ_ISSUE = "pytorch/pytorch#13246"
 
 _CLASS_ADVICE = {
@@ -74,7 +79,8 @@ def worker_class_finding(producer: ProducerSummary, verdict: str) -> Optional[Fi
 def memory_growth_findings(run: RunRecord, producer: ProducerSummary) -> list[Finding]:
     """One ``memory-growth`` finding for the workers whose USS grows significantly (see
     :mod:`pipecheck.analysis.memory`): bytes per second and per batch, time until the memory
-    available at the end is used up, and the dataset's largest Python containers when known."""
+    available at the end is used up (``critical`` below :data:`EXHAUST_CRITICAL_S`, else a
+    warning), and the dataset's largest Python containers when known."""
     host = usable_host(run.host)
     if host is None:
         return []
@@ -85,7 +91,8 @@ def memory_growth_findings(run: RunRecord, producer: ProducerSummary) -> list[Fi
         if growth is None or not growth.significant:
             continue
         span_s = (record.last_at_s or 0.0) - (record.first_at_s or 0.0)
-        rate = record.batches / span_s if span_s > 0 and record.batches > 1 else None
+        # first/last_at_s are the first and last batch's end: batches - 1 intervals between them
+        rate = (record.batches - 1) / span_s if span_s > 0 and record.batches > 1 else None
         per_batch = growth.slope_bytes_per_s / rate if rate else None
         growing.append((record.id, growth, per_batch))
     if not growing:
@@ -127,7 +134,8 @@ def memory_growth_findings(run: RunRecord, producer: ProducerSummary) -> list[Fi
     return [
         Finding(
             kind="memory-growth",
-            severity="warning" if exhaust_s is None or exhaust_s > 3600 else "critical",
+            severity="warning" if exhaust_s is None or exhaust_s > EXHAUST_CRITICAL_S
+            else "critical",
             message=message,
             evidence={
                 "workers": [

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from pipecheck.analysis.verdict import DEFAULT_COMPUTE_BOUND_STALL
 from pipecheck.records import Expected, Finding, Recommendation
 
 SHARE_OF_WAIT_THRESHOLD = 0.25
-"""Blocked wait / data wait (0-1) from which ``head-of-line-blocking`` is reported."""
+"""Blocked wait / data wait (0-1) from which ``head-of-line-blocking`` is reported
+(pipecheck's choice)."""
 
-SHARE_OF_LOOP_THRESHOLD = 0.03
-"""Blocked wait / loop time (0-1) from which it is reported: below 3 % of the loop it costs
-less than the compute-bound verdict's own threshold (pipecheck's choice, both)."""
+SHARE_OF_LOOP_THRESHOLD = DEFAULT_COMPUTE_BOUND_STALL
+"""Blocked wait / loop time (0-1) from which it is reported: the compute-bound verdict's
+threshold (3 %, :mod:`pipecheck.analysis.verdict`), below which data wait is not worth acting
+on."""
 
 
 IMBALANCE_THRESHOLD = 1.25

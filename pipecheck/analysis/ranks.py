@@ -17,11 +17,11 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Optional
 
-from pipecheck.analysis.verdict import DEFAULT_INPUT_BOUND_STALL
+from pipecheck.analysis.verdict import DEFAULT_COMPUTE_BOUND_STALL, DEFAULT_INPUT_BOUND_STALL
 from pipecheck.records import ConsumerSummary, Finding, RankInfo, RankSummary, RanksSummary
 from pipecheck.units import percent, rate, seconds
 
-STRAGGLER_MIN_FRACTION = 0.03
+STRAGGLER_MIN_FRACTION = DEFAULT_COMPUTE_BOUND_STALL
 """Extra data wait of the straggler over the other ranks' median, as a 0-1 fraction of its loop
 time (wait + compute), from which ``straggler-rank`` is reported: the compute-bound threshold
 (3%) of :mod:`pipecheck.analysis.verdict`, below which data wait is not worth acting on."""

@@ -169,7 +169,10 @@ def _unequal_ranks(ranks: list[dict[str, Any]], batch_size: Optional[int],
         f"DistributedDataParallel the ranks with more wait in a collective for the ones that "
         f"finished (a hang, or a timeout error)",
         {f"{key}_per_rank": counts}))
-    per_reader = min(a["samples"] or 0 for a in section["assignments"])
+    # The smallest non-empty reader's share: an empty worker (reported on its own) would
+    # otherwise propose with_epoch(0).
+    per_reader = min((a["samples"] for a in section["assignments"] if a["samples"]),
+                     default=0)
     recommendations.append(Recommendation(
         "resampled", False, True,
         Expected(None, None, note=f"every rank yields the same {key}: set the epoch with "

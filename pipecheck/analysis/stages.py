@@ -20,10 +20,11 @@ if TYPE_CHECKING:
 def stage_table(snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows ``{name, where, exclusive_s, fraction, samples_in, samples_out, bytes_read,
     workers}``, largest exclusive time first; ``bytes_read`` is the size of the local shard
-    files an opener stage opened (0 for other stages). ``snapshots`` are :meth:`pipecheck.probes.stages.StageTotals.snapshot`
-    dicts; ``worker_id`` ``None`` marks the main process. ``samples_in`` is ``None`` for a
-    source or user stage; ``workers`` maps worker id (``"main"`` for the main process) to that
-    process's exclusive seconds. Empty when no stage ran."""
+    files an opener stage opened (0 for other stages). ``snapshots`` are
+    :meth:`pipecheck.probes.stages.StageTotals.snapshot` dicts; ``worker_id`` ``None`` marks
+    the main process. ``samples_in`` is ``None`` for a source or user stage; ``workers`` maps
+    worker id (``"main"`` for the main process) to that process's exclusive seconds. Empty
+    when no stage ran."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for snapshot in snapshots:
         where = "main" if snapshot.get("worker_id") is None else "workers"

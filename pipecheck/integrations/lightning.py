@@ -91,7 +91,8 @@ class PipecheckCallback(Callback):
         if all(isinstance(loader, pipecheck.WrappedLoader) for loader in loaders):
             return
         for wrapped in self._wrapped:  # loaders re-created by reload_dataloaders_every_n_epochs
-            wrapped.close()
+            if not any(wrapped is loader for loader in loaders):  # a kept one measures on
+                wrapped.close()
         self._wrapped = [loader if isinstance(loader, pipecheck.WrappedLoader)
                          else pipecheck.wrap(loader, **self.wrap_options) for loader in loaders]
         combined.flattened = list(self._wrapped)
@@ -119,6 +120,9 @@ class PipecheckCallback(Callback):
         self.report = self.reports[0]
         for wrapped in self._wrapped:
             wrapped.close()
+        # Finished once: an exception raised after on_train_end (another callback's) must not
+        # overwrite the gathered report with an ungathered one.
+        self._wrapped = []
         if self.path is not None:
             for index, report in enumerate(self.reports):
                 report.save(loader_path(self.path, index))

@@ -165,8 +165,11 @@ class DeviceProbe:
                     self._free.append(backend.new_event())  # keep the anchor out of the pool
                 else:
                     self._free.append(start)
-                if self._span_end is not None:
-                    self._free.append(self._span_end)
+                # The latest exit event stays out of the pool as the span's end; the one it
+                # replaces goes back (the first time, a new event keeps the pool at its size,
+                # else a pool of 2 would never time a second batch).
+                self._free.append(self._span_end if self._span_end is not None
+                                  else backend.new_event())
                 self._span_end = end
             else:
                 self._free.extend((start, end))

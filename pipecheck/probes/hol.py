@@ -60,9 +60,13 @@ class HeadOfLineProbe:
         if iterator is None:
             return
         info = iterator._task_info
-        awaited = info.get(iterator._rcvd_idx)
+        head = iterator._rcvd_idx
+        awaited = info.get(head)
         self._worker = awaited[0] if awaited else None
-        self._ready_later = sum(1 for entry in info.values() if len(entry) == 2)
+        # The awaited batch itself may have arrived already (out of turn, earlier): then
+        # nothing blocks this next(), and it is not a *later* batch either.
+        self._ready_later = 0 if awaited is None or len(awaited) == 2 else sum(
+            1 for idx, entry in info.items() if idx != head and len(entry) == 2)
 
     def after_next(self, wait_s: float) -> None:
         """After ``next()`` returned: account ``wait_s`` seconds of waiting to that worker."""

@@ -5,7 +5,8 @@ split_by_node, split_by_worker, ...)``) starts with a shard list stage holding t
 followed by the splitter functions that pick each rank's and worker's share. The stages from
 the shard list up to the first stage that is not a plain function are replayed for this rank
 and each of its workers under webdataset's own environment override (as
-:func:`pipecheck.probes.shards.replay_split` does for every rank), so the split is the one training uses, without reading a shard.
+:func:`pipecheck.probes.shards.replay_split` does for every rank), so the split is the one
+training uses, without reading a shard.
 
 Measurement only; ``None`` whenever the loader is not such a pipeline (resampled shards, no
 URL list, a splitter that raises): then the report has no shard column, nothing fails.

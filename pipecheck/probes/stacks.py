@@ -145,8 +145,9 @@ class StackSampler:
     :meth:`start` launches py-spy (or records why it cannot); :meth:`stop` ends the window
     early if it is still open, waits for py-spy's output and parses it; :meth:`snapshot` returns
     the :class:`~pipecheck.records.StacksRecord` (``running`` until the window is over and
-    stopped). ``py_spy``: the executable (default: ``py-spy`` on PATH). Raises ``ValueError`` for
-    a non-positive window or rate. Never raises from start/stop/snapshot.
+    stopped). ``py_spy``: the executable (default: ``py-spy`` on PATH). ``rate_hz`` is truncated
+    to whole samples per second. Raises ``ValueError`` for a non-positive window or a rate below
+    1 Hz. Never raises from start/stop/snapshot.
     """
 
     def __init__(
@@ -159,8 +160,8 @@ class StackSampler:
     ) -> None:
         if not window_s > 0:
             raise ValueError(f"window_s must be > 0 seconds, got {window_s!r}")
-        if not rate_hz > 0:
-            raise ValueError(f"rate_hz must be > 0, got {rate_hz!r}")
+        if not rate_hz >= 1:  # py-spy takes whole samples per second: 0.5 would become 0
+            raise ValueError(f"rate_hz must be >= 1 samples/s, got {rate_hz!r}")
         self.pid = os.getpid() if pid is None else pid
         self.window_s = float(window_s)
         self.rate_hz = int(rate_hz)
@@ -198,6 +199,11 @@ class StackSampler:
                 self._process = _launch(hot)
                 self._main_process = _launch(idle)
             except OSError as error:
+                # The first py-spy may be running already: stop and reap it, drop the directory.
+                if self._process is not None:
+                    self._process.kill()
+                    _finish(self._process)
+                self._dir.cleanup()
                 self._record = self._result("failed", note=f"py-spy could not start: {error}")
                 return
             self._watcher = threading.Thread(target=self._watch, name="pipecheck-stacks",
@@ -233,12 +239,6 @@ class StackSampler:
             self._record = self._parse_result(returncode, stderr)
             if self._dir is not None:
                 self._dir.cleanup()
-
-    def window_over(self) -> bool:
-        """Whether the sampling window has ended (or never opened)."""
-        if self._started_at is None:
-            return False
-        return self._record is not None or time.perf_counter() - self._started_at >= self.window_s
 
     def snapshot(self) -> StacksRecord:
         """The result once stopped; before that a ``running`` record (or ``unavailable`` when

@@ -101,11 +101,17 @@ class StageTotals:
         path = os.path.join(self.folder, f"stages-{self.pid}.json")
         try:
             fd, temp = tempfile.mkstemp(dir=self.folder, prefix=".stages-", suffix=".tmp")
+        except OSError:
+            return
+        try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(self.snapshot(), handle)
             os.replace(temp, path)
-        except OSError:
-            pass
+        except OSError:  # a full disk: drop the half-written temp file, keep the last write
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
 
 
 _TOTALS: dict[Optional[str], StageTotals] = {}
@@ -303,8 +309,10 @@ class stage:  # noqa: N801 - used like a function: ``with pipecheck.stage("decod
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        stage_totals = totals(os.environ.get(STAGE_DIR_ENV))
         now = time.perf_counter_ns()
+        stage_totals = _entered_totals(self.key)
+        if stage_totals is None:  # entered under a wrap() run that has closed since: dropped
+            return
         stack = stage_totals.user_stack()
         key, resumed, entered = stack.pop()
         stage_totals.exclusive_ns[key] += now - resumed
@@ -323,6 +331,23 @@ class stage:  # noqa: N801 - used like a function: ``with pipecheck.stage("decod
                 return function(*args, **kwargs)
 
         return timed
+
+
+def _entered_totals(key: str) -> Optional[StageTotals]:
+    """The totals holding this thread's open user stage ``key``: those of the folder named in
+    :data:`STAGE_DIR_ENV` now, or, when a ``pipecheck.wrap`` run started or closed inside the
+    block (the variable changed), the ones it was entered under; ``None`` when those are gone
+    (their run closed)."""
+    current = totals(os.environ.get(STAGE_DIR_ENV))
+    stack = current.user_stack()
+    if stack and stack[-1][0] == key:
+        return current
+    for candidate in list(_TOTALS.values()):
+        if candidate.pid == os.getpid():
+            stack = candidate.user_stack()
+            if stack and stack[-1][0] == key:
+                return candidate
+    return None
 
 
 def read_stage_files(folder: str) -> list[dict[str, Any]]:
@@ -409,6 +434,7 @@ class StageProbe:
         if self._final is not None:
             return
         self._final = self.snapshots()
+        _TOTALS.pop(self.folder, None)  # this run's in-memory totals, kept in _final now
         # Runs may close out of order: only undo our own setting, and never point back at a
         # folder an earlier run has removed.
         if os.environ.get(STAGE_DIR_ENV) == self.folder:

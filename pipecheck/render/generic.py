@@ -3,8 +3,9 @@
 Used for report sections whose layout this renderer does not know in advance (stages, sharding,
 stacks, device, and whatever later versions add) and for findings' evidence. Units come from the
 key names, as DESIGN.md prescribes: ``_s`` seconds, ``_bytes`` bytes, ``_bytes_per_s`` bytes/s,
-``<noun>_per_s`` a rate of ``<noun>``, ``_fraction`` a 0-1 fraction, ``_percent`` 0-100 percent,
-``_hz`` hertz; ids, pids and line numbers are shown as written.
+``<noun>_per_s`` a rate of ``<noun>``, ``bytes_per_<noun>`` bytes per ``<noun>``, ``_fraction`` a
+0-1 fraction, ``_percent`` 0-100 percent, ``_hz`` hertz; a trailing ``_low`` / ``_high`` (an
+interval's bounds) keeps the unit before it; ids, pids and line numbers are shown as written.
 Every string is passed through :func:`html.escape`.
 """
 
@@ -19,6 +20,10 @@ from pipecheck import units as fmt
 MAX_ROWS = 200
 """Rows shown of one list; longer lists say how many were left out."""
 
+FRACTION_MAPS = frozenset({"main_wait", "stages"})
+"""Keys whose value maps names to 0-1 shares (:class:`~pipecheck.records.StacksRecord`'s
+``main_wait`` and ``stages``): their numbers are shown as percentages."""
+
 
 def format_value(key: Optional[str], value: Any) -> str:
     """``value`` as plain (unescaped) text with the unit its ``key`` names: ``("wait_s", 0.05)``
@@ -30,6 +35,13 @@ def format_value(key: Optional[str], value: Any) -> str:
         return repr(value)
     if isinstance(value, (int, float)):
         name = key or ""
+        if name.endswith(("_low", "_high")):  # an interval's bound: the unit of its figure
+            return format_value(name.rsplit("_", 1)[0], value)
+        if name == "bytes_per_s":
+            return fmt.bytes_rate(value)
+        if (name.startswith("bytes_per_") or "_bytes_per_" in name) and \
+                not name.endswith("_per_s"):  # bytes_per_batch -> "1.00 MiB/batch"
+            return f"{fmt.size(value)}/{name.rsplit('_per_', 1)[1]}"
         if name == "fraction" or name.endswith("_fraction"):
             return fmt.percent(value)
         if name == "percent" or name.endswith("_percent"):
@@ -71,7 +83,8 @@ def to_html(value: Any, key: Optional[str] = None) -> str:
         if not value:
             return '<span class="dim">none</span>'
         rows = "".join(
-            f"<dt>{html.escape(label(str(k)))}</dt><dd>{to_html(v, str(k))}</dd>"
+            f"<dt>{html.escape(label(str(k)))}</dt>"
+            f"<dd>{to_html(v, 'fraction' if key in FRACTION_MAPS else str(k))}</dd>"
             for k, v in value.items()
         )
         return f'<dl class="kv">{rows}</dl>'

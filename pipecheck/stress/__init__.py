@@ -67,7 +67,9 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
             settings, or the defaults of the factory's ``num_workers`` / ``prefetch_factor`` /
             ``persistent_workers`` parameters), else ``num_workers=0``; with an explicit
             worker list its first configuration.
-        budget_s: seconds after which no new trial starts (> 0; remaining ones are skipped).
+        budget_s: seconds after which no new sweep trial starts (> 0; remaining ones are
+            skipped). The ``pin_memory`` re-measure and the profiling trial (``stacks``) run
+            after the sweep all the same, one trial each.
         timeout_s: a trial silent this many seconds (no batch) fails as timed out (> 0).
         trial_batches: batches per epoch per trial (>= 2; the first is warm-up).
         trial_s: wall-clock seconds per trial at most (> 0).

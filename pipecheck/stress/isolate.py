@@ -3,8 +3,9 @@
 The child (``python -m pipecheck.stress.trial``) runs in a new session, so on a timeout the
 whole process group (the child and its DataLoader workers) is killed with SIGKILL. The watchdog
 counts seconds since the child's last sign of life: it started (imports done), it built the
-loader, or it received a batch. The child's stdout is discarded; its stderr is kept in a file
-and the last line reported when it dies without a result.
+loader, or it received a batch; start-up itself gets at least :data:`STARTUP_TIMEOUT_S`. The
+child's stdout is discarded; its stderr is kept in a file and the last line reported when it
+dies without a result.
 """
 
 from __future__ import annotations
@@ -25,14 +26,21 @@ from pipecheck.stress.trial import TrialLimits, TrialResult, failed, result_from
 POLL_S = 0.05
 """Seconds between checks of the child's progress file."""
 
+STARTUP_TIMEOUT_S = 60.0
+"""Seconds the child may take to start (a fresh interpreter importing torch: 2-3 s on an idle
+2-core machine, several times that under load) before its first sign of life, when that is
+longer than the trial's own silence limit: a short ``--timeout`` must not fail a trial whose
+interpreter is still starting (pipecheck's choice)."""
+
 
 def run_isolated(target: str, config: TrialConfig, limits: TrialLimits, *,
                  step: Optional[StepTime], timeout_s: float,
                  on_batches: Optional[Callable[[int], None]] = None) -> TrialResult:
     """Run the trial in a child process and return its result.
 
-    ``timeout_s`` (> 0) is the longest silence tolerated: no start, loader or batch within that
-    many seconds kills the child and gives a failed result ("timed out ..."). A child that dies
+    ``timeout_s`` (> 0) is the longest silence tolerated once the child has started: no loader
+    or batch within that many seconds kills the child and gives a failed result ("timed out
+    ..."); start-up itself may take up to ``max(timeout_s, STARTUP_TIMEOUT_S)``. A child that dies
     (worker crash, segfault) gives a failed result naming its exit status and last stderr line.
     ``on_batches`` is called with the batches delivered so far whenever that count changes
     (checked every :data:`POLL_S` seconds). Never raises for the trial's own failures.
@@ -59,6 +67,9 @@ def run_isolated(target: str, config: TrialConfig, limits: TrialLimits, *,
             _kill_group(child)
         wall_s = time.perf_counter() - started
         seen = _size(progress_path)
+        if timed_out and seen == 0:
+            return failed(config, f"timed out: the trial process did not start within "
+                                  f"{max(timeout_s, STARTUP_TIMEOUT_S):g} s; trial killed", wall_s)
         if timed_out:
             got = _batches(seen)
             return failed(config, f"timed out: nothing delivered for {timeout_s:g} s "
@@ -73,8 +84,10 @@ def run_isolated(target: str, config: TrialConfig, limits: TrialLimits, *,
 
 def _watch(child: subprocess.Popen, progress_path: str, timeout_s: float,
            on_batches: Optional[Callable[[int], None]]) -> bool:
-    """Wait for ``child`` to exit; True when it stayed silent for ``timeout_s`` seconds."""
+    """Wait for ``child`` to exit; True when it stayed silent for ``timeout_s`` seconds (before
+    its first sign of life: :data:`STARTUP_TIMEOUT_S` when that is longer)."""
     last_size, last_change = -1, time.monotonic()
+    startup_s = max(timeout_s, STARTUP_TIMEOUT_S)
     while child.poll() is None:
         size = _size(progress_path)
         now = time.monotonic()
@@ -82,7 +95,7 @@ def _watch(child: subprocess.Popen, progress_path: str, timeout_s: float,
             last_size, last_change = size, now
             if on_batches is not None and _batches(size) > 0:
                 on_batches(_batches(size))
-        elif now - last_change > timeout_s:
+        elif now - last_change > (timeout_s if size > 0 else startup_s):
             return True
         time.sleep(POLL_S)
     return False

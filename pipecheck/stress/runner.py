@@ -125,8 +125,9 @@ def run_sweep(source: Source, configs: Sequence[TrialConfig], limits: TrialLimit
               timeout_s: float, progress: Optional[ProgressCallback] = None) -> Sweep:
     """Run ``configs`` in order until ``budget_s`` seconds are spent (a started trial finishes;
     later ones are recorded as skipped); a configuration whose workers would not fit in the
-    available memory (:mod:`pipecheck.stress.memory`) is skipped with the reason. ``timeout_s`` is the per-trial silence limit. A string
-    ``source`` runs each trial in a child process; other sources run here (module docstring)."""
+    available memory (:mod:`pipecheck.stress.memory`) is skipped with the reason.
+    ``timeout_s`` is the per-trial silence limit in seconds. A string ``source`` runs each
+    trial in a child process; other sources run here (module docstring)."""
     from pipecheck.stress.memory import skip_reason
 
     sweep = Sweep()

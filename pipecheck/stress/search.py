@@ -71,11 +71,12 @@ NOISE_BLOCKS = 4
 (pipecheck's choice: enough for a spread, each block still several batches at 20+ batches)."""
 
 CALIBRATION_LENGTH = 2
-"""The ``num_workers=1`` calibration trial runs this many times the trial's batches and seconds. The model's worker
-CPU comes from the host sampler (0.5 s ticks), which misses up to one tick of each worker's CPU
-at the end: on a 1-2 s trial that undercounts CPU-bound work by a third or more (measured on the
-benchmark's CPU-bound pipeline: worker CPU fraction 0.57 at 80 batches, 0.86 at 160), and the
-model then over-predicts scaling. pipecheck's choice, from that measurement."""
+"""The ``num_workers=1`` calibration trial runs this many times the trial's batches and
+seconds. The model's worker CPU comes from the host sampler (0.5 s ticks), which misses up
+to one tick of each worker's CPU at the end: on a 1-2 s trial that undercounts CPU-bound
+work by a third or more (measured on the benchmark's CPU-bound pipeline: worker CPU fraction
+0.57 at 80 batches, 0.86 at 160), and the model then over-predicts scaling. pipecheck's
+choice, from that measurement."""
 
 MIN_WORTHWHILE_GAIN = 0.03
 """Smallest predicted gain (fraction, 0-1) worth a trial even when the measured noise is lower

@@ -72,15 +72,17 @@ _OPTIONAL_SETTINGS = ("pin_memory", "in_order", "batch_size")
 @dataclass(frozen=True)
 class StepTime:
     """An emulated training step: sleep ``mean_s`` seconds per batch, plus uniform jitter in
-    ``[-jitter_s, +jitter_s]`` (never below 0). Both in seconds, ``0 <= jitter_s <= mean_s``."""
+    ``[-jitter_s, +jitter_s]`` (never below 0). Both in seconds, ``0 <= jitter_s <= mean_s``,
+    ``mean_s`` finite; raises :class:`BadInputError` otherwise."""
 
     mean_s: float
     jitter_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.mean_s >= 0 and 0 <= self.jitter_s <= self.mean_s):
+        if not (0 <= self.mean_s < float("inf") and 0 <= self.jitter_s <= self.mean_s):
             raise BadInputError(
-                f"step time needs 0 <= jitter <= mean seconds, got {self.mean_s}+-{self.jitter_s}")
+                f"step time needs a finite mean and 0 <= jitter <= mean seconds, got "
+                f"{self.mean_s}+-{self.jitter_s}")
 
     def sampler(self, seed: int = 0) -> "Any":
         """A function returning successive step durations in seconds (seeded, reproducible)."""
