@@ -11,7 +11,7 @@ import re
 import pytest
 from rich.console import Console
 
-from pipecheck.records import Diagnosis, Finding, HostRecord
+from pipecheck.records import Finding
 from pipecheck import units as fmt
 from pipecheck.render.terminal import render_terminal, verdict_line
 from report_factory import replace_consumer, sample_report

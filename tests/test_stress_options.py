@@ -11,6 +11,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 import pipecheck
 from pipecheck.cli import main
+from pipecheck.environment import torch_has_in_order
 from pipecheck.errors import BadInputError
 from pipecheck.records import ProcessStats
 from pipecheck.stress import memory
@@ -21,7 +22,6 @@ from pipecheck.stress.settings import (
     parse_bool_list,
     parse_config,
     sweep_configs,
-    torch_has_in_order,
 )
 from pipecheck.stress.target import given_config, rebuild_loader
 from pipecheck.stress.tracker import ProgressEvent

@@ -9,3 +9,18 @@ framework rather than a bare loop:
 Each module imports its framework when it is imported itself; ``import pipecheck`` imports
 neither. Install both with ``pip install "pipecheck[integrations]"``.
 """
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Optional
+
+
+def callback_options(path: Optional[str | os.PathLike[str]], gather_timeout_s: float
+                     ) -> tuple[Optional[pathlib.Path], float]:
+    """The options both callbacks take, checked: the report path (``None``: not saved) and the
+    rank-0 gather timeout in seconds. Raises ``ValueError`` unless the timeout is > 0."""
+    if not gather_timeout_s > 0:
+        raise ValueError(f"gather_timeout_s must be > 0 seconds, got {gather_timeout_s!r}")
+    return (pathlib.Path(path) if path is not None else None), gather_timeout_s

@@ -38,6 +38,7 @@ except ImportError:  # the standalone package
     from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef]
 
 import pipecheck
+from pipecheck.integrations import callback_options
 from pipecheck.distributed import DEFAULT_GATHER_TIMEOUT_S
 
 
@@ -68,10 +69,7 @@ class PipecheckCallback(Callback):
     def __init__(self, path: Optional[str | os.PathLike[str]] = "pipecheck.json", *,
                  gather_timeout_s: float = DEFAULT_GATHER_TIMEOUT_S,
                  **wrap_options: Any) -> None:
-        if not gather_timeout_s > 0:
-            raise ValueError(f"gather_timeout_s must be > 0 seconds, got {gather_timeout_s!r}")
-        self.path = pathlib.Path(path) if path is not None else None
-        self.gather_timeout_s = gather_timeout_s
+        self.path, self.gather_timeout_s = callback_options(path, gather_timeout_s)
         self.wrap_options = wrap_options
         self.report: Optional[pipecheck.Report] = None
         self.reports: list[pipecheck.Report] = []

@@ -26,7 +26,6 @@ part; rank 0's report shows every rank), kept in ``callback.report`` and saved t
 from __future__ import annotations
 
 import os
-import pathlib
 import warnings
 from typing import Any, Optional
 
@@ -34,6 +33,7 @@ from torch.utils.data import DataLoader
 from transformers import TrainerCallback
 
 import pipecheck
+from pipecheck.integrations import callback_options
 from pipecheck.distributed import DEFAULT_GATHER_TIMEOUT_S
 
 
@@ -54,10 +54,7 @@ class PipecheckCallback(TrainerCallback):
     def __init__(self, path: Optional[str | os.PathLike[str]] = "pipecheck.json", *,
                  gather_timeout_s: float = DEFAULT_GATHER_TIMEOUT_S,
                  **wrap_options: Any) -> None:
-        if not gather_timeout_s > 0:
-            raise ValueError(f"gather_timeout_s must be > 0 seconds, got {gather_timeout_s!r}")
-        self.path = pathlib.Path(path) if path is not None else None
-        self.gather_timeout_s = gather_timeout_s
+        self.path, self.gather_timeout_s = callback_options(path, gather_timeout_s)
         self.wrap_options = wrap_options
         self.report: Optional[pipecheck.Report] = None
         self._loader: Any = None

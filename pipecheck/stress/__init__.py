@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from pipecheck.environment import torch_has_in_order
 from pipecheck.errors import BadInputError
 from pipecheck.stress.runner import Source, Sweep, run_sweep, validate
 from pipecheck.stress.search import candidate_configs, run_search
@@ -21,7 +22,6 @@ from pipecheck.stress.settings import (
     TrialConfig,
     parse_step_time,
     sweep_configs,
-    torch_has_in_order,
 )
 from pipecheck.stress.target import given_config
 from pipecheck.stress.tracker import ProgressCallback, ProgressEvent

@@ -46,6 +46,7 @@ import dataclasses
 import math
 from typing import Any, Optional, Sequence
 
+from pipecheck.environment import torch_has_in_order
 from pipecheck.records import RunRecord
 from pipecheck.stress.memory import skip_reason
 from pipecheck.stress.runner import Source, Sweep
@@ -53,7 +54,6 @@ from pipecheck.stress.settings import (
     StepTime,
     TrialConfig,
     sweep_configs,
-    torch_has_in_order,
     usable_cpus,
 )
 from pipecheck.stress.tracker import ProgressCallback, Tracker

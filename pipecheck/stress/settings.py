@@ -11,7 +11,6 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from pipecheck.environment import torch_has_in_order  # noqa: F401 (re-exported)
 from pipecheck.errors import BadInputError
 
 TORCH_DEFAULT_PREFETCH_FACTOR = 2
