@@ -72,15 +72,25 @@ def _count(minimum: int):
     return parse
 
 
-def _seconds(text: str) -> float:
-    """An argparse type: a number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
+def _positive_number(unit: Optional[str] = None):
+    """An argparse type: a finite number > 0, of ``unit`` when given (``"seconds"``)."""
+    expected = unit or "a number"
+    what = f"a positive number of {unit}" if unit else "a positive number"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+        return value
+
+    return parse
+
+
+_seconds = _positive_number("seconds")
+_positive = _positive_number()
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -269,17 +279,6 @@ def _fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a 0-1 fraction, got {text!r}") from None
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"must be a 0-1 fraction (0.05 = 5%), got {text}")
-    return value
-
-
-def _positive(text: str) -> float:
-    """An argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
 

@@ -13,21 +13,11 @@ import pytest
 import pipecheck.demo
 from pipecheck.cli import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, main
 from pipecheck.report import load
+from cli_helpers import error_line
 from report_factory import sample_report
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 VERDICT = "INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%)"
-
-
-@pytest.fixture
-def saved(tmp_path):
-    return sample_report().save(tmp_path / "run.json")
-
-
-def _error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, f"expected one line on stderr, got {err!r}"
-    return err.rstrip("\n")
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -70,14 +60,14 @@ def test_several_reports_each_get_a_header(saved, tmp_path, capsys):
 def test_missing_file_is_exit_2_with_one_line(tmp_path, capsys):
     missing = tmp_path / "nope.json"
     assert main(["report", str(missing)]) == 2
-    assert _error_line(capsys) == f"pipecheck: error: no such report file: {missing}"
+    assert error_line(capsys) == f"pipecheck: error: no such report file: {missing}"
 
 
 def test_non_json_is_exit_2(tmp_path, capsys):
     path = tmp_path / "run.json"
     path.write_text("this is not json\n")
     assert main(["report", str(path)]) == 2
-    assert _error_line(capsys).startswith(f"pipecheck: error: {path} is not JSON (")
+    assert error_line(capsys).startswith(f"pipecheck: error: {path} is not JSON (")
 
 
 def test_unknown_schema_is_exit_2(saved, capsys):
@@ -85,7 +75,7 @@ def test_unknown_schema_is_exit_2(saved, capsys):
     data["schema"] = "pipecheck.report/9"
     saved.write_text(json.dumps(data))
     assert main(["report", str(saved)]) == 2
-    assert _error_line(capsys) == (
+    assert error_line(capsys) == (
         f"pipecheck: error: {saved}: report schema 'pipecheck.report/9' is not supported; "
         "this pipecheck reads pipecheck.report/1"
     )
@@ -117,13 +107,13 @@ def test_debug_adds_the_traceback(tmp_path, capsys):
 ])
 def test_usage_errors_are_exit_2_with_one_line(argv, message, capsys):
     assert main(argv) == 2
-    line = _error_line(capsys)
+    line = error_line(capsys)
     assert line.startswith("pipecheck: error: ") and message in line and "--help" in line
 
 
 def test_json_with_several_reports_is_refused(saved, tmp_path, capsys):
     assert main(["report", str(saved), str(saved), "--json", str(tmp_path / "x.json")]) == 2
-    assert "--json takes a single report" in _error_line(capsys)
+    assert "--json takes a single report" in error_line(capsys)
 
 
 def test_help_and_version_exit_0(capsys):
@@ -141,7 +131,7 @@ def test_unexpected_error_is_one_line_with_a_hint(monkeypatch, capsys):
 
     monkeypatch.setattr(pipecheck.demo, "run_demo", broken)
     assert main(["demo"]) == EXIT_INTERNAL_ERROR == 3
-    assert _error_line(capsys) == (
+    assert error_line(capsys) == (
         "pipecheck: internal error: RuntimeError: model exploded second line "
         "(run with --debug for the traceback)"
     )
@@ -153,7 +143,7 @@ def test_ctrl_c_is_exit_130(monkeypatch, capsys):
 
     monkeypatch.setattr(pipecheck.demo, "run_demo", interrupted)
     assert main(["demo"]) == EXIT_INTERRUPTED == 130
-    assert _error_line(capsys) == "pipecheck: interrupted"
+    assert error_line(capsys) == "pipecheck: interrupted"
 
 
 def test_closed_stdout_is_exit_141_without_noise(saved, monkeypatch, capsys):
@@ -210,7 +200,7 @@ def test_demo_leaves_unset_options_to_run_demo(monkeypatch, capsys):
 def test_demo_rejects_out_of_range_counts(monkeypatch, capsys):
     calls = _record_demo(monkeypatch)
     assert main(["demo", "--steps", "0"]) == 2
-    assert "argument --steps: must be at least 1, got 0" in _error_line(capsys)
+    assert "argument --steps: must be at least 1, got 0" in error_line(capsys)
     assert calls == []
 
 

@@ -15,18 +15,8 @@ from pipecheck.render.html import render_html
 from pipecheck.render.markdown import render_markdown
 from pipecheck.render.trace import render_trace
 from render_fixtures import stress_report
+from cli_helpers import error_line
 from report_factory import sample_report
-
-
-@pytest.fixture
-def saved(tmp_path):
-    return sample_report().save(tmp_path / "run.json")
-
-
-def _error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, f"expected one line on stderr, got {err!r}"
-    return err.rstrip("\n")
 
 
 def test_report_writes_html_and_trace_and_prints_markdown(saved, tmp_path, capsys):
@@ -56,16 +46,16 @@ def test_bad_output_path_is_exit_2_with_one_line_before_any_work(option, saved, 
                                                                   capsys):
     missing = tmp_path / "no" / "such" / "out"
     assert main(["report", str(saved), option, str(missing)]) == 2
-    assert _error_line(capsys) == (f"pipecheck: error: argument {option}: no such directory: "
+    assert error_line(capsys) == (f"pipecheck: error: argument {option}: no such directory: "
                                    f"{missing.parent} (see 'pipecheck report --help')")
     assert main(["report", str(saved), option, str(tmp_path)]) == 2
-    assert "is a directory, not a file" in _error_line(capsys)
+    assert "is a directory, not a file" in error_line(capsys)
 
 
 def test_several_reports_refuse_files_and_get_markdown_headings(saved, tmp_path, capsys):
     other = sample_report(kind="stress").save(tmp_path / "rank1.json")
     assert main(["report", str(saved), str(other), "--html", str(tmp_path / "x.html")]) == 2
-    assert "--html takes a single report" in _error_line(capsys)
+    assert "--html takes a single report" in error_line(capsys)
     assert main(["report", str(saved), str(other), "--markdown"]) == 0
     headings = [l for l in capsys.readouterr().out.splitlines() if l.startswith("## ")]
     assert headings == [f"## {saved}", f"## {other}"]
