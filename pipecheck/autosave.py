@@ -55,6 +55,19 @@ class AutoSave:
         finally:
             self._lock.release()
 
+    def cancel(self) -> None:
+        """Stop saving at exit and on SIGTERM (the caller saved a final report itself); the
+        SIGTERM handler the program had before is put back when ours is still installed."""
+        atexit.unregister(self.save)
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM,
+                              self._previous if self._previous is not None else signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         if self._lock.locked():
             # SIGTERM interrupted the exit-time save (torchrun stops the other ranks right

@@ -12,7 +12,9 @@ Each threshold is judged on one number of the report and gives one line, passed 
 For a multi-rank report (``ranks`` set, from rank 0's gather or ``pipecheck report`` merging
 rank files), stall and wait are judged on the straggler (the worst rank, which sets every
 rank's pace) and throughput on the ranks' summed samples/s. A number that was not measured (a run
-with no batches) violates its threshold: a guard must not pass on missing data.
+with no batches) violates its threshold: a guard must not pass on missing data. For the same
+reason a multi-rank report with missing ranks (dead, or their file not given) adds one violated
+line naming them: the straggler may be among them and the summed throughput leaves them out.
 """
 
 from __future__ import annotations
@@ -75,8 +77,14 @@ def _wait_per_batch(report: Report) -> tuple[Optional[float], str]:
 
 
 def check(report: Report, thresholds: Thresholds) -> list[Outcome]:
-    """Judge ``report`` against every threshold given, in the order stall, throughput, wait."""
+    """Judge ``report`` against every threshold given, in the order stall, throughput, wait,
+    after a violated line for missing ranks when the report has any."""
     outcomes = []
+    if report.ranks is not None and report.ranks.missing:
+        missing = ", ".join(str(rank) for rank in report.ranks.missing)
+        outcomes.append(Outcome(False, f"rank(s) {missing} of {report.ranks.world_size} sent no "
+                                "data (dead, or their file not given): the job's figures are "
+                                "incomplete"))
     if thresholds.max_stall is not None:
         value, what, where = _stall(report)
         limit = percent(thresholds.max_stall)

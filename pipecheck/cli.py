@@ -367,8 +367,11 @@ class StressCommand(Command):
                             "grid measures them all")
         parser.add_argument("--prefetch-factor", metavar="N,N,...",
                             help="prefetch_factor values, tried with workers > 0 (default 2)")
-        parser.add_argument("--persistent-workers", action="store_true",
-                            help="keep workers alive; each trial then runs 2 epochs")
+        parser.add_argument("--persistent-workers", action=argparse.BooleanOptionalAction,
+                            default=None,
+                            help="keep workers alive in every trial (2 epochs each), or never; "
+                            "default: measure the best configuration's epoch restart both ways "
+                            "and recommend persistent workers when epoch start matters")
         parser.add_argument("--in-order", metavar="true,false",
                             help="in_order values tried with 2+ workers (torch >= 2.6; default "
                             "with --workers auto: true,false)")

@@ -61,6 +61,11 @@ def stress_section(config_value: object = 2) -> dict:
                                 "persistent_workers": False},
                      "reason": "budget spent"}],
         "search": {"measured": 4, "candidates": 9, "stop_reason": "predicted gain below noise"},
+        "epoch_start": {"status": "ok", "reason": None, "config": {"num_workers": 2},
+                        "restart_s": {"persistent": 0.01, "not_persistent": 1.5},
+                        "short_epoch_s": {"persistent": 0.2, "not_persistent": 2.3},
+                        "saving_s": 2.1, "epoch_s": 40.0, "fraction": 2.1 / 42.1,
+                        "matters": False, "method": "shortened", "trials": []},
     }
 
 

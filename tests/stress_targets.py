@@ -50,6 +50,48 @@ def sleepy_loader(num_workers=0, prefetch_factor=None, persistent_workers=False,
                       prefetch_factor=prefetch_factor, persistent_workers=persistent_workers)
 
 
+WORKER_START_S = 0.4
+"""Seconds :func:`slow_worker_init` sleeps in each new worker process: an expensive start."""
+
+
+def slow_worker_init(worker_id: int) -> None:
+    """A worker_init_fn as costly as opening a big index or a database connection."""
+    time.sleep(WORKER_START_S)
+
+
+def slow_start_loader(num_workers=0, prefetch_factor=None, persistent_workers=False):
+    """200 quick samples (50 batches) whose workers take :data:`WORKER_START_S` to start: epoch
+    start is a large share of each epoch."""
+    return DataLoader(SleepPerSample(200, 0.001), batch_size=4, num_workers=num_workers,
+                      prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
+                      worker_init_fn=slow_worker_init)
+
+
+def long_epoch_loader(num_workers=0, prefetch_factor=None, persistent_workers=False):
+    """The same workers over 100,000 samples (25,000 batches): epoch start is negligible."""
+    return DataLoader(SleepPerSample(100_000, 0.001), batch_size=4, num_workers=num_workers,
+                      prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
+                      worker_init_fn=slow_worker_init)
+
+
+class EndlessStream(IterableDataset):
+    """An endless stream of 1 ms samples, no length (each worker yields the same stream)."""
+
+    def __iter__(self):
+        index = 0
+        while True:
+            time.sleep(0.001)
+            yield torch.tensor([index])
+            index += 1
+
+
+def slow_start_stream(num_workers=0, prefetch_factor=None, persistent_workers=False):
+    """:class:`EndlessStream` behind workers that take :data:`WORKER_START_S` to start."""
+    return DataLoader(EndlessStream(), batch_size=4, num_workers=num_workers,
+                      prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
+                      worker_init_fn=slow_worker_init)
+
+
 def sleepy_dataset():
     """The dataset alone (pipecheck wraps it in a DataLoader)."""
     return SleepPerSample()

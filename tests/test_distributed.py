@@ -14,6 +14,8 @@ import sys
 import pytest
 
 from pipecheck.cli import main
+from pipecheck.check import Thresholds, check
+from pipecheck.merge import merge_reports
 from pipecheck.report import load
 
 pytest.importorskip("torch.distributed.run")
@@ -98,6 +100,11 @@ def test_a_killed_rank_leaves_the_survivors_report(tmp_path, capsys):
     assert dist_train.KILL_AFTER <= survivor.consumer.batches <= dist_train.KILL_AFTER + 1
     assert main(["report", str(tmp_path / "run.rank0.json")]) == 0
     assert "rank 0 of 2" in capsys.readouterr().out
+    # A guard over the merged survivors does not pass: rank 1's figures are missing.
+    merged = merge_reports([("run.rank0.json", survivor)])
+    assert merged.ranks.missing == [1]
+    first = check(merged, Thresholds(max_stall=0.99))[0]
+    assert not first.passed and "rank(s) 1 of 2 sent no data" in first.line
 
 
 @pytest.mark.slow

@@ -120,3 +120,47 @@ def test_transformers_callback_measures_the_train_dataloader(tmp_path):
     assert saved.producer.workers[0].batches == batches  # the main-process probe timed each
     # the Trainer's loader holds its own DataLoader again afterwards
     assert type(trainer.callback_handler.train_dataloader.base_dataloader) is DataLoader
+
+
+_CRASHING_TRAINER = """
+import sys, torch, transformers
+from torch.utils.data import Dataset
+from pipecheck.integrations.transformers import PipecheckCallback
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+    def forward(self, x, labels=None):
+        out = self.linear(x)
+        return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+class BreaksAt(Dataset):
+    def __len__(self):
+        return 40
+    def __getitem__(self, index):
+        if index == 21:
+            raise OSError("corrupt sample 21")
+        x = torch.full((4,), index / 40.0)
+        return {"x": x, "labels": x.sum().reshape(1)}
+
+args = transformers.TrainingArguments(
+    output_dir=sys.argv[1] + "/out", per_device_train_batch_size=4, num_train_epochs=1,
+    report_to=[], save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
+    dataloader_num_workers=0)
+trainer = transformers.Trainer(model=Tiny(), args=args, train_dataset=BreaksAt(),
+                               callbacks=[PipecheckCallback(sys.argv[1] + "/run.json")])
+trainer.train()
+"""
+
+
+def test_transformers_callback_saves_what_was_measured_when_training_raises(tmp_path):
+    pytest.importorskip("accelerate")
+    pytest.importorskip("transformers")
+    done = subprocess.run([sys.executable, "-c", _CRASHING_TRAINER, str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "corrupt sample 21" in done.stderr
+    saved = load(tmp_path / "run.json")
+    # Sequential sampling: batches 0-4 (samples 0-19) arrived, the sixth raised in next().
+    assert saved.consumer.batches == 5 and saved.consumer.samples == 20
+    assert saved.timeline.epochs[-1].ended == "error"

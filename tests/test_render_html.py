@@ -62,6 +62,7 @@ def test_sections_numbers_and_charts_of_a_stress_report():
     assert page.count("svg") == 7
     assert "num_workers=3 prefetch_factor=2" in words and "ValueError: corrupt sample 7" in words
     assert "3.33x" in words and "skipped (budget spent):" in words
+    assert "epoch start:" in words and "2.10 s longer" in words
 
 
 def test_each_chart_is_inline_svg_with_drawn_content():

@@ -58,6 +58,9 @@ def test_stress_sweep_table():
     failed = by_config["num_workers=3 prefetch_factor=2 persistent_workers=False"]
     assert failed[5:] == ["failed", "ValueError: corrupt sample 7"]
     assert any(line.startswith("**expected gain over the baseline:** 3.33x") for line in lines)
+    (epoch,) = [line for line in lines if line.startswith("**epoch start:**")]
+    assert "2.10 s longer" in epoch and "1.50 s for new workers" in epoch
+    assert "5.0% of each epoch" in epoch and "not worth changing" in epoch
 
 
 def test_user_strings_are_inert():

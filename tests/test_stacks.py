@@ -41,9 +41,12 @@ def test_the_burning_worker_function_is_the_top_hot_function():
     assert top.function == HOT and top.file.endswith("cause_datasets.py")
     assert top.fraction > 0.5 and report.stacks.worker_samples >= 50
     assert report.stacks.worker_other_samples > 0  # spawned workers importing torch
-    # The main thread mostly waits for the single slow worker: an empty queue.
+    # The main thread mostly waits for the single slow worker: on an empty queue, or receiving
+    # the fd of each batch from that worker's resource-sharer thread, which waits for the GIL
+    # the burning loop holds (30-50% of the wait measured here, so neither share is asserted top).
     wait = report.stacks.main_wait
-    assert report.stacks.main_wait_samples > 0 and max(wait, key=wait.get) == "queue-empty"
+    assert report.stacks.main_wait_samples > 0 and set(wait) == {"queue-empty", "receiving", "other"}
+    assert wait["queue-empty"] + wait["receiving"] > 0.6 and wait["queue-empty"] > 0.2, wait
     assert report.stacks.overhead_cpu_s is None or report.stacks.overhead_cpu_s >= 0
     data = json.loads(report.to_json())
     assert data["stacks"]["top"][0]["function"] == HOT

@@ -201,7 +201,7 @@ def test_progress_events_carry_batches_rate_and_time_left():
     events: list[ProgressEvent] = []
     loader = DataLoader(SleepPerSample(n=200, sleep_s=0.01), batch_size=2)
     pipecheck.stress(loader, workers=[0, 1], trial_batches=40, budget_s=60,
-                     progress=events.append)
+                     progress=events.append, stacks=False, persistent_workers=False)
     kinds = [e.event for e in events]
     assert kinds[0] == "start" and kinds[-1] == "done" and kinds.count("done") == 2
     batch_events = [e for e in events if e.event == "batch"]

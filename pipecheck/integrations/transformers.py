@@ -20,7 +20,10 @@ once and training goes on.
 
 At ``on_train_end`` the report is built (under torch.distributed a collective, every rank takes
 part; rank 0's report shows every rank), kept in ``callback.report`` and saved to ``path``
-(``NAME.rank{N}.json`` under torch.distributed).
+(``NAME.rank{N}.json`` under torch.distributed). ``TrainerCallback`` has no exception hook, so
+from ``on_train_begin`` until then an exit-time save (:mod:`pipecheck.autosave`) stands guard:
+when ``train()`` raises or the process gets SIGTERM, what was measured is still written to
+``path`` (without gathering the other ranks).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from torch.utils.data import DataLoader
 from transformers import TrainerCallback
 
 import pipecheck
+from pipecheck.autosave import AutoSave
 from pipecheck.integrations import callback_options
 from pipecheck.distributed import DEFAULT_GATHER_TIMEOUT_S
 
@@ -59,6 +63,7 @@ class PipecheckCallback(TrainerCallback):
         self.report: Optional[pipecheck.Report] = None
         self._loader: Any = None
         self._wrapped: Optional[pipecheck.WrappedLoader] = None
+        self._guard: Optional[AutoSave] = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any,
                        train_dataloader: Any = None, **kwargs: Any) -> None:
@@ -73,10 +78,15 @@ class PipecheckCallback(TrainerCallback):
         self._wrapped = pipecheck.wrap(base, **self.wrap_options)
         self._loader = train_dataloader
         train_dataloader.base_dataloader = self._wrapped
+        if self.path is not None:
+            self._guard = AutoSave(self._wrapped, self.path)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._wrapped is None:
             return
+        if self._guard is not None:
+            self._guard.cancel()
+            self._guard = None
         self._loader.base_dataloader = self._wrapped.loader
         self.report = self._wrapped.report(timeout_s=self.gather_timeout_s)
         self._wrapped.close()

@@ -11,7 +11,10 @@ writes its output) and reads py-spy's own CPU time first, reported as the overhe
 A second py-spy samples the main process alone with ``--idle`` (off-CPU stacks too), to split
 the main thread's time inside the DataLoader's ``__next__`` into waiting on an empty queue
 (no batch ready: the workers are behind), receiving (unpickling a batch and attaching its shared
-memory: CPU the main thread pays per batch) and other (bookkeeping; with ``num_workers=0`` the
+memory; under torch's default ``file_descriptor`` sharing strategy this includes the handshake
+with the worker's resource-sharer thread, which needs that worker's GIL, so a worker burning
+Python CPU makes receiving slow too: measured 30-40% of the wait with one such worker here)
+and other (bookkeeping; with ``num_workers=0`` the
 production itself), and to tell how busy the pin-memory thread is (:func:`parse_main_wait`).
 A thread waiting for the GIL looks like the frame it waits in, so "GIL held elsewhere" is not
 separated: it counts where the thread stood (usually the queue wait).

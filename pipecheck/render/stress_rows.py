@@ -9,7 +9,7 @@ are skipped or shown as :data:`pipecheck.units.NOT_MEASURED`, never raise.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from pipecheck import units as fmt
 from pipecheck.render.generic import format_value
@@ -91,9 +91,38 @@ def summary_facts(stress: dict[str, Any]) -> list[tuple[str, str]]:
             best = format_value("samples_per_s", expected.get("samples_per_s"))
             detail = f" ({base} -> {best}, baseline {config_text(recommended.get('baseline'))})"
         facts.append(("expected gain over the baseline:", f"{gain:.2f}x{detail}"))
+    epoch = epoch_start_text(stress.get("epoch_start"))
+    if epoch is not None:
+        facts.append(("epoch start:", epoch))
     changes = recommended.get("changes")
     if isinstance(changes, dict) and changes:
         facts.append(("change:", ", ".join(
             f"{name} {fmt.setting_value(pair[0])} -> {fmt.setting_value(pair[1])}"
             for name, pair in changes.items() if isinstance(pair, list) and len(pair) == 2)))
     return facts
+
+
+def epoch_start_text(entry: Any) -> Optional[str]:
+    """One line for the stress section's ``epoch_start`` entry (restart with and without
+    ``persistent_workers``, the saving per epoch and the verdict); ``None`` when absent."""
+    if not isinstance(entry, dict) or not entry.get("status"):
+        return None
+    if entry["status"] != "ok":
+        return f"{entry['status']}: {entry.get('reason')}"
+    restart = entry.get("restart_s") if isinstance(entry.get("restart_s"), dict) else {}
+    text = (f"without persistent_workers each later epoch takes "
+            f"{fmt.seconds(entry.get('saving_s'))} longer: its first batch waits "
+            f"{fmt.seconds(restart.get('not_persistent'))} for new workers (vs "
+            f"{fmt.seconds(restart.get('persistent'))}), plus the old ones' shutdown")
+    if entry.get("fraction") is None:
+        text += ("; the epoch's length is unknown (the loader has no len()), so weigh that "
+                 "against your epoch")
+    else:
+        verdict = ("persistent_workers=True recommended" if entry.get("matters")
+                   else "not worth changing")
+        text += (f"; {fmt.percent(entry['fraction'])} of each epoch (a full one takes "
+                 f"{fmt.seconds(entry.get('epoch_s'))} at the best rate): {verdict}")
+    if entry.get("method") == "cut":
+        text += (" (epochs cut mid-way: the shutdown is not counted and the persistent restart "
+                 "drains prefetched batches, so the saving is a lower bound)")
+    return text

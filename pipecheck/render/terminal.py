@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipecheck import units as fmt
+from pipecheck.render.stress_rows import epoch_start_text
 
 if TYPE_CHECKING:
     from pipecheck.records import (ConsumerSummary, DeviceRecord, HostRecord, ProducerSummary,
@@ -690,6 +691,9 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
         text = ("one extra trial of the best configuration sampled hot stacks (see Hot stacks)"
                 if profile["status"] == "ok" else f"{profile['status']}: {profile.get('reason')}")
         lines.append(_line(("profiling trial:", text)))
+    epoch = epoch_start_text(stress.get("epoch_start"))
+    if epoch is not None:
+        lines.append(_line(("epoch start:", epoch)))
     changes = recommended.get("changes")
     if isinstance(changes, dict) and changes:
         lines.append(_line(("change:", ", ".join(

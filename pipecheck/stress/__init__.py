@@ -14,6 +14,9 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from pipecheck.environment import torch_has_in_order
 from pipecheck.errors import BadInputError
+from pipecheck.stress.epoch_start import apply as apply_epoch_start
+from pipecheck.stress.epoch_start import measure_epoch_start
+from pipecheck.stress.epoch_start import trial_seconds as epoch_trial_seconds
 from pipecheck.stress.runner import Source, Sweep, run_sweep, validate
 from pipecheck.stress.search import candidate_configs, run_search
 from pipecheck.stress.settings import (
@@ -24,7 +27,7 @@ from pipecheck.stress.settings import (
     sweep_configs,
 )
 from pipecheck.stress.target import given_config
-from pipecheck.stress.tracker import ProgressCallback, ProgressEvent
+from pipecheck.stress.tracker import ProgressCallback, ProgressEvent, Tracker
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
 __all__ = ["ProgressEvent", "StepTime", "Sweep", "TrialConfig", "TrialLimits", "TrialResult",
@@ -32,7 +35,8 @@ __all__ = ["ProgressEvent", "StepTime", "Sweep", "TrialConfig", "TrialLimits", "
 
 
 def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
-           prefetch_factors: Optional[Sequence[int]] = None, persistent_workers: bool = False,
+           prefetch_factors: Optional[Sequence[int]] = None,
+           persistent_workers: Optional[bool] = None,
            pin_memory: Optional[bool] = None, in_order: Optional[Sequence[bool]] = None,
            step_time_s: Any = None, batch_size: Union[int, Sequence[int], None] = None,
            baseline: Union[TrialConfig, Mapping[str, Any], None] = None,
@@ -52,7 +56,11 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
             :func:`pipecheck.stress.search.candidate_configs`), searched as ``search`` says.
         prefetch_factors: ``prefetch_factor`` values (>= 1) tried with each worker count > 0;
             default torch's 2 with an explicit worker list, 2 and 4 with automatic workers.
-        persistent_workers: keep workers across epochs; each trial then runs 2 epochs.
+        persistent_workers: ``True``: every trial keeps its workers and runs 2 epochs;
+            ``False``: never; ``None`` (default): trials do not, and after the sweep the best
+            configuration's epoch restart is measured both ways
+            (:mod:`pipecheck.stress.epoch_start`); ``persistent_workers=True`` joins the
+            recommendation when epoch start matters (section entry ``epoch_start``).
         pin_memory: force ``pin_memory`` (``None`` keeps the target's choice and, with CUDA,
             measures the best configuration once more with ``pin_memory=True``).
         in_order: ``in_order`` values tried with 2+ workers (torch >= 2.6); ``None``: True and
@@ -68,8 +76,8 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
             ``persistent_workers`` parameters), else ``num_workers=0``; with an explicit
             worker list its first configuration.
         budget_s: seconds after which no new sweep trial starts (> 0; remaining ones are
-            skipped). The ``pin_memory`` re-measure and the profiling trial (``stacks``) run
-            after the sweep all the same, one trial each.
+            skipped). The ``pin_memory`` re-measure, the epoch-start pair and the profiling
+            trial (``stacks``) run after the sweep all the same.
         timeout_s: a trial silent this many seconds (no batch) fails as timed out (> 0).
         trial_batches: batches per epoch per trial (>= 2; the first is warm-up).
         trial_s: wall-clock seconds per trial at most (> 0).
@@ -110,13 +118,14 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
                                   else list(batch_size))
     auto = workers is None or workers == "auto"
     if auto:
-        configs = candidate_configs(prefetch_factors, persistent_workers=persistent_workers,
+        configs = candidate_configs(prefetch_factors, persistent_workers=bool(persistent_workers),
                                     pin_memory=pin_memory, in_orders=in_order,
                                     batch_sizes=sizes)
     else:
         configs = sweep_configs(workers, prefetch_factors,  # type: ignore[arg-type]
-                                persistent_workers=persistent_workers, pin_memory=pin_memory,
-                                in_orders=in_order or [None], batch_sizes=sizes)
+                                persistent_workers=bool(persistent_workers),
+                                pin_memory=pin_memory, in_orders=in_order or [None],
+                                batch_sizes=sizes)
     checked = validate(source, configs[0])
     # The given configuration joins automatic candidates; an explicit list is taken as asked.
     first = _baseline(baseline, checked, configs[0]) if auto or baseline is not None else None
@@ -129,15 +138,49 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
     runnable = source if isinstance(source, str) else checked
     sweep = run(runnable, configs, limits, step=step, budget_s=budget_s, timeout_s=timeout_s,
                 progress=progress)
-    if pin_memory is None and cuda_available():
-        _check_pin_memory(sweep, runnable, limits, step, timeout_s)
     best = sweep.best()
     if best is None or best.record is None:
         reasons = "; ".join(f"{t.config.label()}: {t.error}" for t in sweep.trials)
         raise BadInputError(f"no trial measured anything ({reasons})")
+    pin = pin_memory is None and cuda_available() and _pinnable(best.config)
+    epoch = persistent_workers is None and best.config.num_workers > 0
+    unprofiled = ("stacks=False" if stacks is False
+                  else stacks_unavailable() if stacks is None else None)
+    extra = _ExtraTrials(runnable, step, timeout_s, progress, pin=pin, epoch=epoch,
+                         profile=unprofiled is None,
+                         seconds=[limits.seconds, epoch_trial_seconds(best, limits)])
+    if pin:
+        sweep.trials.append(extra(dataclasses.replace(best.config, pin_memory=True), limits))
+        best = sweep.best() or best
     section = sweep.section()
-    record, section["profile"] = _profile(stacks, runnable, best, limits, step, timeout_s)
+    if persistent_workers is None:
+        section["epoch_start"] = measure_epoch_start(best, limits, extra)
+        apply_epoch_start(section["recommended"], section["epoch_start"])
+    record, section["profile"] = _profile(unprofiled, stacks, extra, best, limits)
     return build_report(record, stress=section)
+
+
+class _ExtraTrials:
+    """Runs the trials after the sweep (the ``pin_memory`` re-measure, the epoch-start pair, the
+    profiling trial) with the same live progress events as the sweep's: ``planned`` trials,
+    their time bounded by each one's wall-clock limit (``seconds``: a sweep trial's, an
+    epoch-start trial's)."""
+
+    def __init__(self, source: Source, step: Optional[StepTime], timeout_s: float,
+                 progress: Optional[ProgressCallback], *, pin: bool, epoch: bool,
+                 profile: bool, seconds: list[float]) -> None:
+        trial_s, epoch_s = seconds
+        planned = int(pin) + 2 * int(epoch) + int(profile)
+        self._tracker = Tracker(planned, (int(pin) + int(profile)) * trial_s
+                                + 2 * int(epoch) * epoch_s, progress)
+        self._source, self._step, self._timeout_s = source, step, timeout_s
+        self._done = 0
+
+    def __call__(self, config: TrialConfig, limits: TrialLimits) -> TrialResult:
+        result = self._tracker.run(self._source, config, limits, step=self._step,
+                                   timeout_s=self._timeout_s, done=self._done)
+        self._done += 1
+        return result
 
 
 def cuda_available() -> bool:
@@ -147,36 +190,24 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _check_pin_memory(sweep: Sweep, source: Source, limits: TrialLimits,
-                      step: Optional[StepTime], timeout_s: float) -> None:
-    """With CUDA, measure the best configuration again with ``pin_memory=True`` (page-locked
-    batches make the host-to-device copy asynchronous; torch's pin_memory documentation) and
-    add that trial to ``sweep``; the model does not predict pinning, so it is measured.
-    Nothing happens when the best already pins or has no workers."""
-    from pipecheck.stress.runner import run_trial
-
-    best = sweep.best()
-    if best is None or best.config.pin_memory is True or best.config.num_workers == 0:
-        return
-    pinned = dataclasses.replace(best.config, pin_memory=True)
-    sweep.trials.append(run_trial(source, pinned, limits, step=step, timeout_s=timeout_s))
+def _pinnable(config: TrialConfig) -> bool:
+    """Whether the best configuration is worth measuring again with ``pin_memory=True``
+    (page-locked batches make the host-to-device copy asynchronous; torch's pin_memory
+    documentation): it has workers and does not pin yet. The model does not predict pinning,
+    so that trial is measured and joins the sweep's trials."""
+    return config.num_workers > 0 and config.pin_memory is not True
 
 
-def _profile(stacks: Optional[bool], source: Source, best: TrialResult, limits: TrialLimits,
-             step: Optional[StepTime], timeout_s: float) -> tuple[Any, dict[str, Any]]:
+def _profile(unprofiled: Optional[str], stacks: Optional[bool], run: _ExtraTrials,
+             best: TrialResult, limits: TrialLimits) -> tuple[Any, dict[str, Any]]:
     """The best trial's record with hot stacks from a profiling trial of its configuration, and
     the stress section's ``profile`` entry (``status`` ``ok``, ``failed``, ``skipped`` or
-    ``off``, with ``reason``)."""
-    from pipecheck.stress.runner import run_trial
-
-    if stacks is False:
-        return best.record, {"status": "off", "reason": "stacks=False"}
-    if stacks is None:
-        reason = stacks_unavailable()
-        if reason is not None:
-            return best.record, {"status": "skipped", "reason": reason}
-    profiled = run_trial(source, best.config, dataclasses.replace(limits, stacks=True),
-                         step=step, timeout_s=timeout_s)
+    ``off``, with ``reason``). ``unprofiled``: why no profiling trial runs (``None``: it
+    runs)."""
+    if unprofiled is not None:
+        status = "off" if stacks is False else "skipped"
+        return best.record, {"status": status, "reason": unprofiled}
+    profiled = run(best.config, dataclasses.replace(limits, stacks=True))
     if profiled.record is None or profiled.record.stacks is None:
         return best.record, {"status": "failed", "config": best.config.to_dict(),
                              "reason": profiled.error or "the profiling trial took no stacks"}

@@ -16,12 +16,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import itertools
 import os
 import pathlib
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from pipecheck.errors import BadInputError
 from pipecheck.stress.settings import TORCH_DEFAULT_PREFETCH_FACTOR, TrialConfig
@@ -187,12 +188,15 @@ def _default(params: Any, name: str) -> Any:
 
 
 def rebuild_loader(loader: DataLoader, config: TrialConfig,
-                   timeout_s: Optional[float] = None) -> DataLoader:
+                   timeout_s: Optional[float] = None,
+                   epoch_batches: Optional[int] = None) -> DataLoader:
     """A new DataLoader over ``loader``'s dataset, sampler, batching, collate_fn,
     worker_init_fn, generator, pin_memory, timeout, multiprocessing context and ``in_order``,
     with ``config``'s settings instead. ``timeout_s`` (seconds, > 0) replaces a zero
     ``timeout`` when the new loader has workers (torch then raises on a batch slower than that).
-    The original loader is not modified."""
+    ``epoch_batches`` (>= 1, map-style datasets only) ends each epoch after that many batches:
+    the sampler (or batch sampler) yields only its first indices. The original loader is not
+    modified."""
     kwargs: dict[str, Any] = {
         "collate_fn": loader.collate_fn,
         "worker_init_fn": loader.worker_init_fn,
@@ -214,6 +218,12 @@ def rebuild_loader(loader: DataLoader, config: TrialConfig,
         kwargs["batch_sampler"] = loader.batch_sampler
     else:  # automatic batching disabled: one sample per "batch"
         kwargs.update(batch_size=None, sampler=loader.sampler)
+    if epoch_batches is not None and not isinstance(loader.dataset, IterableDataset):
+        if "batch_sampler" in kwargs:
+            kwargs["batch_sampler"] = FirstIndices(kwargs["batch_sampler"], epoch_batches)
+        else:
+            per_batch = config.batch_size or kwargs.get("batch_size") or 1
+            kwargs["sampler"] = FirstIndices(kwargs["sampler"], epoch_batches * per_batch)
     if config.batch_size is not None and kwargs.get("batch_size") is None:
         raise BadInputError(
             "cannot set batch_size on this loader: it batches with its own batch_sampler or "
@@ -225,6 +235,23 @@ def rebuild_loader(loader: DataLoader, config: TrialConfig,
     elif timeout_s is not None and not kwargs["timeout"]:
         kwargs["timeout"] = timeout_s
     return DataLoader(loader.dataset, **kwargs)
+
+
+class FirstIndices(Sampler):
+    """The first ``count`` items (indices, or index lists for a batch sampler) of ``sampler``,
+    drawn afresh each epoch, so a shuffling sampler still shuffles."""
+
+    def __init__(self, sampler: Any, count: int) -> None:
+        self.sampler, self.count = sampler, count
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(iter(self.sampler), self.count)
+
+    def __len__(self) -> int:
+        try:
+            return min(len(self.sampler), self.count)
+        except TypeError:  # a sampler without a length
+            return self.count
 
 
 def _describe(err: BaseException) -> str:

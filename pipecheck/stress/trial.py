@@ -28,12 +28,16 @@ class TrialLimits:
     """How long one trial runs: at most ``batches`` batches per epoch (>= 2: the first is
     warm-up) and at most ``seconds`` of wall time in all; ``epochs`` passes (2 to see
     ``persistent_workers`` pay off). ``stacks``: sample hot stacks with py-spy throughout (a
-    profiling trial: sampling costs throughput, so such a trial is not compared)."""
+    profiling trial: sampling costs throughput, so such a trial is not compared).
+    ``epoch_batches``: end a map-style loader's epochs after this many batches (>= 1) with a
+    truncated sampler, so they finish as whole epochs do; iterable loaders are left as they are
+    (``batches`` cuts their epochs)."""
 
     batches: int = 50
     seconds: float = 10.0
     epochs: int = 1
     stacks: bool = False
+    epoch_batches: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ def measure(loader: Any, config: TrialConfig, limits: TrialLimits,
     from pipecheck.wrap import wrap
 
     started = time.perf_counter()
+    if limits.epoch_batches is not None:
+        loader = shorten_epochs(loader, config, limits.epoch_batches)
     step_s = step.sampler() if step is not None and step.mean_s > 0 else None
     wrapped = wrap(loader, stacks=limits.stacks, stacks_window_s=limits.seconds)
     error: Optional[str] = None
@@ -99,6 +105,18 @@ def measure(loader: Any, config: TrialConfig, limits: TrialLimits,
         wrapped.close()
     record = dataclasses.replace(wrapped.record(), kind="stress")
     return summarize(config, record, time.perf_counter() - started, error)
+
+
+def shorten_epochs(loader: Any, config: TrialConfig, batches: int) -> Any:
+    """``loader`` rebuilt so each epoch ends after ``batches`` batches, when it is a map-style
+    DataLoader; anything else is returned unchanged."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from pipecheck.stress.target import rebuild_loader
+
+    if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+        return loader
+    return rebuild_loader(loader, config, epoch_batches=batches)
 
 
 def describe_error(err: BaseException) -> str:

@@ -1,0 +1,129 @@
+"""Does epoch start matter? Measure the best configuration's epoch restart with and without
+``persistent_workers`` and decide whether keeping workers alive is worth recommending.
+
+Without ``persistent_workers`` torch shuts the workers down when an epoch's iterator is done and
+starts new ones at the next ``iter()``: process start (fork or spawn), dataset pickling (spawn),
+``worker_init_fn`` and the first batch's production, paid every epoch. With it, later epochs
+only send each worker a resume message (torch's ``_MultiProcessingDataLoaderIter._reset``).
+
+Two extra trials of the best configuration, one per mode, run :data:`RESTART_EPOCHS` short
+epochs each. A map-style loader's epochs are cut to :data:`SHORT_EPOCH_BATCHES` batches by a
+truncated sampler (:func:`pipecheck.stress.target.rebuild_loader`), so every epoch ends the way
+a real one does, shutting its workers down inside the last ``next()``. The saving per epoch is
+the difference of the later epochs' median wall time between the modes: the new workers' start
+(seen as the first batch's wait, ``restart_s``) plus the old ones' shutdown, which under spawn
+measured up to a third of the saving here (``benchmarks/epoch_start.py``). An iterable loader's
+epochs are cut by leaving the loop instead: the old workers' shutdown then falls outside the
+epochs and a persistent restart also waits for the batches already prefetched (torch drains
+them on reset), so the saving is a lower bound (``method`` ``cut`` says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Callable, Optional
+
+from pipecheck.recommend import PERSISTENT_START_SHARE
+from pipecheck.stress.settings import TrialConfig
+from pipecheck.stress.trial import TrialLimits, TrialResult
+
+RESTART_EPOCHS = 3
+"""Epochs per epoch-start trial: the first starts the workers either way; the later ones are the
+restarts compared."""
+
+SHORT_EPOCH_BATCHES = 8
+"""Batches per shortened epoch: enough for a steady rate, short enough that restarts dominate
+the trial's time."""
+
+RunTrial = Callable[[TrialConfig, TrialLimits], TrialResult]
+
+
+def measure_epoch_start(best: TrialResult, limits: TrialLimits,
+                        run: RunTrial) -> dict[str, Any]:
+    """The stress section's ``epoch_start`` entry for ``best`` (a measured trial).
+
+    ``run(config, limits)`` measures one trial. Returns ``status`` (``ok``, ``failed`` or
+    ``skipped``) and ``reason``; with ``ok``: ``config`` (the best, without its
+    ``persistent_workers``), ``restart_s`` and ``short_epoch_s``, each ``{"persistent": s,
+    "not_persistent": s}`` (medians over the later epochs of the first batch's wait and of the
+    shortened epoch's wall time, seconds), ``saving_s`` (the difference of ``short_epoch_s``,
+    seconds per epoch, may be negative), ``epoch_s`` (a full epoch at the best trial's steady
+    rate, seconds; ``None`` when the loader has no length), ``fraction`` (saving over a full
+    epoch plus the saving, 0-1; ``None`` without ``epoch_s``), ``matters`` (bool, or ``None``
+    without ``epoch_s``), ``method`` (``shortened`` or ``cut``) and ``trials`` (their
+    entries)."""
+    config = best.config
+    if config.num_workers == 0:
+        return {"status": "skipped", "reason": "the best configuration has no workers"}
+    short = TrialLimits(batches=SHORT_EPOCH_BATCHES + 1, seconds=trial_seconds(best, limits),
+                        epochs=RESTART_EPOCHS, epoch_batches=SHORT_EPOCH_BATCHES)
+    results = {persistent: run(dataclasses.replace(config, persistent_workers=persistent), short)
+               for persistent in (False, True)}
+    trials = [r.to_dict() for r in results.values()]
+    later = {persistent: _later_epochs(r) for persistent, r in results.items()}
+    failures = [f"{r.config.label()}: {r.error or 'fewer than 2 epochs in its time limit'}"
+                for persistent, r in results.items() if not later[persistent]]
+    if failures:
+        return {"status": "failed", "reason": "; ".join(failures), "trials": trials}
+    restart = {p: statistics.median(e.first_batch_s for e in later[p]) for p in later}
+    walls = {p: [e.wall_s for e in later[p]] for p in later}
+    short_epoch = {p: statistics.median(walls[p]) for p in walls}
+    saving = short_epoch[False] - short_epoch[True]
+    spread = max(max(v) - min(v) for v in walls.values())
+    epoch_s = _epoch_s(best)
+    fraction = saving / (epoch_s + saving) if epoch_s is not None and saving > 0 else (
+        None if epoch_s is None else 0.0)
+    matters = (None if fraction is None
+               else bool(fraction >= PERSISTENT_START_SHARE and saving > spread))
+    exhausted = all(e.ended == "exhausted" for epochs in later.values() for e in epochs)
+    return {
+        "status": "ok", "reason": None,
+        "config": {k: v for k, v in config.to_dict().items() if k != "persistent_workers"},
+        "restart_s": {"persistent": restart[True], "not_persistent": restart[False]},
+        "short_epoch_s": {"persistent": short_epoch[True], "not_persistent": short_epoch[False]},
+        "saving_s": saving, "epoch_s": epoch_s, "fraction": fraction, "matters": matters,
+        "method": "shortened" if exhausted else "cut", "trials": trials,
+    }
+
+
+def trial_seconds(best: TrialResult, limits: TrialLimits) -> float:
+    """Wall-clock limit of each epoch-start trial, in seconds: the sweep's own, or room for
+    every epoch's worker start (the best trial's first batch, with half again as margin) when
+    that is longer, as it can be under spawn with a large dataset object."""
+    return max(limits.seconds, 1.5 * RESTART_EPOCHS * (best.startup_s or 0.0))
+
+
+def apply(recommended: Optional[dict[str, Any]], epoch_start: dict[str, Any]) -> None:
+    """Put ``persistent_workers=True`` into the stress section's ``recommended`` entry (config,
+    ``changes`` against its baseline, ``expected.epoch_saving_s``) when epoch start matters;
+    nothing otherwise."""
+    if not recommended or epoch_start.get("matters") is not True:
+        return
+    recommended["config"] = {**recommended["config"], "persistent_workers": True}
+    before = (recommended.get("baseline") or {}).get("persistent_workers", False)
+    changes = dict(recommended.get("changes") or {})
+    changes.pop("persistent_workers", None)
+    if before is not True:
+        changes["persistent_workers"] = [before, True]
+    recommended["changes"] = changes
+    recommended["expected"] = {**(recommended.get("expected") or {}),
+                               "epoch_saving_s": epoch_start["saving_s"]}
+
+
+def _later_epochs(result: TrialResult) -> list[Any]:
+    """The epochs after the first that delivered a batch (``EpochTiming``); empty when fewer
+    than 2 did."""
+    if result.record is None:
+        return []
+    epochs = [e for e in result.record.consumer.epochs if e.first_batch_s is not None]
+    return epochs[1:]
+
+
+def _epoch_s(best: TrialResult) -> Optional[float]:
+    """A full epoch of the measured loader at the best trial's steady rate, in seconds."""
+    batches = best.record.loader.batches_per_epoch if best.record is not None else None
+    if not batches or not best.batches_per_s:
+        return None
+    return batches / best.batches_per_s
+
