@@ -76,7 +76,7 @@ def test_worker_table_has_a_row_per_worker():
 def test_recommendation_row_shows_change_effect_and_reason():
     lines = _lines(sample_report())
     start = lines.index("Recommendations")
-    assert lines[start + 1].strip() == "cumulative: each figure assumes the changes above it"
+    assert lines[start + 1].strip() == "Cumulative: each figure assumes the changes above it."
     header = lines[start + 2]
     for column in ("setting", "current -> proposed", "expected throughput", "expected stall"):
         assert column in header

@@ -24,7 +24,8 @@ from pipecheck import units as fmt
 from pipecheck.records import to_jsonable
 from pipecheck.render import charts, stress_rows
 from pipecheck.render.generic import to_html as generic_html
-from pipecheck.render.terminal import _why_no_recommendations, verdict_line
+from pipecheck.render.terminal import (_why_no_recommendations, recommendations_caption,
+                                       verdict_line)
 
 if TYPE_CHECKING:
     from pipecheck.records import Quantiles
@@ -359,7 +360,7 @@ def _recommendations(report: "Report") -> list[str]:
     head = ("<tr><th>#</th><th>setting</th><th>current &rarr; proposed</th>"
             '<th class="n">expected throughput</th><th class="n">expected stall</th>'
             "<th>why</th></tr>")
-    return ['<p class="dim">Cumulative: each figure assumes the changes above it.</p>',
+    return [f'<p class="dim">{_e(recommendations_caption(report))}</p>',
             f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"]
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pipecheck import units as fmt
 from pipecheck.render import stress_rows
-from pipecheck.render.terminal import _why_no_recommendations, verdict_line
+from pipecheck.render.terminal import (_why_no_recommendations, recommendations_caption,
+                                       verdict_line)
 
 if TYPE_CHECKING:
     from pipecheck.records import Quantiles
@@ -94,7 +95,7 @@ def _recommendations(report: "Report") -> list[str]:
                      f"{fmt.setting_value(rec.current)} -> {fmt.setting_value(rec.proposed)}",
                      fmt.rate(rec.expected.samples_per_s, "samples"),
                      fmt.percent(rec.expected.stall_fraction), f"{rec.reason}{note}"])
-    return ["Cumulative: each figure assumes the changes above it.", "",
+    return [_text(recommendations_caption(report)), "",
             *_table(["#", "setting", "current -> proposed", "expected throughput",
                      "expected stall", "why"], rows, right=[3, 4], raw=[1])]
 

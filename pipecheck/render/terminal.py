@@ -489,15 +489,29 @@ def _recommendations(report: "Report") -> list[RenderableType]:
             reason.append(f" ({rec.expected.note})", style=_DIM)
         reasons.add_row(f"{number}.", reason)
     return [
-        Text("cumulative: each figure assumes the changes above it", style=_DIM),
+        Text(recommendations_caption(report), style=_DIM),
         _FitOrStack(table, Group(*stacked)),
         Text(""),
         reasons,
     ]
 
 
+def recommendations_caption(report: "Report") -> str:
+    """How to read the recommendations' figures: measured together (stress) or cumulative."""
+    if report.kind == "stress":
+        return ("Measured by the stress sweep: each figure is the recommended configuration's, "
+                "every change together.")
+    return "Cumulative: each figure assumes the changes above it."
+
+
 def _why_no_recommendations(report: "Report") -> str:
     consumer, diagnosis = report.consumer, report.diagnosis
+    recommended = (report.stress or {}).get("recommended") if report.kind == "stress" else None
+    if isinstance(recommended, dict) and recommended.get("config") is not None:
+        expected = (recommended.get("expected") or {}).get("samples_per_s")
+        return ("No recommendations: the baseline was the fastest configuration measured "
+                f"({_config_text(recommended.get('baseline'))}, "
+                f"{fmt.rate(_number(expected), 'samples')}).")
     if diagnosis.verdict == "no-data" or consumer.batches == 0:
         measured = fmt.count(consumer.batches, "batch", "batches")
         return f"No recommendations: insufficient data ({measured} measured); run more steps."

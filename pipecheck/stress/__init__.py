@@ -17,6 +17,7 @@ from pipecheck.errors import BadInputError
 from pipecheck.stress.epoch_start import apply as apply_epoch_start
 from pipecheck.stress.epoch_start import measure_epoch_start
 from pipecheck.stress.epoch_start import trial_seconds as epoch_trial_seconds
+from pipecheck.stress.recommendations import stress_recommendations
 from pipecheck.stress.runner import Source, Sweep, run_sweep, validate
 from pipecheck.stress.search import candidate_configs, run_search
 from pipecheck.stress.settings import (
@@ -93,8 +94,10 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
 
     Returns:
         a :class:`pipecheck.Report` whose ``stress`` section lists every trial, the best and the
-        recommended configuration (with its gain over the baseline); its other sections come
-        from the best trial's measurement.
+        recommended configuration (with its gain over the baseline); its recommendations are
+        that configuration's changes with their measured figures
+        (:mod:`pipecheck.stress.recommendations`); its other sections come from the best
+        trial's measurement.
 
     Raises:
         BadInputError: a bad target (missing file or function, the function raises or returns
@@ -157,7 +160,10 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
         section["epoch_start"] = measure_epoch_start(best, limits, extra)
         apply_epoch_start(section["recommended"], section["epoch_start"])
     record, section["profile"] = _profile(unprofiled, stacks, extra, best, limits)
-    return build_report(record, stress=section)
+    report = build_report(record, stress=section)
+    # The measured recommendation replaces the model's proposals for the searched settings.
+    return dataclasses.replace(
+        report, recommendations=stress_recommendations(section, report.recommendations))
 
 
 class _ExtraTrials:

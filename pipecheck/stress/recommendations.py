@@ -1,0 +1,123 @@
+"""A stress report's recommendations: the measured recommended configuration's changes, one per
+setting, instead of the what-if model's proposals from the best trial alone.
+
+Each change from the baseline (``recommended.changes`` of the stress section) becomes a
+:class:`~pipecheck.records.Recommendation` whose expected figures are the recommended
+configuration's measured samples/s and stall (all changes together). Its reason quotes the
+measured comparison that isolates that setting where the sweep has one: a measured trial equal
+to the recommended configuration except for that setting. ``persistent_workers`` quotes the
+epoch-start measurement (:mod:`pipecheck.stress.epoch_start`).
+
+The model's proposals from the best trial's record are kept only for settings the sweep did not
+search (sharding changes, ``pin_memory`` when it was not measured): for the searched ones the
+measurements have already answered, and a proposal beyond the searched range would contradict
+a measured recommendation with a prediction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from pipecheck.records import Expected, Recommendation
+from pipecheck.stress.settings import TORCH_DEFAULT_PREFETCH_FACTOR
+from pipecheck.units import percent, rate, seconds, setting_value
+
+SEARCHED = ("num_workers", "prefetch_factor", "persistent_workers", "in_order", "batch_size")
+"""Settings every stress run decides by measurement (``pin_memory`` too when a trial pinned)."""
+
+
+def stress_recommendations(section: dict[str, Any],
+                           proposals: Sequence[Recommendation]) -> list[Recommendation]:
+    """The stress report's recommendations: one per change of ``section["recommended"]``
+    (in the order of ``changes``), then the ``proposals`` (the model's, from the best trial's
+    record) for settings the sweep did not search."""
+    trials = [t for t in section.get("trials") or [] if t.get("measured") and not t.get("error")]
+    searched = set(SEARCHED)
+    if any(t["config"].get("pin_memory") is True for t in trials):
+        searched.add("pin_memory")
+    measured = _measured_changes(section, trials)
+    return measured + [p for p in proposals if p.setting not in searched]
+
+
+def _measured_changes(section: dict[str, Any],
+                      trials: list[dict[str, Any]]) -> list[Recommendation]:
+    recommended = section.get("recommended") or {}
+    changes = recommended.get("changes") or {}
+    if not changes:
+        return []
+    config = recommended["config"]
+    expected = recommended.get("expected") or {}
+    rate_s, stall = expected.get("samples_per_s"), expected.get("stall_fraction")
+    together = ("measured with every change listed, together" if len(changes) > 1
+                else "measured")
+    found = []
+    for setting, (before, after) in changes.items():
+        if setting == "prefetch_factor" and before is None and \
+                after == TORCH_DEFAULT_PREFETCH_FACTOR:
+            continue  # torch's default, implied by going from 0 workers to some
+        if setting == "persistent_workers":
+            reason, note = _epoch_reason(section.get("epoch_start") or {})
+        else:
+            reason, note = _rate_reason(setting, before, config, rate_s, trials, recommended), None
+        found.append(Recommendation(
+            setting=setting, current=before, proposed=after,
+            expected=Expected(samples_per_s=rate_s, stall_fraction=stall,
+                              note=f"{together}; {note}" if note else together),
+            reason=reason))
+    return found
+
+
+def _rate_reason(setting: str, before: Any, config: dict[str, Any], rate_s: Optional[float],
+                 trials: list[dict[str, Any]], recommended: dict[str, Any]) -> str:
+    """Why ``setting`` changes: the measured trial without this one change, else the baseline."""
+    without = _without(trials, config, setting)
+    if without is not None:
+        value = without["config"].get(setting)
+        ratio = rate_s / without["samples_per_s"] if rate_s and without["samples_per_s"] else None
+        worth = f", {ratio:.2f}x" if ratio is not None else ""
+        other = rate(without["samples_per_s"], "samples")
+        return (f"Measured: {rate(rate_s, 'samples')} with {setting}="
+                f"{setting_value(config.get(setting))} against {other} with {setting}="
+                f"{setting_value(value)} and every other setting the same{worth}.")
+    base = recommended.get("baseline_samples_per_s")
+    gain = recommended.get("gain")
+    detail = f" ({gain:.2f}x)" if isinstance(gain, (int, float)) else ""
+    return (f"Measured as part of the recommended configuration: {rate(rate_s, 'samples')} "
+            f"against {rate(base, 'samples')} for the baseline{detail}; no trial measured it "
+            f"with only {setting} left at {setting_value(before)}.")
+
+
+def _without(trials: list[dict[str, Any]], config: dict[str, Any],
+             setting: str) -> Optional[dict[str, Any]]:
+    """The best measured trial whose configuration equals ``config`` except for ``setting``
+    (``persistent_workers`` ignored: trials differ in it only through the epoch-start pair;
+    ``prefetch_factor`` too where one side has no workers, since it has none there)."""
+    ignored = {setting, "persistent_workers"}
+
+    def key(other: dict[str, Any]) -> dict[str, Any]:
+        skip = ignored | ({"prefetch_factor"} if setting == "num_workers" else set())
+        return {k: v for k, v in other.items() if k not in skip}
+
+    def comparable(other: dict[str, Any]) -> bool:
+        if key(other) != key(config):
+            return False
+        if setting != "num_workers" or 0 in (other.get("num_workers"), config.get("num_workers")):
+            return True
+        return other.get("prefetch_factor") == config.get("prefetch_factor")
+
+    matches = [t for t in trials if comparable(t["config"])
+               and t["config"].get(setting) != config.get(setting)
+               and t.get("samples_per_s")]
+    return max(matches, key=lambda t: t["samples_per_s"]) if matches else None
+
+
+def _epoch_reason(entry: dict[str, Any]) -> tuple[str, Optional[str]]:
+    """Reason and note for ``persistent_workers`` from the epoch-start entry."""
+    restart = entry.get("restart_s") or {}
+    saving = entry.get("saving_s")
+    reason = (f"Measured on shortened epochs: without persistent workers each later epoch takes "
+              f"{seconds(saving)} longer (its first batch waits "
+              f"{seconds(restart.get('not_persistent'))} for new workers against "
+              f"{seconds(restart.get('persistent'))}, plus the old workers' shutdown), "
+              f"{percent(entry.get('fraction'))} of a {seconds(entry.get('epoch_s'))} epoch.")
+    return reason, f"saves {seconds(saving)} per epoch after the first"
