@@ -200,10 +200,10 @@ def test_stress_sweep_is_rendered():
     lines = _lines(sample_report(kind="stress", stress=stress))
     start = lines.index("Stress sweep")
     body = lines[start:]
-    # One column per setting that varies; each row holds its value.
-    assert any(l.split()[:1] == ["num_workers"] for l in body)
-    assert any(l.split()[:1] == ["2"] and "120 samples/s" in l and "30.0%" in l
-               and "measured" in l for l in body)
+    # One column per setting that varies; each row holds its value; units in the headers.
+    assert any(l.split()[:3] == ["num_workers", "samples/s", "batches/s"] for l in body)
+    assert any(l.split()[:4] == ["2", "120", "3.75", "30.0%"] and "measured" in l
+               for l in body)
     assert any(l.split()[:1] == ["4"] and "n/a" in l and "predicted" in l for l in body)
     assert "best: num_workers=4" in " ".join(body)
 

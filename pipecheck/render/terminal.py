@@ -639,7 +639,7 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
             setting_columns = ["config"]
         headers = ["samples/s", "batches/s", "stall", "source"]
         if show_predicted:
-            headers.insert(1, "predicted")
+            headers.insert(1, "predicted samples/s")
         for header in setting_columns:
             table.add_column(header, justify="right")
         for header in headers:
@@ -652,15 +652,16 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
                 config = config if isinstance(config, dict) else {}
                 cells = ["-" if config.get(k) is None else fmt.setting_value(config.get(k))
                          for k in setting_columns]
+            # Units sit in the headers ("samples/s"), so rows stay one line on a narrow terminal.
             row = cells + [
-                fmt.rate(_number(trial.get("samples_per_s")), "samples"),
-                fmt.rate(_number(trial.get("batches_per_s")), "batches"),
+                fmt.significant(_number(trial.get("samples_per_s"))),
+                fmt.significant(_number(trial.get("batches_per_s"))),
                 fmt.percent(_number(trial.get("stall_fraction"))),
                 _trial_source(trial),
             ]
             if show_predicted:
                 predicted = _number(trial.get("predicted_samples_per_s"))
-                row.insert(len(cells) + 1, fmt.rate(predicted, "samples")
+                row.insert(len(cells) + 1, fmt.significant(predicted)
                            if trial.get("measured") and predicted is not None else "")
             table.add_row(*row)
         lines.append(table)
