@@ -34,7 +34,7 @@ def verdicts(stdout: str) -> list[str]:
 
 def test_every_example_is_tested():
     tested = {"wrap_dataloader.py", "iterable_dataset.py", "webdataset_pipeline.py",
-              "plain_iterable.py"}
+              "plain_iterable.py", "stress_target.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -61,3 +61,14 @@ def test_example_prints_a_report(tmp_path, name, batches, extra):
     assert f" {batches} batches " in done.stdout
     assert extra in done.stdout
     assert not list(tmp_path.iterdir()), "examples that do not save must leave no files behind"
+
+
+def test_stress_target_sweeps_its_own_factory(tmp_path, tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("PIPECHECK_CACHE", str(tmp_path_factory.mktemp("cache")))
+    done = run_example("stress_target.py", tmp_path, "--budget", "3")
+    assert done.returncode == 0, done.stderr
+    assert len(verdicts(done.stdout)) == 1, done.stdout
+    text = " ".join(done.stdout.split())
+    # the factory's own defaults (num_workers=0) are the baseline, measured first
+    assert "Stress sweep" in text and "baseline num_workers=0" in text
+    assert not list(tmp_path.iterdir()), "the shards go to the cache, not the working folder"
