@@ -223,7 +223,9 @@ class CpuSample:
 @dataclass(frozen=True)
 class ProcessStats:
     """One process over the run: ``role`` is ``main``, ``worker`` or ``child`` (a process a
-    worker started). ``cpu_s`` is user+system CPU seconds consumed while observed.
+    worker started, or any other descendant). ``worker_id``: the DataLoader worker id of a
+    worker, or of the worker a child descends from (``None`` otherwise).
+    ``cpu_s`` is user+system CPU seconds consumed while observed.
     ``runqueue_s``: seconds its main thread was runnable but waiting for a core (Linux
     ``/proc/<pid>/schedstat``; ``None`` elsewhere). ``memory``: its USS/PSS readings over time;
     ``cpu``: its cumulative CPU and run-queue seconds per tick (both bounded: every other one is

@@ -3,6 +3,8 @@ workers import them by name. Costs are per sample, in seconds."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import torch
@@ -31,6 +33,34 @@ class BusyDataset(Dataset):
     def __getitem__(self, index: int) -> torch.Tensor:
         burn_cpu_in_pipecheck_test_worker(self.cost_s)
         return torch.tensor([index])
+
+
+_DECODER = ("import sys, time\n"
+            "for line in sys.stdin:\n"
+            "    end = time.thread_time() + float(line)\n"
+            "    while time.thread_time() < end:\n"
+            "        pass\n"
+            "    print('ok', flush=True)\n")
+
+
+class SubprocessDecodeDataset(BusyDataset):
+    """Each sample burns ``cost_s`` of CPU in a long-lived child process the worker starts (a
+    decoder run as a subprocess); the worker itself only waits for the answer. The child ends
+    when the worker closes its stdin (the worker exits)."""
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        child = self.__dict__.get("_child")
+        if child is None:
+            child = self._child = subprocess.Popen(
+                [sys.executable, "-c", _DECODER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                text=True)
+        child.stdin.write(f"{self.cost_s}\n")
+        child.stdin.flush()
+        child.stdout.readline()
+        return torch.tensor([index])
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_child"}
 
 
 class SleepyDataset(BusyDataset):

@@ -176,7 +176,11 @@ def test_child_reading_a_file_shows_read_chars(tmp_path) -> None:
 
 
 def test_stop_is_prompt_idempotent_and_snapshots_work_throughout() -> None:
-    probe = HostProbe(run_start=_clock.monotonic(), interval_s=0.5)
+    # A worker map naming no live process: without one every direct child of this process
+    # would count as a worker, and earlier tests may leave one (multiprocessing's resource
+    # tracker after a spawn test).
+    probe = HostProbe(run_start=_clock.monotonic(), interval_s=0.5,
+                      worker_ids=lambda: {2**22 + 1: 0})
     assert probe.snapshot().status == "unavailable"  # not started yet
     probe.start()
     probe.start()  # idempotent
@@ -264,7 +268,7 @@ def test_roles_follow_the_process_tree() -> None:
     mapping = {worker: 0}
     assert _classify(main, ppid_of, main, mapping) == ("main", None, False)
     assert _classify(worker, ppid_of, main, mapping) == ("worker", 0, True)
-    assert _classify(grandchild, ppid_of, main, mapping) == ("child", None, True)
+    assert _classify(grandchild, ppid_of, main, mapping) == ("child", 0, True)  # its worker's
     assert _classify(stray, ppid_of, main, mapping) == ("child", None, False)
     # without a mapping every direct child of main is a worker of unknown id
     assert _classify(stray, ppid_of, main, {}) == ("worker", None, True)

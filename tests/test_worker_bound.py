@@ -11,7 +11,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 import pipecheck
-from cause_datasets import BusyDataset, DirectReadDataset, SleepyDataset
+from cause_datasets import (BusyDataset, DirectReadDataset, SleepyDataset,
+                            SubprocessDecodeDataset)
 from fake_pipeline import FakeRun, simulate
 from pipecheck.analysis import analyze
 from pipecheck.analysis.bound import (CPU_BOUND, IO_BOUND, LATENCY_BOUND, classify,
@@ -59,6 +60,18 @@ def test_busy_loop_is_cpu_bound_and_sleep_is_latency_bound_with_different_advice
         assert _num_workers(sleepy) > usable
     reason = next(r.reason for r in sleepy.recommendations if r.setting == "num_workers")
     assert "latency-bound" in reason
+
+
+def test_cpu_burnt_in_a_subprocess_the_worker_started_counts_for_the_worker():
+    report = _wrapped_run(SubprocessDecodeDataset)
+    (worker,) = report.producer.workers
+    children = [p for p in report.host.processes if p.role == "child"]
+    assert [p.worker_id for p in children] == [0]  # the decoder, attributed to its worker
+    # The worker itself only waits on a pipe; its decoder burns a core (or waits for one on a
+    # loaded machine).
+    assert worker.cpu_fraction + worker.runqueue_fraction > 0.5, \
+        report.producer.workers_class_basis
+    assert worker.bound == CPU_BOUND and report.producer.workers_class == CPU_BOUND
 
 
 def test_the_class_travels_through_json():

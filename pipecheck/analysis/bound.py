@@ -96,12 +96,16 @@ def worker_busy_figures(
     the end of its last (start-up, e.g. a spawned worker importing torch, about 2 s of CPU
     here, and shutdown, about 0.4 s, are not busy time), with the busy time of the batches that
     ended in that window, the cumulative counters interpolated between the sampler's ticks.
-    That needs the worker's ring of recent batches to hold all its batches and each process's
-    per-tick series; otherwise the whole run's totals over all processes that served the id
-    (and their children) are used."""
+    CPU, run-queue wait and storage reads of the processes the worker started (``role``
+    ``child`` with its ``worker_id``: a decoder it runs as a subprocess) count for the worker
+    over the same windows, as far as the sampler saw them alive (at least two ticks; one that
+    lives a fraction of a tick goes unseen). That needs the worker's ring of recent batches to
+    hold all its batches and each worker process's per-tick series; otherwise the whole run's
+    totals over all processes that served the id (and their children) are used."""
     if not processes:
         return None, None, None
-    windowed = _windowed_figures(record, [p for p in processes if p.role == "worker"])
+    windowed = _windowed_figures(record, [p for p in processes if p.role == "worker"],
+                                 [p for p in processes if p.role == "child" and len(p.cpu) >= 2])
     if windowed is not None:
         return windowed
     runqueue = [p.runqueue_s for p in processes if p.runqueue_s is not None]
@@ -114,26 +118,37 @@ def worker_busy_figures(
 
 
 def _windowed_figures(
-    record: WorkerRecord, own: list[ProcessStats]
+    record: WorkerRecord, own: list[ProcessStats], children: list[ProcessStats]
 ) -> Optional[tuple[Optional[float], Optional[float], Optional[float]]]:
     if not own or len(record.recent) < record.batches or any(len(p.cpu) < 2 for p in own):
         return None
     cpu_s = busy_s = 0.0
     runqueue_s: Optional[float] = 0.0
     read_bytes: Optional[float] = 0.0
+    windows = []
     for process in own:
         batches = [b for b in record.recent
                    if process.first_seen_at_s <= b.end_at_s <= process.last_seen_at_s]
         if len(batches) < 2:
             continue
-        start = _value_at(process.cpu, batches[0].end_at_s)
-        end = _value_at(process.cpu, batches[-1].end_at_s)
+        window = (batches[0].end_at_s, batches[-1].end_at_s)
+        windows.append(window)
+        start, end = _value_at(process.cpu, window[0]), _value_at(process.cpu, window[1])
         cpu_s += end.cpu_s - start.cpu_s
         busy_s += sum(b.fetch_s + b.collate_s for b in batches[1:])
         runqueue_s = _add(runqueue_s, start.runqueue_s, end.runqueue_s)
         read_bytes = _add(read_bytes, start.read_bytes, end.read_bytes)
     if busy_s <= 0:
         return None
+    for child in children:
+        for window in windows:  # counters clamp at the child's first and last tick
+            start, end = _value_at(child.cpu, window[0]), _value_at(child.cpu, window[1])
+            cpu_s += end.cpu_s - start.cpu_s
+            # A child's own unknown counters leave the worker's figure as it was.
+            if start.runqueue_s is not None and end.runqueue_s is not None:
+                runqueue_s = _add(runqueue_s, start.runqueue_s, end.runqueue_s)
+            if start.read_bytes is not None and end.read_bytes is not None:
+                read_bytes = _add(read_bytes, start.read_bytes, end.read_bytes)
     return (
         max(cpu_s, 0.0) / busy_s,
         None if runqueue_s is None else max(runqueue_s, 0.0) / busy_s,

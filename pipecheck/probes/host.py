@@ -584,8 +584,8 @@ def _classify(
     seen = {pid}
     ancestor = ppid_of.get(pid)
     while ancestor is not None and ancestor != main_pid and ancestor not in seen:
-        if is_worker(ancestor):
-            return _Role("child", None, True)
+        if is_worker(ancestor):  # a process a worker started: its CPU is that worker's
+            return _Role("child", mapping.get(ancestor), True)
         seen.add(ancestor)
         ancestor = ppid_of.get(ancestor)
     return _Role("child", None, False)
