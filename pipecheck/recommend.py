@@ -53,6 +53,10 @@ num_workers) cost more than fixing the slow samples would."""
 PERSISTENT_START_SHARE = 0.05
 """persistent_workers=True is proposed when an epoch's start-up wait is at least 5% of an epoch."""
 
+MIN_SHUTDOWN_S = 0.001
+"""An epoch's end-of-epoch shutdown wait is named in the persistent_workers reason from 1 ms
+up (below it, forked workers that exit at once, it would be noise in the sentence)."""
+
 LATENCY_BOUND_CPU_FRACTION = CPU_BOUND_FRACTION
 """Without a worker class (:mod:`pipecheck.analysis.bound`), workers using less CPU than this
 per busy second are treated as waiting (latency-bound) rather than CPU-bound."""
@@ -393,26 +397,30 @@ def _prefetch_factor(context: _Context, settings: LoaderSettings) -> _Outcome:
 
 
 def _persistent_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
-    """Workers restart every epoch and that start-up wait is at least
-    :data:`PERSISTENT_START_SHARE` of an epoch's wall time. Expected figures cover a run of
-    the measured epoch count (at least 2, since the first epoch pays the start-up anyway)."""
+    """Workers restart every epoch and that start-up wait plus the shutdown wait at the
+    epoch's end is at least :data:`PERSISTENT_START_SHARE` of an epoch's wall time. Expected
+    figures cover a run of the measured epoch count (at least 2, since the first epoch pays
+    the start-up anyway)."""
     model = context.model
     if settings.num_workers == 0 or settings.persistent_workers:
         return None
     if context.run.loader.persistent_workers is not False:
         return None  # None: the loader has no such setting
     epoch_s = mean_epoch_wall_s(context.run.consumer)
-    saved_s = model.cold_start_s - model.warm_start_s
-    if not epoch_s or saved_s <= 0 or model.cold_start_s < PERSISTENT_START_SHARE * epoch_s:
+    restart_s = model.cold_start_s + model.shutdown_s
+    saved_s = restart_s - model.warm_start_s
+    if not epoch_s or saved_s <= 0 or restart_s < PERSISTENT_START_SHARE * epoch_s:
         return None
     epochs = max(model.epochs, 2)
     proposed = replace(settings, persistent_workers=True)
     prediction = model.predict(proposed, epochs=epochs)
+    shutdown = (f" and ends with a {seconds(model.shutdown_s)} wait while its workers shut "
+                f"down" if model.shutdown_s >= MIN_SHUTDOWN_S else "")
     reason = (
         f"Each epoch starts with a {seconds(model.cold_start_s)} wait for its first batch "
-        f"(worker start-up), {percent(model.cold_start_s / epoch_s)} of a {seconds(epoch_s)} "
-        f"epoch; persistent workers pay it once, saving about {seconds(saved_s)} in every later "
-        "epoch."
+        f"(worker start-up){shutdown}, {percent(restart_s / epoch_s)} of a {seconds(epoch_s)} "
+        f"epoch; persistent workers pay the start-up once, saving about {seconds(saved_s)} in "
+        "every later epoch."
     )
     recommendation = Recommendation(
         setting="persistent_workers",

@@ -91,6 +91,9 @@ class EpochTiming:
     ``wall_s`` runs from ``iter()`` to the end of the pass. ``ended`` is one of
     ``exhausted`` (StopIteration), ``break`` (iterator dropped early), ``error`` (the loader
     raised), ``interrupted`` (KeyboardInterrupt inside ``next()``) or ``running``.
+    ``last_wait_s``: for an exhausted pass, the wait inside the final ``next()`` that raised
+    StopIteration, in seconds (without ``persistent_workers`` torch shuts the workers down
+    there); ``None`` otherwise.
     """
 
     epoch: int
@@ -102,6 +105,7 @@ class EpochTiming:
     wall_s: float
     first_batch_s: Optional[float]
     ended: str
+    last_wait_s: Optional[float] = None
 
 
 @dataclass(frozen=True)

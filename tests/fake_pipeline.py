@@ -44,6 +44,7 @@ class FakeRun:
     worker_cpu_fraction: float = 1.0
     main_step_cpu_fraction: float = 1.0
     startup_s: float = 0.0
+    shutdown_s: float = 0.0  # the final next() of an epoch without persistent workers
     receive_s: float = 0.0  # main-thread CPU to take a ready batch from a worker
     usable_cpus: int = 2
     batch_size: int = 8
@@ -93,12 +94,17 @@ def simulate(spec: FakeRun) -> RunRecord:
             timeline.append(BatchTiming(
                 index=len(timeline), epoch=epoch, start_at_s=call_at, wait_s=wait_s,
                 compute_s=spec.step_s, samples=spec.batch_size))
-        epoch_wait_s = sum(w for _, w in waits)
+        last_wait_s = 0.0
+        if spec.num_workers > 0 and not spec.persistent_workers:
+            last_wait_s = spec.shutdown_s
+            clock_s += last_wait_s
+        epoch_wait_s = sum(w for _, w in waits) + last_wait_s
         epochs.append(EpochTiming(
             epoch=epoch, started_at_s=start_at, batches=len(waits),
             samples=len(waits) * spec.batch_size, wait_s=epoch_wait_s,
             compute_s=len(waits) * spec.step_s, wall_s=clock_s - start_at,
-            first_batch_s=waits[0][1] if waits else None, ended="exhausted"))
+            first_batch_s=waits[0][1] if waits else None, ended="exhausted",
+            last_wait_s=last_wait_s))
     return _run_record(spec, timeline, epochs, logs, clock_s)
 
 

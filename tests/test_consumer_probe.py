@@ -12,9 +12,10 @@ class TimedSource:
     """Yields ``n`` batches; producing batch i advances the clock by ``produce_s[i]``."""
 
     def __init__(self, clock: FakeClock, produce_s: list[float], batch_size: int = 4,
-                 fail_at: int | None = None, exc: BaseException | None = None) -> None:
+                 fail_at: int | None = None, exc: BaseException | None = None,
+                 shutdown_s: float = 0.0) -> None:
         self.clock, self.produce_s, self.batch_size = clock, produce_s, batch_size
-        self.fail_at, self.exc = fail_at, exc
+        self.fail_at, self.exc, self.shutdown_s = fail_at, exc, shutdown_s
 
     def __iter__(self):
         for i, cost in enumerate(self.produce_s):
@@ -22,6 +23,7 @@ class TimedSource:
             if i == self.fail_at:
                 raise self.exc
             yield [i] * self.batch_size
+        self.clock.advance(self.shutdown_s)  # torch joins non-persistent workers here
 
 
 def consume(probe, source, clock, compute_s, stop_after=None):
@@ -58,16 +60,19 @@ def test_wait_and_compute_are_exact():
 def test_epochs_and_break():
     clock = FakeClock()
     probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
-    consume(probe, TimedSource(clock, [0.1] * 5), clock, 0.3)
+    consume(probe, TimedSource(clock, [0.1] * 5, shutdown_s=0.25), clock, 0.3)
     clock.advance(10.0)  # evaluation between epochs is neither wait nor compute
     consume(probe, TimedSource(clock, [0.1] * 5), clock, 0.3, stop_after=2)
     rec = probe.snapshot()
     assert [e.ended for e in rec.epochs] == ["exhausted", "break"]
+    # the final next() of an exhausted epoch: its wait is the workers' shutdown
+    assert [e.last_wait_s for e in rec.epochs] == [pytest.approx(0.25), None]
+    assert rec.epochs[0].wait_s == pytest.approx(0.5 + 0.25)
     assert rec.epochs[1].batches == 2
-    assert rec.epochs[1].started_at_s == pytest.approx(0.1 * 5 + 0.3 * 5 + 10.0)
+    assert rec.epochs[1].started_at_s == pytest.approx(0.1 * 5 + 0.3 * 5 + 0.25 + 10.0)
     assert rec.batches == 7
     assert rec.compute_s == pytest.approx(0.3 * 7)
-    assert rec.wall_s == pytest.approx(2.0 + 0.8)
+    assert rec.wall_s == pytest.approx(2.0 + 0.25 + 0.8)
 
 
 def test_loader_error_is_reraised_unchanged_and_recorded():

@@ -135,6 +135,16 @@ def cold_start_s(record: ConsumerRecord, persistent_workers: Optional[bool]) -> 
     return mean(e.first_batch_s for e in cold_epochs(record, persistent_workers))
 
 
+def shutdown_wait_s(record: ConsumerRecord, persistent_workers: Optional[bool]) -> Optional[float]:
+    """Mean wait in seconds inside the final ``next()`` of the exhausted epochs that had
+    batches, where torch shuts non-persistent workers down (``EpochTiming.last_wait_s``);
+    ``None`` with ``persistent_workers=True`` (no shutdown there) or no such epoch."""
+    if persistent_workers:
+        return None
+    return mean(e.last_wait_s for e in record.epochs
+                if e.ended == "exhausted" and e.batches > 0 and e.last_wait_s is not None)
+
+
 def mean_epoch_wall_s(record: ConsumerRecord) -> Optional[float]:
     """Mean wall time in seconds of the epochs that ran to exhaustion, or of all started epochs
     when none did (a run cut short); ``None`` with no started epoch."""

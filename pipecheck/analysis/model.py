@@ -17,7 +17,9 @@ The model, per steady batch (every batch but each epoch's first):
 * steady time per batch ``= max(floor, 1 / capacity, floor + tail wait)``;
 * ``num_workers = 0`` is serial: ``1 / D + production time`` per batch, no overlap;
 * each epoch's first batch costs its measured start-up wait: every epoch without
-  ``persistent_workers``, only the first with it (later ones wait one batch's production time).
+  ``persistent_workers``, only the first with it (later ones wait one batch's production time);
+  without it each epoch with workers also ends with the measured shutdown wait inside the final
+  ``next()`` (torch joins the worker processes there).
 
 ``batches/s = batches / total time`` and ``stall = 1 - (1 / D) / (1 / batches/s)``, over a run
 shaped like the measured one (same batches per epoch, same epoch count unless told otherwise).
@@ -39,6 +41,7 @@ from typing import Optional
 
 from pipecheck.analysis.consumer import (
     cold_start_s,
+    shutdown_wait_s,
     started_epochs,
     steady_batch_count,
     steady_batches_per_s,
@@ -122,6 +125,9 @@ class ThroughputModel:
     worker_class: Optional[str] = None
     """What production waits on (``cpu-bound``, ``io-bound``, ``latency-bound``, see
     :mod:`pipecheck.analysis.bound`); ``None`` when not classified."""
+    shutdown_s: float = 0.0
+    """Seconds an epoch without persistent workers waits at its end while torch shuts the
+    workers down (measured; 0 when the run had persistent workers, none, or no epoch ended)."""
 
     @property
     def worker_cpu_fraction(self) -> float:
@@ -203,6 +209,8 @@ class ThroughputModel:
         persistent = settings.persistent_workers and settings.num_workers > 0
         cold = 1 if persistent else epochs
         start_s = cold * self.cold_start_s + (epochs - cold) * self.warm_start_s
+        if settings.num_workers > 0 and not persistent:
+            start_s += epochs * self.shutdown_s
         total_s = (batches - epochs) * steady_s + epochs * step_s + start_s
         batches_per_s = batches / total_s
         return Prediction(
@@ -312,4 +320,6 @@ def build_model(
         warm_start_s=warm,
         assumptions=tuple(assumptions),
         worker_class=producer.workers_class,
+        shutdown_s=(shutdown_wait_s(record, settings.persistent_workers) or 0.0
+                    if settings.num_workers > 0 else 0.0),
     )

@@ -101,7 +101,7 @@ class _Epoch:
     """One pass: folded counters plus the batches buffered since the last fold."""
 
     __slots__ = ("epoch", "started", "base_index", "batches", "samples", "wait", "compute",
-                 "last", "first", "ended", "marks", "sizes", "fixed")
+                 "last", "first", "ended", "marks", "sizes", "fixed", "last_wait")
 
     def __init__(self, epoch: int, started: float, base_index: int,
                  fixed: Optional[FixedBatches]) -> None:
@@ -115,6 +115,7 @@ class _Epoch:
         self.last = started
         self.first: Optional[float] = None
         self.ended = "running"
+        self.last_wait: Optional[float] = None  # the final next()'s wait, when exhausted
         self.marks = array("d")  # entered, left per buffered batch
         self.sizes = array("q")  # samples per buffered batch (unless fixed)
         self.fixed = fixed
@@ -302,6 +303,8 @@ class ConsumerProbe:
         ``last_entered``) and count ``end - last_entered`` as wait (the final ``next()``)."""
         self._fold(epoch, last_entered)
         epoch.wait += max(0.0, end - last_entered) if how != "break" else 0.0
+        if how == "exhausted":
+            epoch.last_wait = max(0.0, end - last_entered)
         epoch.last = end
         epoch.ended = how
 
@@ -326,7 +329,8 @@ class ConsumerProbe:
                     batches=e.batches + n, samples=e.samples + int(chunk.sizes.sum()),
                     wait_s=e.wait + float(chunk.waits.sum()),
                     compute_s=e.compute + float(np.nansum(chunk.computes)),
-                    wall_s=max(0.0, last - e.started), first_batch_s=first, ended=e.ended))
+                    wall_s=max(0.0, last - e.started), first_batch_s=first, ended=e.ended,
+                    last_wait_s=e.last_wait))
         rows.sort()
         timeline = [BatchTiming(index=r[0], epoch=r[1], start_at_s=r[2], wait_s=r[3],
                                 compute_s=r[4], samples=r[5]) for r in rows]
