@@ -253,12 +253,13 @@ def _train(urls: list[str], *, workers: int, steps: int, batch_size: int,
     import pipecheck  # late: pipecheck/__init__ may import this module's siblings
 
     torch.manual_seed(seed)
-    model = build_model()
-    # lr 0.05 stayed at chance level in 300 steps; 0.01 makes steady progress.
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    # Wrapped first: a Ctrl-C from here on, model building included, still gives a report.
     loader = pipecheck.wrap(build_loader(urls, workers=workers, batch_size=batch_size))
-    model.train()
     try:
+        model = build_model()
+        # lr 0.05 stayed at chance level in 300 steps; 0.01 makes steady progress.
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        model.train()
         with _Progress(console, steps, batch_size) as bar:
             done, passes = 0, 0
             while done < steps and (epochs_hint is None or passes < epochs_hint):

@@ -199,6 +199,18 @@ def test_epochs_hint_caps_the_passes(run_dir):
     assert report.consumer.epochs == 1
 
 
+def test_ctrl_c_before_the_first_step_still_gives_a_report(run_dir, monkeypatch):
+    def interrupted_while_building():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "build_model", interrupted_while_building)
+    with pytest.raises(demo.DemoInterrupted) as caught:
+        demo.run_demo(data_dir=run_dir, workers=0, steps=5, **RUN)
+    report = caught.value.report
+    assert report.consumer.batches == 0 and report.consumer.status == "interrupted"
+    assert report.diagnosis.verdict == "no-data"
+
+
 def test_progress_goes_to_stderr(run_dir, capfd):
     demo.run_demo(data_dir=run_dir, workers=0, steps=3, **{**RUN, "progress": True})
     out, err = capfd.readouterr()

@@ -19,13 +19,15 @@ def test_ctrl_c_mid_demo_saves_and_prints_the_partial_report(tmp_path):
          "--width", "100"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        # The demo announces its data before training starts; give it a few steps after that.
+        # The demo announces its data before training starts; give it a few steps after that
+        # (6 s: on a 2-core machine running two other busy processes 3 s was not always enough
+        # for the first batch).
         deadline = time.monotonic() + 120
         line = ""
         while "demo data:" not in line and time.monotonic() < deadline:
             line = proc.stderr.readline()
             assert line or proc.poll() is None, "demo exited before training"
-        time.sleep(3.0)
+        time.sleep(6.0)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
