@@ -119,6 +119,14 @@ def test_apply_changes_only_a_recommendation_that_epoch_start_matters_to():
     apply(recommended, {"matters": True, "saving_s": 1.0})
     assert recommended["changes"] == {"num_workers": [0, 2], "persistent_workers": [False, True]}
     assert recommended["expected"] == {"samples_per_s": 10.0, "epoch_saving_s": 1.0}
+    # A baseline that already keeps its workers keeps them: trials without persistent workers
+    # won on throughput, which says nothing about epoch start.
+    kept = {"config": {"num_workers": 4, "persistent_workers": False},
+            "baseline": {"num_workers": 2, "persistent_workers": True},
+            "changes": {"num_workers": [2, 4], "persistent_workers": [True, False]}}
+    apply(kept, {"matters": False, "saving_s": 0.01})
+    assert kept["config"]["persistent_workers"] is True
+    assert kept["changes"] == {"num_workers": [2, 4]}
 
 
 def test_epoch_start_text_states_its_numbers_and_its_limits():

@@ -72,8 +72,8 @@ def measure_epoch_start(best: TrialResult, limits: TrialLimits,
     saving = short_epoch[False] - short_epoch[True]
     spread = max(max(v) - min(v) for v in walls.values())
     epoch_s = _epoch_s(best)
-    fraction = saving / (epoch_s + saving) if epoch_s is not None and saving > 0 else (
-        None if epoch_s is None else 0.0)
+    gained = max(saving, 0.0)
+    fraction = None if epoch_s is None else gained / (epoch_s + gained)
     matters = (None if fraction is None
                else bool(fraction >= PERSISTENT_START_SHARE and saving > spread))
     exhausted = all(e.ended == "exhausted" for epochs in later.values() for e in epochs)
@@ -95,20 +95,25 @@ def trial_seconds(best: TrialResult, limits: TrialLimits) -> float:
 
 
 def apply(recommended: Optional[dict[str, Any]], epoch_start: dict[str, Any]) -> None:
-    """Put ``persistent_workers=True`` into the stress section's ``recommended`` entry (config,
-    ``changes`` against its baseline, ``expected.epoch_saving_s``) when epoch start matters;
-    nothing otherwise."""
-    if not recommended or epoch_start.get("matters") is not True:
+    """Set ``persistent_workers`` in the stress section's ``recommended`` entry (config and
+    ``changes`` against its baseline): ``True`` when epoch start matters (with
+    ``expected.epoch_saving_s``), else the baseline's own value, since the sweep's trials, all
+    without persistent workers, say nothing against it. Nothing for a configuration without
+    workers."""
+    if not recommended or not recommended["config"].get("num_workers"):
         return
-    recommended["config"] = {**recommended["config"], "persistent_workers": True}
     before = (recommended.get("baseline") or {}).get("persistent_workers", False)
-    changes = dict(recommended.get("changes") or {})
-    changes.pop("persistent_workers", None)
-    if before is not True:
-        changes["persistent_workers"] = [before, True]
+    matters = epoch_start.get("matters") is True
+    after = True if matters else bool(before)
+    recommended["config"] = {**recommended["config"], "persistent_workers": after}
+    changes = {k: v for k, v in (recommended.get("changes") or {}).items()
+               if k != "persistent_workers"}
+    if after != bool(before):
+        changes["persistent_workers"] = [before, after]
     recommended["changes"] = changes
-    recommended["expected"] = {**(recommended.get("expected") or {}),
-                               "epoch_saving_s": epoch_start["saving_s"]}
+    if matters:
+        recommended["expected"] = {**(recommended.get("expected") or {}),
+                                   "epoch_saving_s": epoch_start["saving_s"]}
 
 
 def _later_epochs(result: TrialResult) -> list[Any]:

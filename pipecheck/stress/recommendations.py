@@ -48,13 +48,14 @@ def _measured_changes(section: dict[str, Any],
     config = recommended["config"]
     expected = recommended.get("expected") or {}
     rate_s, stall = expected.get("samples_per_s"), expected.get("stall_fraction")
-    together = ("measured with every change listed, together" if len(changes) > 1
+    # torch's default prefetch_factor is implied by going from 0 workers to some
+    listed = [(setting, before, after) for setting, (before, after) in changes.items()
+              if not (setting == "prefetch_factor" and before is None
+                      and after == TORCH_DEFAULT_PREFETCH_FACTOR)]
+    together = ("measured with every change listed, together" if len(listed) > 1
                 else "measured")
     found = []
-    for setting, (before, after) in changes.items():
-        if setting == "prefetch_factor" and before is None and \
-                after == TORCH_DEFAULT_PREFETCH_FACTOR:
-            continue  # torch's default, implied by going from 0 workers to some
+    for setting, before, after in listed:
         if setting == "persistent_workers":
             reason, note = _epoch_reason(section.get("epoch_start") or {})
         else:
