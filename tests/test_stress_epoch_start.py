@@ -135,6 +135,7 @@ def test_epoch_start_text_states_its_numbers_and_its_limits():
              "method": "cut"}
     text = epoch_start_text(entry)
     assert "500 ms" in text and "no len()" in text and "lower bound" in text
+    assert "each later epoch takes no longer" in epoch_start_text({**entry, "saving_s": -0.002})
     assert epoch_start_text(None) is None
     assert epoch_start_text({"status": "failed", "reason": "x"}) == "failed: x"
 

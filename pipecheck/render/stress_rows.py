@@ -110,8 +110,10 @@ def epoch_start_text(entry: Any) -> Optional[str]:
     if entry["status"] != "ok":
         return f"{entry['status']}: {entry.get('reason')}"
     restart = entry.get("restart_s") if isinstance(entry.get("restart_s"), dict) else {}
-    text = (f"without persistent_workers each later epoch takes "
-            f"{fmt.seconds(entry.get('saving_s'))} longer: its first batch waits "
+    saving = entry.get("saving_s")
+    longer = (f"takes {fmt.seconds(saving)} longer" if isinstance(saving, (int, float))
+              and saving > 0 else "takes no longer")
+    text = (f"without persistent_workers each later epoch {longer}: its first batch waits "
             f"{fmt.seconds(restart.get('not_persistent'))} for new workers (vs "
             f"{fmt.seconds(restart.get('persistent'))}), plus the old ones' shutdown")
     if entry.get("fraction") is None:
