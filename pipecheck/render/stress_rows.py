@@ -79,7 +79,8 @@ def summary_facts(stress: dict[str, Any]) -> list[tuple[str, str]]:
     for key in ("best", "recommended"):
         choice = stress.get(key)
         if isinstance(choice, dict) and choice:
-            facts.append((f"{key}:", config_text(choice.get("config", choice))))
+            text = config_text(choice.get("config", choice))
+            facts.append((f"{key}:", text + (tie_note(stress) if key == "recommended" else "")))
     recommended = stress.get("recommended") if isinstance(stress.get("recommended"), dict) else {}
     gain = recommended.get("gain")
     if isinstance(gain, (int, float)) and not isinstance(gain, bool):
@@ -128,3 +129,28 @@ def epoch_start_text(entry: Any) -> Optional[str]:
         text += (" (epochs cut mid-way: the shutdown is not counted and the persistent restart "
                  "drains prefetched batches, so the saving is a lower bound)")
     return text
+
+
+def tie_note(stress: dict[str, Any]) -> str:
+    """`` (within 3.0% of the best: ...)`` when the recommended configuration is a cheaper tie
+    with the best rather than the best itself (:mod:`pipecheck.stress.choice`); else ``""``."""
+    best = stress.get("best") if isinstance(stress.get("best"), dict) else {}
+    recommended = stress.get("recommended") if isinstance(stress.get("recommended"),
+                                                          dict) else {}
+    tolerance = recommended.get("tolerance_fraction")
+    if not isinstance(tolerance, (int, float)) or not best.get("config") \
+            or _same_trial(best.get("config"), recommended.get("config")):
+        return ""
+    return (f" (within {fmt.percent(tolerance)} of the best, a tie: ties go to in-order "
+            f"delivery, fewer workers, a smaller prefetch_factor)")
+
+
+def _same_trial(best: Any, recommended: Any) -> bool:
+    """Whether the recommended configuration is the best one, ``persistent_workers`` aside
+    (the epoch-start check may add it)."""
+    if not isinstance(best, dict) or not isinstance(recommended, dict):
+        return False
+    def settings(config: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in config.items() if k != "persistent_workers"}
+
+    return settings(best) == settings(recommended)

@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipecheck import units as fmt
-from pipecheck.render.stress_rows import epoch_start_text
+from pipecheck.render.stress_rows import epoch_start_text, tie_note
 
 if TYPE_CHECKING:
     from pipecheck.records import (ConsumerSummary, DeviceRecord, HostRecord, ProducerSummary,
@@ -623,7 +623,10 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
     if constant and len(trials) > 1:
         lines.append(_line(("every trial:", _config_text(constant))))
     measured = [t for t in trials if t.get("measured")]
-    predicted_only = sorted((t for t in trials if not t.get("measured")),
+    # Unmeasured candidates the model gave no figure for (the budget ran out first) stay in
+    # the JSON: a row of n/a would say nothing.
+    predicted_only = sorted((t for t in trials if not t.get("measured")
+                             and _number(t.get("samples_per_s")) is not None),
                             key=lambda t: -(_number(t.get("samples_per_s")) or 0.0))
     shown = measured + predicted_only[:PREDICTED_ROWS]
     if shown:
@@ -691,7 +694,8 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
         choice = stress.get(key)
         if isinstance(choice, dict) and choice:
             config = choice.get("config", choice)
-            lines.append(_line((f"{key}:", _config_text(config))))
+            note = tie_note(stress) if key == "recommended" else ""
+            lines.append(_line((f"{key}:", _config_text(config) + note)))
     recommended = stress.get("recommended") or {}
     gain = _number(recommended.get("gain"))
     if gain is not None:

@@ -58,8 +58,8 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
         prefetch_factors: ``prefetch_factor`` values (>= 1) tried with each worker count > 0;
             default torch's 2 with an explicit worker list, 2 and 4 with automatic workers.
         persistent_workers: ``True``: every trial keeps its workers and runs 2 epochs;
-            ``False``: never; ``None`` (default): trials do not, and after the sweep the best
-            configuration's epoch restart is measured both ways
+            ``False``: never; ``None`` (default): trials do not, and after the sweep the
+            recommended configuration's epoch restart is measured both ways
             (:mod:`pipecheck.stress.epoch_start`); ``persistent_workers=True`` joins the
             recommendation when epoch start matters (section entry ``epoch_start``).
         pin_memory: force ``pin_memory`` (``None`` keeps the target's choice and, with CUDA,
@@ -87,17 +87,18 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
         search: with automatic workers, ``"model"`` (default) measures only what the what-if
             model predicts may beat the best measured (:mod:`pipecheck.stress.search`);
             ``"grid"`` measures every candidate. Ignored with an explicit worker list.
-        stacks: after the sweep, run one profiling trial of the best configuration with py-spy
-            (:mod:`pipecheck.probes.stacks`) and put its hot stacks in the report; it is not
-            compared (sampling costs throughput). ``None``: when py-spy is installed and
+        stacks: after the sweep, run one profiling trial of the recommended configuration with
+            py-spy (:mod:`pipecheck.probes.stacks`) and put its hot stacks in the report; it is
+            not compared (sampling costs throughput). ``None``: when py-spy is installed and
             permitted (else the stress section's ``profile`` says why not).
 
     Returns:
-        a :class:`pipecheck.Report` whose ``stress`` section lists every trial, the best and the
-        recommended configuration (with its gain over the baseline); its recommendations are
-        that configuration's changes with their measured figures
-        (:mod:`pipecheck.stress.recommendations`); its other sections come from the best
-        trial's measurement.
+        a :class:`pipecheck.Report` whose ``stress`` section lists every trial, the best
+        (fastest measured) and the recommended configuration (the cheapest within the noise
+        of the best, :mod:`pipecheck.stress.choice`, with its gain over the baseline); its
+        recommendations are that configuration's changes with their measured figures
+        (:mod:`pipecheck.stress.recommendations`); its other sections come from the
+        recommended trial's measurement.
 
     Raises:
         BadInputError: a bad target (missing file or function, the function raises or returns
@@ -145,21 +146,23 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
     if best is None or best.record is None:
         reasons = "; ".join(f"{t.config.label()}: {t.error}" for t in sweep.trials)
         raise BadInputError(f"no trial measured anything ({reasons})")
+    # What follows the sweep concerns the configuration the user is told to run.
+    chosen = _recommended(sweep)
     pin = pin_memory is None and cuda_available() and _pinnable(best.config)
-    epoch = persistent_workers is None and best.config.num_workers > 0
+    epoch = persistent_workers is None and chosen.config.num_workers > 0
     unprofiled = ("stacks=False" if stacks is False
                   else stacks_unavailable() if stacks is None else None)
     extra = _ExtraTrials(runnable, step, timeout_s, progress, pin=pin, epoch=epoch,
                          profile=unprofiled is None,
-                         seconds=[limits.seconds, epoch_trial_seconds(best, limits)])
+                         seconds=[limits.seconds, epoch_trial_seconds(chosen, limits)])
     if pin:
         sweep.trials.append(extra(dataclasses.replace(best.config, pin_memory=True), limits))
-        best = sweep.best() or best
+        chosen = _recommended(sweep)
     section = sweep.section()
     if persistent_workers is None:
-        section["epoch_start"] = measure_epoch_start(best, limits, extra)
+        section["epoch_start"] = measure_epoch_start(chosen, limits, extra)
         apply_epoch_start(section["recommended"], section["epoch_start"])
-    record, section["profile"] = _profile(unprofiled, stacks, extra, best, limits)
+    record, section["profile"] = _profile(unprofiled, stacks, extra, chosen, limits)
     report = build_report(record, stress=section)
     # The measured recommendation replaces the model's proposals for the searched settings.
     return dataclasses.replace(
@@ -196,6 +199,13 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def _recommended(sweep: Sweep) -> TrialResult:
+    """The measured trial the sweep recommends (it measured at least one)."""
+    picked = sweep.recommended()
+    assert picked is not None
+    return picked[0]
+
+
 def _pinnable(config: TrialConfig) -> bool:
     """Whether the best configuration is worth measuring again with ``pin_memory=True``
     (page-locked batches make the host-to-device copy asynchronous; torch's pin_memory
@@ -205,20 +215,20 @@ def _pinnable(config: TrialConfig) -> bool:
 
 
 def _profile(unprofiled: Optional[str], stacks: Optional[bool], run: _ExtraTrials,
-             best: TrialResult, limits: TrialLimits) -> tuple[Any, dict[str, Any]]:
-    """The best trial's record with hot stacks from a profiling trial of its configuration, and
-    the stress section's ``profile`` entry (``status`` ``ok``, ``failed``, ``skipped`` or
-    ``off``, with ``reason``). ``unprofiled``: why no profiling trial runs (``None``: it
-    runs)."""
+             chosen: TrialResult, limits: TrialLimits) -> tuple[Any, dict[str, Any]]:
+    """The recommended trial's record with hot stacks from a profiling trial of its
+    configuration, and the stress section's ``profile`` entry (``status`` ``ok``, ``failed``,
+    ``skipped`` or ``off``, with ``reason``). ``unprofiled``: why no profiling trial runs
+    (``None``: it runs)."""
     if unprofiled is not None:
         status = "off" if stacks is False else "skipped"
-        return best.record, {"status": status, "reason": unprofiled}
-    profiled = run(best.config, dataclasses.replace(limits, stacks=True))
+        return chosen.record, {"status": status, "reason": unprofiled}
+    profiled = run(chosen.config, dataclasses.replace(limits, stacks=True))
     if profiled.record is None or profiled.record.stacks is None:
-        return best.record, {"status": "failed", "config": best.config.to_dict(),
-                             "reason": profiled.error or "the profiling trial took no stacks"}
-    record = dataclasses.replace(best.record, stacks=profiled.record.stacks)
-    return record, {"status": "ok", "config": best.config.to_dict(),
+        return chosen.record, {"status": "failed", "config": chosen.config.to_dict(),
+                               "reason": profiled.error or "the profiling trial took no stacks"}
+    record = dataclasses.replace(chosen.record, stacks=profiled.record.stacks)
+    return record, {"status": "ok", "config": chosen.config.to_dict(),
                     "samples_per_s": profiled.samples_per_s, "reason": None}
 
 

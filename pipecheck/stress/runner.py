@@ -45,6 +45,15 @@ class Sweep:
         measured = [t for t in self.trials if t.ok]
         return max(measured, key=lambda t: t.samples_per_s) if measured else None
 
+    def recommended(self) -> Optional[tuple[TrialResult, float]]:
+        """The measured trial to recommend and the tie tolerance (a fraction, 0-1): the
+        cheapest within the noise of :meth:`best` (:mod:`pipecheck.stress.choice`); ``None``
+        when none measured."""
+        from pipecheck.stress.choice import cheapest_within_noise
+
+        best = self.best()
+        return cheapest_within_noise(best, self.trials) if best is not None else None
+
     def section(self) -> dict[str, Any]:
         """The Report's ``stress`` section: ``trials``, ``best``, ``recommended``, ``skipped``
         (``[{config, reason}]``) and ``search``.
@@ -54,24 +63,29 @@ class Sweep:
         measure follow the measured trials with ``measured: false`` and their predicted rates
         and stall in the rate fields. ``best`` is always a measured trial.
 
-        ``recommended`` is the best configuration with ``expected`` throughput and stall and
-        ``gain`` = best / baseline samples/s (the baseline is the first trial: the given
-        configuration when there is one; ``gain`` is ``None`` when it did not measure), and
-        ``changes``: the settings that differ from the baseline's, ``{name: [from, to]}``.
+        ``recommended`` is the cheapest measured configuration within the noise of the best
+        (:mod:`pipecheck.stress.choice`; ``tolerance_fraction`` says how close counts as a
+        tie) with its measured ``expected`` throughput and stall, ``gain`` = its samples/s
+        over the baseline's (the baseline is the first trial: the given configuration when
+        there is one; ``gain`` is ``None`` when it did not measure), and ``changes``: the
+        settings that differ from the baseline's, ``{name: [from, to]}``.
         """
         best = self.best()
         baseline = self.trials[0] if self.trials else None
         recommended = None
-        if best is not None:
+        picked = self.recommended()
+        if picked is not None:
+            chosen, tolerance = picked
             base_rate = baseline.samples_per_s if baseline is not None and baseline.ok else None
             recommended = {
-                "config": best.config.to_dict(),
-                "expected": {"samples_per_s": best.samples_per_s,
-                             "stall_fraction": best.stall_fraction},
+                "config": chosen.config.to_dict(),
+                "expected": {"samples_per_s": chosen.samples_per_s,
+                             "stall_fraction": chosen.stall_fraction},
                 "baseline": baseline.config.to_dict() if baseline is not None else None,
                 "baseline_samples_per_s": base_rate,
-                "gain": best.samples_per_s / base_rate if base_rate else None,
-                "changes": _changes(baseline.config, best.config) if baseline else {},
+                "gain": chosen.samples_per_s / base_rate if base_rate else None,
+                "changes": _changes(baseline.config, chosen.config) if baseline else {},
+                "tolerance_fraction": tolerance,
             }
         trials = []
         for trial in self.trials:
