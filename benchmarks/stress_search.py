@@ -7,11 +7,12 @@ trial length and the same automatic candidates (``num_workers`` 0 .. max(8, 4 x 
 ``search="model"``. It
 prints the grid's best samples/s, the search's best (and their ratio), the wall time each spent
 measuring (and the ratio), the number of trials, and the model's prediction error on the
-search's recommended configuration (``|predicted / measured - 1|``, the prediction made before
-that trial ran; ``n/a`` when the recommendation is a calibration trial, which has none).
+search's best (fastest measured) configuration (``|predicted / measured - 1|``, the prediction
+made before that trial ran; ``n/a`` when it is a calibration trial, which has none). The
+report's recommendation may be a cheaper tie with it (``pipecheck.stress.choice``).
 
 Targets (issue 3, item 3): search best within 5 % of grid best; search time <= 40 % of grid
-time; prediction error on the recommendation <= 15 %. When the two picks differ, both are
+time; prediction error on the search's best <= 15 %. When the two picks differ, both are
 re-measured ``--recheck`` times alternately: a single trial's rate varies by several percent on
 a shared machine, so the one-shot ratio alone cannot tell a worse pick from noise.
 
