@@ -20,7 +20,7 @@ line naming them: the straggler may be among them and the summed throughput leav
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from pipecheck.report import Report
 from pipecheck.units import percent, rate, seconds
@@ -87,37 +87,30 @@ def check(report: Report, thresholds: Thresholds) -> list[Outcome]:
                                 "incomplete"))
     if thresholds.max_stall is not None:
         value, what, where = _stall(report)
-        limit = percent(thresholds.max_stall)
-        if value is None:
-            outcomes.append(Outcome(False, f"{what}{where} was not measured (no batches); "
-                                    f"--max-stall {limit} cannot be met"))
-        else:
-            ok = value <= thresholds.max_stall
-            verb = "is within" if ok else "exceeds"
-            outcomes.append(Outcome(ok, f"{what}{where} {percent(value)} {verb} "
-                                    f"--max-stall {limit}"))
+        outcomes.append(_judge(
+            f"{what}{where}", value, percent, "--max-stall", thresholds.max_stall, at_most=True))
     if thresholds.min_samples_per_s is not None:
         several = report.ranks is not None and len(report.ranks.ranks) > 1
         value = report.ranks.samples_per_s if several else report.consumer.samples_per_s
-        what = "throughput summed over ranks" if several else "throughput"
-        limit = rate(thresholds.min_samples_per_s, "samples")
-        if value is None:
-            outcomes.append(Outcome(False, f"{what} was not measured (no batches); "
-                                    f"--min-samples-per-s {limit} cannot be met"))
-        else:
-            ok = value >= thresholds.min_samples_per_s
-            verb = "meets" if ok else "is below"
-            outcomes.append(Outcome(ok, f"{what} {rate(value, 'samples')} {verb} "
-                                    f"--min-samples-per-s {limit}"))
+        outcomes.append(_judge(
+            "throughput summed over ranks" if several else "throughput", value,
+            lambda v: rate(v, "samples"), "--min-samples-per-s", thresholds.min_samples_per_s,
+            at_most=False))
     if thresholds.max_wait_per_batch_s is not None:
         value, where = _wait_per_batch(report)
-        limit = seconds(thresholds.max_wait_per_batch_s)
-        if value is None:
-            outcomes.append(Outcome(False, f"data wait per batch{where} was not measured (no "
-                                    f"batches); --max-wait-per-batch-s {limit} cannot be met"))
-        else:
-            ok = value <= thresholds.max_wait_per_batch_s
-            verb = "is within" if ok else "exceeds"
-            outcomes.append(Outcome(ok, f"mean data wait per batch{where} {seconds(value)} "
-                                    f"{verb} --max-wait-per-batch-s {limit}"))
+        outcomes.append(_judge(
+            f"data wait per batch{where}", value, seconds, "--max-wait-per-batch-s",
+            thresholds.max_wait_per_batch_s, at_most=True, measured_as="mean "))
     return outcomes
+
+
+def _judge(what: str, value: Optional[float], shown: Callable[[float], str], option: str,
+           limit: float, *, at_most: bool, measured_as: str = "") -> Outcome:
+    """One threshold's line: ``what`` (prefixed with ``measured_as`` when measured) against
+    ``option``'s ``limit``, both formatted with ``shown``; a value that was not measured fails."""
+    if value is None:
+        return Outcome(False, f"{what} was not measured (no batches); {option} {shown(limit)} "
+                              "cannot be met")
+    ok = value <= limit if at_most else value >= limit
+    verb = ("is within" if ok else "exceeds") if at_most else ("meets" if ok else "is below")
+    return Outcome(ok, f"{measured_as}{what} {shown(value)} {verb} {option} {shown(limit)}")

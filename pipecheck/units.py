@@ -9,7 +9,7 @@ short string with its unit.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 NOT_MEASURED = "n/a"
 """What a renderer shows for a value that was not measured (``None``)."""
@@ -142,3 +142,12 @@ def setting_value(value: object) -> str:
     """A DataLoader setting's value as a user would type it in Python: ``True``, ``4``, ``None``,
     ``'spawn'``."""
     return repr(value)
+
+
+def duration_quantiles(q: Any) -> str:
+    """A :class:`pipecheck.records.Quantiles` of durations in seconds as
+    ``"mean 12.0 ms, p50 11.0 ms, p90 15.0 ms, p99 20.0 ms"``; ``None`` is not measured."""
+    if q is None:
+        return NOT_MEASURED
+    return (f"mean {seconds(q.mean)}, p50 {seconds(q.p50)}, p90 {seconds(q.p90)}, "
+            f"p99 {seconds(q.p99)}")

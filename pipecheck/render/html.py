@@ -28,7 +28,6 @@ from pipecheck.render.terminal import (_why_no_recommendations, recommendations_
                                        verdict_line)
 
 if TYPE_CHECKING:
-    from pipecheck.records import Quantiles
     from pipecheck.report import Report
 
 CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -157,12 +156,6 @@ def _table(headers: list[str], rows: Iterable[list[str]], numeric_from: int = 1)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _quantiles(q: Optional["Quantiles"]) -> str:
-    if q is None:
-        return fmt.NOT_MEASURED
-    return (f"mean {fmt.seconds(q.mean)}, p50 {fmt.seconds(q.p50)}, p90 {fmt.seconds(q.p90)}, "
-            f"p99 {fmt.seconds(q.p99)}")
-
 
 # -- sections ------------------------------------------------------------------------------------
 
@@ -227,8 +220,8 @@ def _stall(report: "Report") -> list[str]:
         ("computed", fmt.seconds(consumer.compute_s)),
         ("stall", f"{fmt.percent(consumer.stall_fraction)} (steady state "
                   f"{fmt.percent(consumer.steady_stall_fraction)})"),
-        ("wait per batch:", _quantiles(consumer.wait_time_s)),
-        ("step per batch:", _quantiles(consumer.compute_time_s)),
+        ("wait per batch:", fmt.duration_quantiles(consumer.wait_time_s)),
+        ("step per batch:", fmt.duration_quantiles(consumer.compute_time_s)),
     )]
     kept = len(report.timeline.batches)
     caption = "Wait vs compute per batch; dashed lines mark epoch starts."
@@ -253,7 +246,7 @@ def _producer(report: "Report") -> list[str]:
         ("consumer demand", f"{fmt.rate(consumer.demand_batches_per_s, 'batches')} "
                             "(1 / mean step time)"),
         ("producer capacity", f"{fmt.rate(producer.capacity_batches_per_s, 'batches')}{basis}"),
-        ("batch build time:", _quantiles(producer.batch_time_s)),
+        ("batch build time:", fmt.duration_quantiles(producer.batch_time_s)),
     ]
     if producer.per_worker_batches_per_s is not None:
         facts.append(("per worker", fmt.rate(producer.per_worker_batches_per_s, "batches")))

@@ -20,7 +20,6 @@ from pipecheck.render.terminal import (_why_no_recommendations, recommendations_
                                        verdict_line)
 
 if TYPE_CHECKING:
-    from pipecheck.records import Quantiles
     from pipecheck.report import Report
 
 
@@ -47,8 +46,8 @@ def render_markdown(report: "Report", title: Optional[str] = None) -> str:
                        f"{fmt.percent(consumer.steady_stall_fraction)})"),
         ("waited / computed", f"{fmt.seconds(consumer.wait_s)} / "
                               f"{fmt.seconds(consumer.compute_s)}"),
-        ("wait per batch", _quantiles(consumer.wait_time_s)),
-        ("step per batch", _quantiles(consumer.compute_time_s)),
+        ("wait per batch", fmt.duration_quantiles(consumer.wait_time_s)),
+        ("step per batch", fmt.duration_quantiles(consumer.compute_time_s)),
         ("consumer demand", fmt.rate(demand, "batches")),
         ("producer capacity", fmt.rate(capacity, "batches")),
         ("capacity / demand", ratio),
@@ -135,12 +134,6 @@ def _table(headers: list[str], rows: list[list[str]], right: list[int] = (),
         out.append("| " + " | ".join(cells) + " |")
     return out
 
-
-def _quantiles(q: Optional["Quantiles"]) -> str:
-    if q is None:
-        return fmt.NOT_MEASURED
-    return (f"mean {fmt.seconds(q.mean)}, p50 {fmt.seconds(q.p50)}, p90 {fmt.seconds(q.p90)}, "
-            f"p99 {fmt.seconds(q.p99)}")
 
 
 def _context(report: "Report") -> str:

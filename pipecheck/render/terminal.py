@@ -28,7 +28,7 @@ from pipecheck.render.stress_rows import epoch_start_text, tie_note
 
 if TYPE_CHECKING:
     from pipecheck.records import (ConsumerSummary, DeviceRecord, HostRecord, ProducerSummary,
-                                   Quantiles, StacksRecord)
+                                   StacksRecord)
     from pipecheck.report import Report
 
 DEFAULT_WIDTH = 100
@@ -253,14 +253,6 @@ def _line(*pairs: tuple[str, str]) -> Text:
     return text
 
 
-def _quantiles(q: Optional["Quantiles"]) -> str:
-    if q is None:
-        return fmt.NOT_MEASURED
-    return (
-        f"mean {fmt.seconds(q.mean)}, p50 {fmt.seconds(q.p50)}, "
-        f"p90 {fmt.seconds(q.p90)}, p99 {fmt.seconds(q.p99)}"
-    )
-
 
 def _throughput(consumer: "ConsumerSummary") -> list[RenderableType]:
     rates = [
@@ -291,9 +283,9 @@ def _stall(consumer: "ConsumerSummary") -> list[RenderableType]:
         _line(("first batch after", fmt.seconds(consumer.first_batch_s))),
     ]
     if consumer.wait_time_s is not None:
-        lines.append(_line(("wait per batch:", _quantiles(consumer.wait_time_s))))
+        lines.append(_line(("wait per batch:", fmt.duration_quantiles(consumer.wait_time_s))))
     if consumer.compute_time_s is not None:
-        lines.append(_line(("step per batch:", _quantiles(consumer.compute_time_s))))
+        lines.append(_line(("step per batch:", fmt.duration_quantiles(consumer.compute_time_s))))
     return lines
 
 
@@ -313,7 +305,7 @@ def _producer_vs_consumer(
         lines.append(_line(("capacity / demand", f"{ratio:.2f}x (the loader {verdict} the step)")))
     details = []
     if producer.batch_time_s is not None:
-        details.append(("batch build time:", _quantiles(producer.batch_time_s)))
+        details.append(("batch build time:", fmt.duration_quantiles(producer.batch_time_s)))
     if producer.per_worker_batches_per_s is not None:
         details.append(("per worker", fmt.rate(producer.per_worker_batches_per_s, "batches")))
     if producer.cpu_per_batch_s is not None:
