@@ -89,8 +89,9 @@ class EpochTiming:
 
     ``first_batch_s`` is the wait for its first batch (worker start-up included);
     ``wall_s`` runs from ``iter()`` to the end of the pass. ``ended`` is one of
-    ``exhausted`` (StopIteration), ``break`` (iterator dropped early), ``error`` (the loader
-    raised), ``interrupted`` (KeyboardInterrupt inside ``next()``) or ``running``.
+    ``exhausted`` (StopIteration), ``break`` (iterator dropped early), ``error`` (the loader's
+    last ``next()`` raised and no batch came after it), ``interrupted`` (KeyboardInterrupt
+    inside ``next()``) or ``running``.
     ``last_wait_s``: for an exhausted pass, the wait inside the final ``next()`` that raised
     StopIteration, in seconds (without ``persistent_workers`` torch shuts the workers down
     there); ``None`` otherwise.
@@ -129,6 +130,9 @@ class ConsumerRecord:
     timeline_stride: int
     status: str
     error: Optional[str] = None
+    """The last exception a ``next()`` raised, as one line; ``None`` when none did."""
+    errors: int = 0
+    """``next()`` calls that raised (the loop may have gone on after them, as torch allows)."""
     sampled_wait_wall_s: float = 0.0
     sampled_wait_cpu_s: float = 0.0
     sampled_compute_wall_s: float = 0.0
@@ -402,6 +406,10 @@ class RunRecord:
     workers: list[WorkerRecord]
     worker_probe: str
     host: Optional[HostRecord]
+    worker_probe_note: Optional[str] = None
+    """Why the worker probe is off (``worker_probe == "none"``) for a DataLoader, e.g. a
+    DataPipe dataset or a loader class that builds its iterators its own way; ``None`` when it
+    is on, or when the loader is a generic iterable."""
     probed_epochs: Optional[int] = None
     """Epochs the worker probe timed (``None``: all). With ``num_workers=0`` and batches that
     take under ``pipecheck.wrap.FAST_BATCH_S`` to produce, only some epochs are timed."""
@@ -463,6 +471,8 @@ class ConsumerSummary:
     compute_time_s: Optional[Quantiles] = None
     status: str = "complete"
     error: Optional[str] = None
+    errors: int = 0
+    """``next()`` calls that raised; the loop may have gone on past them."""
 
 
 @dataclass(frozen=True)

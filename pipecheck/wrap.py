@@ -37,10 +37,12 @@ from .probes.batches import SampleCounter, TokenCounter
 from .probes.consumer import ConsumerProbe, FixedBatches
 from .probes.dataset_memory import largest_containers, shared_memory_record
 from .probes.device import DeviceProbe, cuda_backend
-from .probes.hol import HeadOfLineProbe, ObservedSource
+from .probes.hol import HeadOfLineProbe
 from .probes.host import HostProbe
 from .probes.rank_shards import rank_shards
 from .probes.stacks import DEFAULT_RATE_HZ, DEFAULT_WINDOW_S, PtracerOptIn, StackSampler
+from ._torch_compat import IteratorHookUnavailable, private_copy, substitute_while_iterating, \
+    substitutes_of
 from .probes.stages import StageProbe
 from .probes.workers import WorkerProbe, WorkerProbeUnsupported
 from .autosave import AutoSave
@@ -152,39 +154,48 @@ def fixed_batches(loader: Any) -> Optional[FixedBatches]:
     return FixedBatches(batch_size=size, samples_per_epoch=samples)
 
 
-def _instrumented(loader: Any, probe: WorkerProbe, stages: Optional[StageProbe]) -> Any:
-    """A copy of ``loader`` whose producing DataLoader carries the worker probe, its
-    webdataset dataset's stages timed first (the worker probe's proxy must wrap the timed
-    copy: it forwards attribute writes to what it wraps)."""
+def _iterated_loader(loader: Any, probe: Optional[WorkerProbe], stages: Optional[StageProbe],
+                     stacks: bool) -> Any:
+    """The loader the wrapper iterates, and forwards every attribute and method to.
+
+    For a DataLoader (also the first stage of a webdataset ``WebLoader``) that is a private copy
+    of the user's (:func:`pipecheck._torch_compat.private_copy`) whose iterators are built with
+    pipecheck's timed dataset (webdataset stages timed first), timed ``collate_fn`` and, for
+    stack sampling, a ``worker_init_fn`` that opts workers in to being traced. Its attributes
+    read as the user's, and its state (``state_dict()``, persistent workers, samples yielded) is
+    that of the batches the user gets. The user's own loader object is never modified. Raises
+    :class:`WorkerProbeUnsupported` / :class:`IteratorHookUnavailable` when the DataLoader
+    cannot be timed inside (the caller then measures without the worker probe).
+    """
     inner = _inner_dataloader(loader)
+    if inner is None:
+        if stages is not None and isinstance(getattr(loader, "pipeline", None), list):
+            return stages.instrument_pipeline(loader)
+        return loader
+    values: dict[str, Any] = {}
+    dataset = inner.dataset
+    if probe is not None:
+        probe.check_supported(inner)
     if stages is not None:
-        inner = stages.instrument_dataloader(inner)
-    inner = probe.instrument(inner)
+        dataset = stages.timed_dataset(dataset)
+    if probe is not None:
+        dataset = probe.timed_dataset(dataset)
+        values["collate_fn"] = probe.timed_collate(inner.collate_fn)
+    if dataset is not inner.dataset:
+        values["dataset"] = dataset
+    if stacks and inner.num_workers > 0:
+        values["worker_init_fn"] = PtracerOptIn(inner.worker_init_fn)
+    if values:
+        clone = private_copy(inner)
+        substitute_while_iterating(clone, values)
+        inner = clone
     if isinstance(loader, DataLoader):
         return inner
-    clone = copy.copy(loader)
-    clone.pipeline = [inner] + list(loader.pipeline[1:])
-    return clone
-
-
-def _opt_in_to_tracing(source: Any, original: Any) -> Any:
-    """``source`` with its producing DataLoader's workers opting in to being traced
-    (:class:`~pipecheck.probes.stacks.PtracerOptIn` around ``worker_init_fn``). The user's
-    ``original`` loader is never modified: when ``source`` is it, a copy is changed instead."""
-    inner = _inner_dataloader(source)
-    if inner is None or inner.num_workers == 0:
-        return source
-    if source is original:
-        clone = copy.copy(inner)
-        clone._iterator = None  # never share the original's persistent workers
-        if isinstance(source, DataLoader):
-            source = clone
-        else:
-            source = copy.copy(source)
-            source.pipeline = [clone] + list(original.pipeline[1:])
-        inner = clone
-    inner.worker_init_fn = PtracerOptIn(inner.worker_init_fn)
-    return source
+    outer = copy.copy(loader)
+    outer.pipeline = [inner] + list(loader.pipeline[1:])
+    if stages is not None:
+        outer = stages.instrument_pipeline(outer)
+    return outer
 
 
 def _stop(host: Optional[HostProbe], workers: Optional[WorkerProbe],
@@ -200,8 +211,22 @@ def _stop(host: Optional[HostProbe], workers: Optional[WorkerProbe],
 
 
 class WrappedLoader:
-    """What :func:`wrap` returns; see the module docstring. Not a DataLoader subclass:
-    ``isinstance(wrapped, DataLoader)`` is False (use ``.loader`` for the original)."""
+    """What :func:`wrap` returns; see the module docstring.
+
+    Everything a user calls on it other than pipecheck's own methods (:meth:`report`,
+    :meth:`record`, :meth:`close`, ``.loader``) reaches the loader that yields the batches:
+    attribute reads and writes (torch's own ``ValueError`` for ``batch_size`` after init
+    included), ``state_dict()`` / ``load_state_dict()``, ``set_epoch``, ``len()``. That loader
+    is a private copy of the user's one when workers are timed (see
+    :func:`_iterated_loader`), else the user's one itself. ``isinstance(wrapped, DataLoader)``
+    is False: ``.loader`` is the user's original object.
+    """
+
+    __slots__ = ("loader", "_target", "_clock", "_run_start", "_created", "_config", "_consumer",
+                 "_workers", "_worker_note", "_substitutes", "_stages", "_hol", "_stacks",
+                 "_device", "_shared_memory", "_containers", "_epochs", "_probed_epochs",
+                 "_host", "_finalizer", "_rank", "_sharding_cache", "_last_gathered",
+                 "_autosave", "__weakref__")
 
     def __init__(self, loader: Any, *, samples: Optional[SampleCounter],
                  tokens: Optional[TokenCounter], host: bool, workers: bool,
@@ -210,73 +235,84 @@ class WrappedLoader:
                  stacks_rate_hz: int = DEFAULT_RATE_HZ,
                  memory_interval_s: float = PSS_INTERVAL_S, device: bool = True,
                  save: Optional[str | os.PathLike[str]] = None) -> None:
-        self.loader = loader
-        self._clock = clock
-        self._run_start = clock()
-        self._created = datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds")
-        self._config = describe_loader(loader)
-        self._consumer = ConsumerProbe(run_start=self._run_start, clock=clock, samples=samples,
-                                       tokens=tokens)
+        own = object.__setattr__  # __setattr__ below forwards to the loader
+        own(self, "loader", loader)
+        own(self, "_clock", clock)
+        own(self, "_run_start", clock())
+        own(self, "_created", datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"))
+        own(self, "_config", describe_loader(loader))
+        own(self, "_consumer", ConsumerProbe(run_start=self._run_start, clock=clock,
+                                             samples=samples, tokens=tokens))
         inner = _inner_dataloader(loader)
-        self._workers: Optional[WorkerProbe] = None
-        self._source = loader
-        self._stages = StageProbe() if workers else None
-        self._hol = HeadOfLineProbe() if workers and (self._config.num_workers or 0) >= 2 \
-            else None
-        if workers and inner is not None:
-            probe = WorkerProbe(inner.num_workers, run_start=self._run_start)
-            try:
-                self._source = _instrumented(loader, probe, self._stages)
-                self._workers = probe
-            except WorkerProbeUnsupported:  # e.g. DataPipes: measure the consumer side only
+        own(self, "_stages", StageProbe() if workers else None)
+        own(self, "_hol", HeadOfLineProbe() if workers and (self._config.num_workers or 0) >= 2
+            else None)
+        own(self, "_stacks", StackSampler(window_s=stacks_window_s, rate_hz=stacks_rate_hz)
+            if stacks else None)
+        probe = WorkerProbe(inner.num_workers, run_start=self._run_start) \
+            if workers and inner is not None else None
+        own(self, "_workers", probe)
+        own(self, "_worker_note", None)
+        try:
+            target = _iterated_loader(loader, probe, self._stages, stacks)
+        except (WorkerProbeUnsupported, IteratorHookUnavailable) as err:
+            # Measure from the consumer side only, and say why in the report.
+            if probe is not None:
                 probe.close()
-        self._stacks: Optional[StackSampler] = None
-        if stacks:
-            self._stacks = StackSampler(window_s=stacks_window_s, rate_hz=stacks_rate_hz)
-            self._source = _opt_in_to_tracing(self._source, loader)
-        if self._stages is not None and not isinstance(self._source, DataLoader) \
-                and isinstance(getattr(self._source, "pipeline", None), list):
-            self._source = self._stages.instrument_pipeline(self._source)
+            own(self, "_workers", None)
+            own(self, "_worker_note", str(err))
+            try:
+                target = _iterated_loader(loader, None, self._stages, stacks)
+            except IteratorHookUnavailable:
+                target = loader
+        own(self, "_target", target)
+        own(self, "_substitutes", substitutes_of(_inner_dataloader(target)))
         backend = cuda_backend() if device else None
-        self._device = DeviceProbe(backend) if backend is not None else None
-        self._shared_memory = shared_memory_record()
-        self._containers = largest_containers(inner.dataset) if inner is not None else []
-        self._epochs = 0
-        self._probed_epochs = 0
-        self._host: Optional[HostProbe] = None
+        own(self, "_device", DeviceProbe(backend) if backend is not None else None)
+        own(self, "_shared_memory", shared_memory_record())
+        own(self, "_containers", largest_containers(inner.dataset) if inner is not None else [])
+        own(self, "_epochs", 0)
+        own(self, "_probed_epochs", 0)
+        own(self, "_host", None)
         if host:
             pids = self._workers.pid_to_worker if self._workers is not None else None
-            self._host = HostProbe(run_start=self._run_start, interval_s=host_interval_s,
-                                   pss_interval_s=max(memory_interval_s, host_interval_s),
-                                   pss_on_first_sight=False,
-                                   worker_ids=pids, clock=clock)
-        self._finalizer = weakref.finalize(self, _stop, self._host, self._workers, self._stacks,
-                                           self._stages)
-        self._rank: Optional[RankInfo] = None
-        self._sharding_cache: Optional[tuple[int, Optional[dict[str, Any]]]] = None
+            own(self, "_host", HostProbe(run_start=self._run_start, interval_s=host_interval_s,
+                                         pss_interval_s=max(memory_interval_s, host_interval_s),
+                                         pss_on_first_sight=False,
+                                         worker_ids=pids, clock=clock))
+        own(self, "_finalizer", weakref.finalize(self, _stop, self._host, self._workers,
+                                                 self._stacks, self._stages))
+        own(self, "_rank", None)
+        own(self, "_sharding_cache", None)
         self._current_rank()
-        self._last_gathered: Any = None
-        self._autosave = AutoSave(self, save) if save is not None else None
+        own(self, "_last_gathered", None)
+        own(self, "_autosave", AutoSave(self, save) if save is not None else None)
 
     def __iter__(self) -> Iterator[Any]:
         if self._host is not None:
             self._host.start()
         if self._stacks is not None:
             self._stacks.start()
-        source = self._source
         if self._config.num_workers == 0 and self._workers is not None:
-            if self._time_production_this_epoch():
-                self._probed_epochs += 1
-            else:
-                source = self.loader  # same sampler and generator: the same batches
-        self._epochs += 1
+            timed = self._time_production_this_epoch()
+            self._workers.pause(not timed)
+            if timed:
+                object.__setattr__(self, "_probed_epochs", self._probed_epochs + 1)
+        object.__setattr__(self, "_epochs", self._epochs + 1)
         self._current_rank()
+        return self._consumer.open_epoch(self._open_iterator, fixed_batches(self.loader))
+
+    def _open_iterator(self) -> Iterator[Any]:
+        """The epoch's iterator over the iterated loader, observed by the head-of-line and
+        device probes when they are on (each a plain iterator class: exceptions pass through
+        and iteration goes on after them)."""
+        iterator = iter(self._target)
         if self._hol is not None:
-            source = ObservedSource(source, self._hol)
+            iterator = self._hol.observe(iterator)
         if self._device is not None:
-            return self._consumer.iterate(self._device.iterate(source), fixed_batches(self.loader))
-        return self._consumer.iterate(source, fixed_batches(self.loader))
+            iterator = self._device.iterate(iterator)
+        return iterator
 
     def _time_production_this_epoch(self) -> bool:
         """With ``num_workers=0`` the probe runs inside ``next()`` in the main process, where
@@ -293,13 +329,29 @@ class WrappedLoader:
         return sum(r.busy_s for r in records) / batches >= FAST_BATCH_S
 
     def __len__(self) -> int:
-        return len(self.loader)
+        return len(self._target)
 
     def __getattr__(self, name: str) -> Any:
-        # Only called for names the wrapper lacks: everything else is the loader's.
-        if name.startswith("__") or name in ("loader", "_consumer"):
+        # Only called for names the wrapper lacks: everything else is the iterated loader's.
+        if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return getattr(self.loader, name)
+        try:
+            target = object.__getattribute__(self, "_target")
+        except AttributeError:  # not yet initialised
+            raise AttributeError(name) from None
+        return getattr(target, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in WrappedLoader.__slots__:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._target, name, value)  # raises as the loader raises
+
+    def __delattr__(self, name: str) -> None:
+        if name in WrappedLoader.__slots__:
+            object.__delattr__(self, name)
+        else:
+            delattr(self._target, name)
 
     def __repr__(self) -> str:
         return f"pipecheck.wrap({self.loader!r})"
@@ -320,14 +372,23 @@ class WrappedLoader:
             self._stacks.stop()
             stacks = self._stacks.snapshot()
         host = self._host.snapshot() if self._host is not None else None
+        consumer = self._consumer.snapshot()
         workers = self._workers.snapshot() if self._workers is not None else []
+        note = self._worker_note
         if self._workers is None:
             probe = "none"
+        elif self._substitutes is not None and self._substitutes.calls == 0 \
+                and consumer.batches > 0:
+            probe, workers = "none", []
+            note = (f"{type(_inner_dataloader(self.loader)).__qualname__} does not build its "
+                    "iterators through torch's DataLoader._get_iterator(), so pipecheck "
+                    "cannot time inside its workers")
         else:
             probe = "workers" if (self._config.num_workers or 0) > 0 else "main-process"
         return RunRecord(kind="wrap", created=self._created, environment=collect_environment(),
-                         loader=self._config, consumer=self._consumer.snapshot(),
-                         workers=workers, worker_probe=probe, host=host,
+                         loader=self._config, consumer=consumer,
+                         workers=workers, worker_probe=probe, worker_probe_note=note,
+                         host=host,
                          probed_epochs=self._probed_epochs if probe == "main-process" else None,
                          shared_memory=self._shared_memory,
                          dataset_containers=list(self._containers), stacks=stacks,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import copy
 import os
 import pickle
 import signal
@@ -180,18 +181,29 @@ def _len_or_error(loader):
         return TypeError
 
 
-def test_proxy_has_the_wrapped_dataset_shape(make_probe):
+def test_timed_dataset_has_the_wrapped_dataset_shape(make_probe):
     probe = make_probe(0)
-    # torch's fetcher treats a None __getitems__ as absent
-    assert getattr(probe.instrument(DataLoader(SleepDataset(4, 0))).dataset, "__getitems__",
-                   None) is None
-    assert hasattr(probe.instrument(DataLoader(GetitemsDataset(4))).dataset, "__getitems__")
-    unsized_proxy = probe.instrument(DataLoader(UnsizedDataset(), sampler=[0])).dataset
-    assert not hasattr(unsized_proxy, "__len__")
-    iterable_proxy = probe.instrument(DataLoader(PlainRange(0, 4))).dataset
-    assert isinstance(iterable_proxy, IterableDataset) and not hasattr(iterable_proxy, "__len__")
-    map_proxy = probe.instrument(DataLoader(SleepDataset(4, 0))).dataset
-    assert not isinstance(map_proxy, IterableDataset) and len(map_proxy) == 4
+    timed = probe.timed_dataset
+    assert not hasattr(timed(SleepDataset(4, 0)), "__getitems__")
+    assert hasattr(timed(GetitemsDataset(4)), "__getitems__")
+    assert not hasattr(timed(UnsizedDataset()), "__len__")
+    iterable = timed(PlainRange(0, 4))
+    assert isinstance(iterable, (IterableDataset, PlainRange)) and not hasattr(iterable, "__len__")
+    map_style = timed(SleepDataset(4, 0))
+    assert isinstance(map_style, SleepDataset) and not isinstance(map_style, IterableDataset)
+    assert len(map_style) == 4 and repr(map_style).startswith("<")
+    assert type(map_style).__name__ == "SleepDataset"
+
+
+def test_dataset_without_dict_gets_a_forwarding_proxy(make_probe):
+    samples = [torch.tensor([i]) for i in range(6)]
+    proxy = make_probe(0).timed_dataset(samples)
+    assert len(proxy) == 6 and torch.equal(proxy[2], samples[2])
+    probe = make_probe(0)
+    batches = list(probe.instrument(DataLoader(samples, batch_size=3)))
+    assert [b.tolist() for b in batches] == [[[0], [1], [2]], [[3], [4], [5]]]
+    (record,) = probe.snapshot()
+    assert (record.batches, record.samples) == (2, 6)
 
 
 def test_getitems_is_used_and_counted_per_sample(make_probe):
@@ -204,22 +216,23 @@ def test_getitems_is_used_and_counted_per_sample(make_probe):
     assert [b.samples for b in record.recent] == [4, 4, 2]
 
 
-def test_proxy_forwards_attributes_and_pickles(make_probe):
+def test_timed_dataset_shares_attributes_pickles_and_copies(make_probe):
     dataset = SleepDataset(5, 0.0)
-    proxy = make_probe(0).instrument(DataLoader(dataset)).dataset
-    assert proxy.sleep_s == 0.0
-    proxy.sleep_s = 0.001  # writes reach the wrapped dataset (worker_init_fn sharding relies on it)
+    twin = make_probe(0).timed_dataset(dataset)
+    assert twin.sleep_s == 0.0
+    twin.sleep_s = 0.001  # writes reach the user's dataset (worker_init_fn sharding relies on it)
     assert dataset.sleep_s == 0.001
+    dataset.extra = "x"  # and the other way round
+    assert twin.extra == "x"
     with pytest.raises(AttributeError):
-        proxy.no_such_attribute
+        twin.no_such_attribute
 
-    copied = pickle.loads(pickle.dumps(proxy))
-    assert type(copied) is type(proxy)
+    copied = pickle.loads(pickle.dumps(twin))  # as spawn workers receive it
+    assert type(copied).__name__ == "SleepDataset" and isinstance(copied, SleepDataset)
     assert copied.n == 5 and len(copied) == 5 and torch.equal(copied[3], torch.tensor([3]))
-    # An instance that was never initialised (as during unpickling) must not recurse.
-    bare = type(proxy).__new__(type(proxy))
-    with pytest.raises(AttributeError):
-        bare.n
+    shallow, deep = copy.copy(twin), copy.deepcopy(twin)
+    shallow.sleep_s = deep.sleep_s = 0.5  # copies are copies: the original keeps its value
+    assert dataset.sleep_s == 0.001 and isinstance(deep, SleepDataset)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,10 +474,11 @@ def test_original_loader_is_untouched(make_probe):
     original_iterator = loader._iterator
     clone = make_probe(2).instrument(loader)
 
-    assert clone is not loader and type(clone) is type(loader)
+    assert clone is not loader and isinstance(clone, type(loader))
     assert loader.dataset is dataset and loader.collate_fn is collate_fn
     assert loader._iterator is original_iterator and clone._iterator is None
-    assert clone.dataset is not dataset and clone.collate_fn is not collate_fn
+    # the copy's attributes read as the user's too: only its iterators see the timed ones
+    assert clone.dataset is dataset and clone.collate_fn is collate_fn
     assert clone.sampler is loader.sampler and clone.persistent_workers
     assert len(list(clone)) == len(list(loader)) == 2
 

@@ -55,6 +55,7 @@ def summarize_consumer(record: ConsumerRecord) -> ConsumerSummary:
         compute_time_s=quantiles(b.compute_s for b in record.timeline if b.compute_s is not None),
         status=record.status,
         error=record.error,
+        errors=record.errors,
     )
 
 

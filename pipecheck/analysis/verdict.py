@@ -107,7 +107,17 @@ def diagnose(
 
 def _status_finding(consumer: ConsumerSummary) -> Optional[Finding]:
     evidence = {"batches": consumer.batches, "wall_s": consumer.wall_s}
-    if consumer.status == "error" or consumer.error is not None:
+    if consumer.status != "error" and consumer.error is not None:
+        raised = consumer.errors or 1
+        return Finding(
+            kind="loader-error",
+            severity="warning",
+            message=f"The loader raised {raised} time{'s' if raised != 1 else ''} "
+            f"(last: {consumer.error}) and the loop went on past "
+            f"{'them' if raised != 1 else 'it'}; the batches that raised are not in the figures.",
+            evidence={**evidence, "error": consumer.error, "errors": raised},
+        )
+    if consumer.status == "error":
         return Finding(
             kind="loader-error",
             severity="critical",

@@ -19,18 +19,41 @@ _SCALAR = -1  # a 0-dim tensor/array: collation would have given it a batch dime
 
 
 def _leading_size(value: Any) -> Optional[int]:
-    shape = getattr(value, "shape", None)
-    if shape is None or isinstance(value, type):
-        return None
+    # Any exception: a nested tensor raises RuntimeError on .shape, custom objects anything.
     try:
+        shape = getattr(value, "shape", None)
+        if shape is None or isinstance(value, type):
+            return None
         return int(shape[0]) if len(shape) else _SCALAR
-    except (TypeError, IndexError):
+    except Exception:
         return None
 
 
 def count_samples(batch: Any) -> int:
     """Samples in ``batch`` (>= 0): the shared leading size of its top-level tensors/arrays,
-    ``len()`` of a list of plain items, 1 otherwise. Never raises."""
+    ``len()`` of a list of plain items, 1 otherwise (also for anything it cannot read, such as
+    a nested tensor or an object whose ``len()`` raises). Never raises."""
+    try:
+        return _count_samples(batch)
+    except Exception:
+        return 1
+
+
+def guarded(counter: Callable[[Any], Any], default: int) -> Callable[[Any], int]:
+    """``counter`` made safe for the training loop: its result as an ``int``, or ``default``
+    when it raises or returns something that is not a number >= 0."""
+
+    def count(batch: Any) -> int:
+        try:
+            value = int(counter(batch))
+        except Exception:
+            return default
+        return value if value >= 0 else default
+
+    return count
+
+
+def _count_samples(batch: Any) -> int:
     size = _leading_size(batch)
     if size is not None:
         return 1 if size == _SCALAR else size
@@ -76,14 +99,14 @@ def counter_for(first_batch: Any) -> SampleCounter:
 def _count_leading(batch: Any) -> int:
     try:
         return batch.shape[0]
-    except (AttributeError, IndexError, TypeError):
+    except Exception:
         return count_samples(batch)
 
 
 def _count_first_leading(batch: Any) -> int:
     try:
         return batch[0].shape[0]
-    except (AttributeError, IndexError, KeyError, TypeError):
+    except Exception:
         return count_samples(batch)
 
 
@@ -104,12 +127,18 @@ def token_counter_for(batch: Any) -> Optional[TokenCounter]:
 
 
 def _masked_tokens(batch: Any) -> int:
-    return int(batch["attention_mask"].sum())
+    try:
+        return int(batch["attention_mask"].sum())
+    except Exception:  # a later batch of another shape: count nothing rather than fail
+        return 0
 
 
 def _all_tokens(batch: Any) -> int:
-    ids = batch["input_ids"]
-    return int(ids.numel()) if hasattr(ids, "numel") else int(ids.size)
+    try:
+        ids = batch["input_ids"]
+        return int(ids.numel()) if hasattr(ids, "numel") else int(ids.size)
+    except Exception:
+        return 0
 
 
 _NBYTES_MAX_ITEMS = 10_000
@@ -126,7 +155,10 @@ def batch_nbytes(batch: Any) -> Optional[int]:
     while stack and seen < _NBYTES_MAX_ITEMS:
         value = stack.pop()
         seen += 1
-        nbytes = getattr(value, "nbytes", None)  # torch.Tensor and numpy.ndarray both have it
+        try:  # torch.Tensor and numpy.ndarray both have it; odd objects may raise
+            nbytes = getattr(value, "nbytes", None)
+        except Exception:
+            continue
         if isinstance(nbytes, int) and not isinstance(value, type):
             total += nbytes
             found = True

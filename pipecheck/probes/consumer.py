@@ -20,20 +20,18 @@ from __future__ import annotations
 import threading
 import time
 from array import array
-from typing import Any, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
 from .._clock import Clock, monotonic
 from ..records import BatchTiming, ConsumerRecord, EpochTiming
 from .batches import (SampleCounter, TokenCounter, batch_nbytes, count_samples, counter_for,
-                      token_counter_for)
+                      guarded, token_counter_for)
 
 CPU_SAMPLE_EVERY = 64
 """Read the process CPU clock on one batch in this many (dividing ``FOLD_BATCHES``, so a fold
 always falls on a sampled batch)."""
-
-_PLAIN_BATCHES = range(CPU_SAMPLE_EVERY - 1)  # the unsampled batches between two sampled ones
 
 FOLD_BATCHES = 4096
 """Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""
@@ -101,7 +99,7 @@ class _Epoch:
     """One pass: folded counters plus the batches buffered since the last fold."""
 
     __slots__ = ("epoch", "started", "base_index", "batches", "samples", "wait", "compute",
-                 "last", "first", "ended", "marks", "sizes", "fixed", "last_wait")
+                 "last", "first", "ended", "marks", "sizes", "fixed", "last_wait", "dropped_at")
 
     def __init__(self, epoch: int, started: float, base_index: int,
                  fixed: Optional[FixedBatches]) -> None:
@@ -119,6 +117,7 @@ class _Epoch:
         self.marks = array("d")  # entered, left per buffered batch
         self.sizes = array("q")  # samples per buffered batch (unless fixed)
         self.fixed = fixed
+        self.dropped_at: Optional[float] = None  # when its iterator was dropped mid-epoch
 
     def chunk(self, next_entered: Optional[float]) -> _Chunk:
         return _Chunk(self.marks, self.sizes, next_entered, self.fixed, self.samples)
@@ -170,122 +169,95 @@ class ConsumerProbe:
         self.batch_bytes: Optional[int] = None
         self._cpu = [0.0, 0.0, 0.0, 0.0]  # wait wall, wait cpu, compute wall, compute cpu
         self._error: Optional[str] = None
+        self.errors = 0  # next() calls that raised
         self._interrupted = False
 
     # -- hot path ------------------------------------------------------------------------------
 
     def iterate(self, source: Iterable[Any],
-                fixed: Optional[FixedBatches] = None) -> Iterator[Any]:
-        """One epoch over ``source`` (a generator; nothing runs until the first ``next()``).
-        ``fixed``: batch sizes known up front (ignored when a ``samples`` counter was given)."""
-        clock = self._clock
-        cpu_clock = self._cpu_clock
-        cpu = self._cpu
+                fixed: Optional[FixedBatches] = None) -> "EpochIterator":
+        """One epoch over ``source``: ``iter(source)`` runs now, as it would unwrapped (worker
+        start-up, a dataset's ``__iter__`` errors and warnings happen here), and its time is part
+        of the first batch's wait. ``fixed``: batch sizes known up front (ignored when a
+        ``samples`` counter was given). See :class:`EpochIterator`."""
+        return EpochIterator(self, lambda: iter(source), fixed)
+
+    def open_epoch(self, open_iterator: Callable[[], Iterator[Any]],
+                   fixed: Optional[FixedBatches] = None) -> "EpochIterator":
+        """Like :meth:`iterate`, with ``open_iterator()`` making the epoch's iterator (a
+        caller that layers other observers over the source's iterator)."""
+        return EpochIterator(self, open_iterator, fixed)
+
+    def _begin_epoch(self, fixed: Optional[FixedBatches]) -> _Epoch:
         if self._user_samples is not None:
             fixed = None
         with self._lock:
+            self._close_dropped()
             base = sum(e.batches + e.buffered() for e in self._epochs)
-            epoch = _Epoch(len(self._epochs), clock(), base, fixed)
+            epoch = _Epoch(len(self._epochs), self._clock(), base, fixed)
             self._epochs.append(epoch)
-        marks = epoch.marks
-        add_mark = marks.append
-        add_size = epoch.sizes.append
-        count = None if fixed is not None else self._count_samples
-        tokens = self._count_tokens
-        left = entered = epoch.started  # iter() (worker start-up) is part of the first wait
-        try:
-            iterator = iter(source)
-            while True:
-                # One sampled batch (process CPU clock; fold when the buffer is full) ...
-                if len(marks) >> 1 == FOLD_BATCHES:
-                    self._fold(epoch, entered)
-                before = cpu_clock()
-                batch = next(iterator)
-                left = clock()
-                cpu_mark = cpu_clock()
-                cpu[0] += left - entered
-                cpu[1] += cpu_mark - before
-                add_mark(entered)
-                add_mark(left)
-                if not self._primed:
-                    self._first_batch(batch)
-                if count is not None:
-                    count = self._count_samples  # specialised by the run's first batch
-                    add_size(count(batch))
-                tokens = self._count_tokens
-                if tokens is not None:
-                    self.tokens = (self.tokens or 0) + int(tokens(batch))
-                yield batch
-                entered = clock()
-                cpu[2] += entered - left
-                cpu[3] += cpu_clock() - cpu_mark
-                # ... then the plain ones: nothing on this path but what each batch needs.
-                if count is None and tokens is None:  # batch sizes known up front
-                    for _ in _PLAIN_BATCHES:
-                        batch = next(iterator)
-                        left = clock()
-                        add_mark(entered)
-                        add_mark(left)
-                        yield batch
-                        entered = clock()
-                    continue
-                for _ in _PLAIN_BATCHES:
-                    batch = next(iterator)
-                    left = clock()
-                    add_mark(entered)
-                    add_mark(left)
-                    if count is not None:
-                        add_size(count(batch))
-                    if tokens is not None:
-                        self.tokens = (self.tokens or 0) + int(tokens(batch))
-                    yield batch
-                    entered = clock()
-        except StopIteration:
-            # The final next() (end-of-epoch tail, worker shutdown) is waiting too.
-            self._finish(epoch, entered, clock(), "exhausted")
-        except GeneratorExit:
-            # The consumer dropped the iterator (``break``): the last step ran until now.
-            now = clock()
-            self._finish(epoch, now, now, "break")
-            raise
-        except KeyboardInterrupt:
+        return epoch
+
+    def _close_dropped(self) -> None:
+        """Close every epoch whose iterator was dropped mid-epoch (``break``) since the last
+        look. Caller holds the lock. The iterator's ``__del__`` only notes the time: it may
+        run in any thread, even one inside this lock, so it takes none."""
+        for epoch in self._epochs:
+            if epoch.dropped_at is not None and epoch.ended == "running":
+                self._finish_locked(epoch, epoch.dropped_at, epoch.dropped_at, "break")
+
+    def _record_raise(self, epoch: _Epoch, entered: float, exc: BaseException) -> None:
+        """A ``next()`` that began at ``entered`` raised ``exc``: its time is waiting that
+        gave no batch, and the epoch stays open (the same iterator may go on, as torch's
+        does); it reads as ended by the error until a later ``next()`` returns a batch."""
+        end = self._clock()
+        self.errors += 1
+        if isinstance(exc, KeyboardInterrupt):
             self._interrupted = True
-            self._finish(epoch, entered, clock(), "interrupted")
-            raise
-        except BaseException as exc:
+            self._finish(epoch, entered, end, "interrupted")
+        else:
             self._error = _describe(exc)
-            self._finish(epoch, entered, clock(), "error")
-            raise
+            self._finish(epoch, entered, end, "error")
 
     def _first_batch(self, batch: Any) -> None:
-        """Picks the sample and token counters for the rest of the run from its first batch."""
+        """Picks the sample and token counters for the rest of the run from its first batch.
+        The user's counters are guarded (:func:`~pipecheck.probes.batches.guarded`): a batch
+        they cannot read counts as one sample and no tokens, never an exception."""
         self._primed = True
         self.batch_bytes = batch_nbytes(batch)  # once a run: for the /dev/shm headroom check
-        self._count_samples = self._user_samples or counter_for(batch)
-        self._count_tokens = self._user_tokens or token_counter_for(batch)
+        self._count_samples = (guarded(self._user_samples, 1) if self._user_samples
+                               else counter_for(batch))
+        try:
+            self._count_tokens = (guarded(self._user_tokens, 0) if self._user_tokens
+                                  else token_counter_for(batch))
+        except Exception:  # a mapping that raises on lookup: no token count
+            self._count_tokens = None
 
     # -- folding -------------------------------------------------------------------------------
 
     def _fold(self, epoch: _Epoch, next_entered: float) -> None:
         """Move the buffered batches into the counters and the timeline."""
         with self._lock:
-            chunk = epoch.chunk(next_entered)
-            rows = self._rows_of(epoch, chunk)
-            n = len(chunk.sizes)
-            if n:
-                if epoch.first is None and epoch.batches == 0:
-                    epoch.first = float(chunk.waits[0])
-                epoch.batches += n
-                epoch.samples += int(chunk.sizes.sum())
-                epoch.wait += float(chunk.waits.sum())
-                epoch.compute += float(np.nansum(chunk.computes))
-                epoch.last = chunk.last_left
-            del epoch.sizes[:]
-            del epoch.marks[:]
-            self._rows.extend(rows)
-            while len(self._rows) >= self._capacity:
-                self._stride *= 2
-                self._rows = [r for r in self._rows if r[0] % self._stride == 0]
+            self._fold_locked(epoch, next_entered)
+
+    def _fold_locked(self, epoch: _Epoch, next_entered: float) -> None:
+        chunk = epoch.chunk(next_entered)
+        rows = self._rows_of(epoch, chunk)
+        n = len(chunk.sizes)
+        if n:
+            if epoch.first is None and epoch.batches == 0:
+                epoch.first = float(chunk.waits[0])
+            epoch.batches += n
+            epoch.samples += int(chunk.sizes.sum())
+            epoch.wait += float(chunk.waits.sum())
+            epoch.compute += float(np.nansum(chunk.computes))
+            epoch.last = chunk.last_left
+        del epoch.sizes[:]
+        del epoch.marks[:]
+        self._rows.extend(rows)
+        while len(self._rows) >= self._capacity:
+            self._stride *= 2
+            self._rows = [r for r in self._rows if r[0] % self._stride == 0]
 
     def _rows_of(self, epoch: _Epoch, chunk: _Chunk) -> list[tuple]:
         """Timeline rows (every ``stride``-th run-wide batch index) of a chunk."""
@@ -301,7 +273,11 @@ class ConsumerProbe:
     def _finish(self, epoch: _Epoch, last_entered: float, end: float, how: str) -> None:
         """Close an epoch: fold what is buffered (the last batch's step ran until
         ``last_entered``) and count ``end - last_entered`` as wait (the final ``next()``)."""
-        self._fold(epoch, last_entered)
+        with self._lock:
+            self._finish_locked(epoch, last_entered, end, how)
+
+    def _finish_locked(self, epoch: _Epoch, last_entered: float, end: float, how: str) -> None:
+        self._fold_locked(epoch, last_entered)
         epoch.wait += max(0.0, end - last_entered) if how != "break" else 0.0
         if how == "exhausted":
             epoch.last_wait = max(0.0, end - last_entered)
@@ -313,6 +289,7 @@ class ConsumerProbe:
     def snapshot(self) -> ConsumerRecord:
         """A consistent copy of everything measured so far (buffered batches included)."""
         with self._lock:
+            self._close_dropped()
             rows = list(self._rows)
             stride = self._stride
             epoch_records = []
@@ -346,6 +323,7 @@ class ConsumerProbe:
             timeline_stride=stride,
             status=self._status(epoch_records),
             error=self._error,
+            errors=self.errors,
             sampled_wait_wall_s=self._cpu[0],
             sampled_wait_cpu_s=self._cpu[1],
             sampled_compute_wall_s=self._cpu[2],
@@ -359,7 +337,9 @@ class ConsumerProbe:
         self._interrupted = True
 
     def _status(self, epochs: list[EpochTiming]) -> str:
-        if self._error is not None:
+        # An error that the loop went on after (a skipped bad batch) does not make the run
+        # an error; ``errors`` and ``error`` still tell of it.
+        if any(e.ended == "error" for e in epochs):
             return "error"
         if self._interrupted:
             return "interrupted"
@@ -368,3 +348,122 @@ class ConsumerProbe:
         if any(e.ended == "running" for e in epochs):
             return "in-progress"
         return "complete"
+
+
+class EpochIterator:
+    """One epoch's iterator: yields the source iterator's batches unchanged, timing each
+    ``next()`` (wait) and the gap before the next call (compute) for its :class:`ConsumerProbe`.
+
+    It behaves as the iterator it wraps: exceptions pass through unchanged and the same
+    iterator goes on yielding the rest of the epoch afterwards (torch's DataLoader iterators
+    do); after the end, ``next()`` is passed straight on. A class rather than a generator for
+    exactly that, and so that nothing is printed when one is still alive at interpreter exit.
+    Dropping it mid-epoch (``break``) ends the epoch at that moment (``__del__``).
+    """
+
+    __slots__ = ("_probe", "_epoch", "_iterator", "_pending", "_count", "_tokens", "_done",
+                 "_raised", "_sampled_in", "_cpu_mark", "__weakref__")
+
+    def __init__(self, probe: ConsumerProbe, open_iterator: Callable[[], Iterator[Any]],
+                 fixed: Optional[FixedBatches]) -> None:
+        self._probe = probe
+        self._epoch = epoch = probe._begin_epoch(fixed)
+        self._pending: Optional[float] = epoch.started  # iter() is part of the first wait
+        self._done = False
+        self._raised = False
+        self._sampled_in = 1  # batches until the next CPU-clock sample (the first is one)
+        self._cpu_mark: Optional[tuple[float, float]] = None  # sampled batch's (left, cpu)
+        self._count: Optional[SampleCounter] = (None if epoch.fixed is not None
+                                                else probe._count_samples)
+        self._tokens: Optional[TokenCounter] = probe._count_tokens
+        try:
+            self._iterator = open_iterator()
+        except BaseException as exc:
+            self._done = True
+            probe._record_raise(epoch, epoch.started, exc)
+            raise
+
+    def __iter__(self) -> "EpochIterator":
+        return self
+
+    def __next__(self) -> Any:
+        if self._done:
+            return next(self._iterator)  # what the source does after its end
+        probe = self._probe
+        clock = probe._clock
+        entered = self._pending
+        if entered is None:
+            entered = clock()
+        else:
+            self._pending = None
+        epoch = self._epoch
+        countdown = self._sampled_in - 1
+        self._sampled_in = countdown
+        if countdown == CPU_SAMPLE_EVERY - 1 and self._cpu_mark is not None:
+            # the step after a sampled batch: its compute wall and CPU time
+            left_before, cpu_before = self._cpu_mark
+            self._cpu_mark = None
+            cpu = probe._cpu
+            cpu[2] += entered - left_before
+            cpu[3] += probe._cpu_clock() - cpu_before
+        if countdown:
+            try:
+                batch = next(self._iterator)
+            except BaseException as exc:
+                self._on_raise(entered, exc)
+                raise
+            left = clock()
+        else:  # one batch in CPU_SAMPLE_EVERY also reads the process CPU clock
+            self._sampled_in = CPU_SAMPLE_EVERY
+            if len(epoch.marks) >> 1 >= FOLD_BATCHES:
+                probe._fold(epoch, entered)
+            cpu_clock = probe._cpu_clock
+            cpu = probe._cpu
+            before = cpu_clock()
+            try:
+                batch = next(self._iterator)
+            except BaseException as exc:
+                self._on_raise(entered, exc)
+                raise
+            left = clock()
+            after = cpu_clock()
+            cpu[0] += left - entered
+            cpu[1] += after - before
+            self._cpu_mark = (left, after)
+        marks = epoch.marks
+        marks.append(entered)
+        marks.append(left)
+        if self._raised:
+            self._raised = False
+            epoch.ended = "running"  # the error did not end the epoch after all
+        if not probe._primed:
+            probe._first_batch(batch)
+            self._count = None if epoch.fixed is not None else probe._count_samples
+            self._tokens = probe._count_tokens
+        count = self._count
+        if count is not None:
+            epoch.sizes.append(count(batch))
+        tokens = self._tokens
+        if tokens is not None:
+            probe.tokens = (probe.tokens or 0) + tokens(batch)
+        return batch
+
+    def _on_raise(self, entered: float, exc: BaseException) -> None:
+        probe = self._probe
+        if isinstance(exc, StopIteration):
+            self._done = True
+            probe._finish(self._epoch, entered, probe._clock(), "exhausted")
+            return
+        self._raised = True
+        try:
+            probe._record_raise(self._epoch, entered, exc)
+        except Exception:  # bookkeeping must never replace the user's exception
+            pass
+
+    def __del__(self) -> None:
+        # Lock-free: may run in any thread (garbage collection), or at interpreter exit.
+        try:
+            if not self._done and self._epoch.ended == "running":
+                self._epoch.dropped_at = self._probe._clock()
+        except BaseException:
+            pass

@@ -106,21 +106,10 @@ class DeviceProbe:
         self._seen = 0
 
     def iterate(self, source: Iterable[Any]) -> Iterator[Any]:
-        """``source``'s items, each ``next()`` bracketed by events (when the pool allows)."""
-        iterator = iter(source)
-        while True:
-            pair = self._begin()
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                self._abandon(pair)
-                return
-            except BaseException:
-                self._abandon(pair)
-                raise
-            self._end(pair)
-            self._check_pinned(batch)
-            yield batch
+        """``source``'s items, each ``next()`` bracketed by events (when the pool allows).
+        ``iter(source)`` runs now; the returned iterator lets exceptions through and keeps
+        going after them, as the iterator it wraps does."""
+        return _EventTimedIterator(iter(source), self)
 
     def _begin(self) -> Optional[list]:
         with self._lock:
@@ -203,6 +192,31 @@ class DeviceProbe:
                 pinned_fraction=self._pinned / self._pinned_checked if self._pinned_checked
                 else None,
             )
+
+
+class _EventTimedIterator:
+    """An iterator over ``iterator`` that brackets each ``next()`` with ``probe``'s events."""
+
+    __slots__ = ("_iterator", "_probe")
+
+    def __init__(self, iterator: Iterator[Any], probe: DeviceProbe) -> None:
+        self._iterator = iterator
+        self._probe = probe
+
+    def __iter__(self) -> "_EventTimedIterator":
+        return self
+
+    def __next__(self) -> Any:
+        probe = self._probe
+        pair = probe._begin()
+        try:
+            batch = next(self._iterator)
+        except BaseException:  # StopIteration included: no batch to attribute
+            probe._abandon(pair)
+            raise
+        probe._end(pair)
+        probe._check_pinned(batch)
+        return batch
 
 
 def _is_pinned(batch: Any) -> Optional[bool]:

@@ -82,6 +82,13 @@ class HeadOfLineProbe:
             self.ready_later_sum += self._ready_later
             self.blocked_s_by_worker[worker] = self.blocked_s_by_worker.get(worker, 0.0) + wait_s
 
+    def observe(self, iterator: Any) -> Any:
+        """``iterator`` (a new epoch's) with each ``next()`` reported to this probe, or
+        ``iterator`` itself when the probe cannot attach to it (:meth:`attach`)."""
+        if not self.attach(iterator):
+            return iterator
+        return _ObservedIterator(iterator, self)
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready totals: ``status``, ``note``, ``waits``, ``wait_s``, ``blocked_waits``,
         ``blocked_wait_s`` (seconds waited while later batches were done),
@@ -97,22 +104,6 @@ class HeadOfLineProbe:
             "blocked_s_by_worker": {str(k): v
                                     for k, v in sorted(self.blocked_s_by_worker.items())},
         }
-
-
-class ObservedSource:
-    """An iterable over ``source`` whose iterator reports each ``next()`` to ``probe``.
-    ``iter()`` is lazy (the consumer probe times worker start-up inside it) and attaches the
-    probe to the new iterator; when it cannot attach, the plain iterator is returned."""
-
-    def __init__(self, source: Any, probe: HeadOfLineProbe) -> None:
-        self.source = source
-        self.probe = probe
-
-    def __iter__(self) -> Any:
-        iterator = iter(self.source)
-        if not self.probe.attach(iterator):
-            return iterator
-        return _ObservedIterator(iterator, self.probe)
 
 
 class _ObservedIterator:

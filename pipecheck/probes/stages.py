@@ -392,21 +392,17 @@ class StageProbe:
         os.environ[STAGE_DIR_ENV] = self.folder
         self._final: Optional[list[dict[str, Any]]] = None
 
-    def instrument_dataloader(self, loader: Any) -> Any:
-        """A copy of ``loader`` (a DataLoader) whose dataset's pipeline stages are timed, or
-        ``loader`` itself when its dataset is not a webdataset ``DataPipeline``."""
+    def timed_dataset(self, dataset: Any) -> Any:
+        """A copy of ``dataset`` whose webdataset pipeline stages are timed, or ``dataset``
+        itself when it is not a webdataset ``DataPipeline``. The copy is what a DataLoader's
+        workers iterate (see :func:`pipecheck._torch_compat.substitute_while_iterating`)."""
         import copy
 
-        dataset = loader.dataset
         if not isinstance(getattr(dataset, "pipeline", None), list):
-            return loader
+            return dataset
         timed = copy.copy(dataset)
         timed.pipeline = time_pipeline(list(dataset.pipeline), self.folder, "workers")
-        clone = copy.copy(loader)
-        # DataLoader.__setattr__ refuses `dataset` after init; the clone is ours to change.
-        object.__setattr__(clone, "dataset", timed)
-        clone._iterator = None  # never share the original's persistent workers
-        return clone
+        return timed
 
     def instrument_pipeline(self, pipeline: Any) -> Any:
         """A copy of ``pipeline`` (a ``WebLoader`` / ``DataPipeline`` run in this process)

@@ -41,6 +41,7 @@ from typing import Any, Callable, Optional
 import torch.utils.data
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from pipecheck._torch_compat import private_copy, substitute_while_iterating
 from pipecheck.errors import PipecheckError
 from pipecheck.probes import _ring
 from pipecheck.records import WorkerBatch, WorkerRecord
@@ -102,7 +103,7 @@ class _BatchAccumulator:
     is only known inside the worker (``get_worker_info()``).
     """
 
-    __slots__ = ("fetch_s", "samples", "attached", "writer", "area")
+    __slots__ = ("fetch_s", "samples", "attached", "writer", "area", "busy")
 
     def __init__(self, area: _SharedArea) -> None:
         self.area = area
@@ -110,6 +111,9 @@ class _BatchAccumulator:
         self.samples = 0
         self.attached = False
         self.writer: Optional[_ring.SlotWriter] = None
+        # 1 while a timed fetch runs (a dataset method calling another, e.g. __getitems__
+        # calling self[i], is timed once) and while paused (num_workers=0 epochs not timed).
+        self.busy = 0
 
     def attach(self) -> None:
         """Open this process's slot and register its pid. Silent (no writer) when this
@@ -171,6 +175,7 @@ class _BatchAccumulator:
         self.fetch_s = 0.0
         self.samples = 0
         self.attached = False
+        self.busy = 0
         writer, self.writer = self.writer, None
         if writer is not None:
             try:
@@ -201,14 +206,153 @@ os.register_at_fork(after_in_child=_forget_parent_state)
 
 
 # ---------------------------------------------------------------------------------------------
-# Dataset proxies (one class per shape, so hasattr() answers as it would on the wrapped dataset)
+# Timed datasets: a subclass of the user's dataset class sharing the instance's attributes
+# ---------------------------------------------------------------------------------------------
+
+
+def _timed_methods(base: type, acc: _BatchAccumulator) -> dict[str, Any]:
+    """The methods a timed subclass of ``base`` overrides: ``__iter__`` for an
+    ``IterableDataset`` (``iter()`` and every ``next()`` are fetch time), else ``__getitem__``
+    and, when ``base`` has one, ``__getitems__`` (torch then fetches a batch at once)."""
+    if issubclass(base, IterableDataset):
+        base_iter = base.__iter__
+
+        def __iter__(self: Any) -> Any:
+            if acc.busy:
+                return base_iter(self)
+            if not acc.attached:
+                acc.attach()
+            # Samples still pending here were fetched but never collated (a partial batch
+            # dropped by drop_last in a persistent worker's previous pass): busy time.
+            acc.flush_unbatched()
+            start = perf_counter()
+            try:
+                iterator = base_iter(self)
+            finally:
+                acc.fetch_s += perf_counter() - start
+            return _TimedIterator(iterator, acc)
+
+        return {"__iter__": __iter__}
+    base_getitem = base.__getitem__
+
+    def __getitem__(self: Any, index: Any) -> Any:
+        if acc.busy:
+            return base_getitem(self, index)
+        if not acc.attached:
+            acc.attach()
+        acc.busy = 1
+        start = perf_counter()
+        try:
+            item = base_getitem(self, index)
+        except BaseException:
+            acc.busy = 0
+            acc.fetch_failed(start)
+            raise
+        acc.busy = 0
+        acc.fetch_s += perf_counter() - start
+        acc.samples += 1
+        return item
+
+    methods: dict[str, Any] = {"__getitem__": __getitem__}
+    base_getitems = getattr(base, "__getitems__", None)
+    if base_getitems:  # torch's fetcher: hasattr(dataset, "__getitems__") and it is truthy
+
+        def __getitems__(self: Any, indices: Any) -> Any:
+            if acc.busy:
+                return base_getitems(self, indices)
+            if not acc.attached:
+                acc.attach()
+            acc.busy = 1
+            start = perf_counter()
+            try:
+                items = base_getitems(self, indices)
+            except BaseException:
+                acc.busy = 0
+                acc.fetch_failed(start)
+                raise
+            acc.busy = 0
+            acc.fetch_s += perf_counter() - start
+            acc.samples += len(indices)
+            return items
+
+        methods["__getitems__"] = __getitems__
+    return methods
+
+
+_timed_classes: dict[tuple[type, str], type] = {}
+
+
+def _timed_class(base: type, key: str, area: _SharedArea) -> type:
+    """The timed subclass of dataset class ``base`` for probe ``key`` (one per pair, per
+    process). It keeps ``base``'s name, module and docstring, so ``isinstance`` checks, reprs
+    and error messages read as they would. Raises ``TypeError`` when ``base`` cannot be
+    subclassed so (final or C-layout classes)."""
+    cls = _timed_classes.get((base, key))
+    if cls is None:
+        acc = _accumulator_for(key, area)
+        namespace = _timed_methods(base, acc)
+        namespace.update({
+            "__slots__": ("_pipecheck_original",),
+            "__reduce_ex__": _reduce_timed, "__copy__": _copy_timed,
+            "__deepcopy__": _deepcopy_timed,
+            "_pipecheck_key": key, "_pipecheck_area": area,
+            "__module__": base.__module__, "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__})
+        cls = type(base)(base.__name__, (base,), namespace)
+        _timed_classes[(base, key)] = cls
+    return cls
+
+
+def _make_timed(original: Any, key: str, area: _SharedArea) -> Any:
+    """A timed twin of ``original``: an instance of :func:`_timed_class` whose ``__dict__`` IS
+    ``original``'s, so every attribute read or written on either is the same (torch's own
+    example shards an ``IterableDataset`` by setting attributes on
+    ``get_worker_info().dataset`` in ``worker_init_fn``, and that object is the twin).
+    Raises ``TypeError`` for datasets without a replaceable ``__dict__``."""
+    cls = _timed_class(type(original), key, area)
+    twin = object.__new__(cls)
+    twin.__dict__ = original.__dict__
+    twin._pipecheck_original = original
+    return twin
+
+
+def _reduce_timed(self: Any, protocol: int) -> tuple:
+    # Pickled for spawn / forkserver workers: the user's object pickles by its own rules.
+    return (_make_timed, (self._pipecheck_original, self._pipecheck_key, self._pipecheck_area))
+
+
+def _copy_timed(self: Any) -> Any:
+    return _make_timed(copy.copy(self._pipecheck_original), self._pipecheck_key,
+                       self._pipecheck_area)
+
+
+def _deepcopy_timed(self: Any, memo: dict) -> Any:
+    return _make_timed(copy.deepcopy(self._pipecheck_original, memo), self._pipecheck_key,
+                       self._pipecheck_area)
+
+
+def timed_dataset(dataset: Any, key: str, area: _SharedArea) -> Any:
+    """``dataset`` timed for probe ``key``: its timed twin (:func:`_make_timed`), or, for a
+    dataset with no ``__dict__`` to share (a list, a NumPy array, a slotted class), a
+    forwarding proxy (which ``isinstance`` checks on the dataset's class do not see through)."""
+    if isinstance(getattr(dataset, "__dict__", None), dict):
+        try:
+            return _make_timed(dataset, key, area)
+        except TypeError:
+            pass
+    return _proxy_class(dataset)(dataset, key, area)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forwarding proxies, for datasets without a __dict__ (one class per shape, so hasattr()
+# answers as it would on the wrapped dataset)
 # ---------------------------------------------------------------------------------------------
 
 _PROXY_PREFIX = "_pipecheck_"
 
 
 class _ProxyBase:
-    """Attribute behaviour shared by all dataset proxies.
+    """Attribute behaviour shared by all forwarding proxies.
 
     Reads of unknown attributes go to the wrapped dataset, and so do writes: torch's own
     example shards an ``IterableDataset`` by setting attributes on ``get_worker_info().dataset``
@@ -271,6 +415,8 @@ class _MapDatasetProxy(_ProxyBase, Dataset):
 
     def __getitem__(self, index: Any) -> Any:
         acc = self._pipecheck_acc
+        if acc.busy:
+            return self._pipecheck_wrapped[index]
         if not acc.attached:
             acc.attach()
         start = perf_counter()
@@ -289,6 +435,8 @@ class _BatchedMapDatasetProxy(_MapDatasetProxy):
 
     def __getitems__(self, indices: Any) -> Any:
         acc = self._pipecheck_acc
+        if acc.busy:
+            return self._pipecheck_wrapped.__getitems__(indices)
         if not acc.attached:
             acc.attach()
         start = perf_counter()
@@ -344,8 +492,10 @@ class _TimedIterator:
 class _IterableDatasetProxy(_ProxyBase, IterableDataset):
     """Iterable proxy: ``iter()`` and each ``next()`` count as fetch time."""
 
-    def __iter__(self) -> _TimedIterator:
+    def __iter__(self) -> Any:
         acc = self._pipecheck_acc
+        if acc.busy:
+            return iter(self._pipecheck_wrapped)
         if not acc.attached:
             acc.attach()
         # Samples still pending here were fetched but never collated (a partial batch dropped
@@ -388,6 +538,8 @@ class _TimedCollate:
 
     def __call__(self, batch: Any) -> Any:
         acc = self._acc
+        if acc.busy:
+            return self.collate_fn(batch)
         if not acc.attached:
             acc.attach()
         start = perf_counter()
@@ -415,6 +567,8 @@ def _release_area(key: str, area: mmap.mmap, path: str, owner_pid: int) -> None:
     accumulator = _accumulators.pop(key, None)
     if accumulator is not None:
         accumulator.disable()
+    for cached in [pair for pair in _timed_classes if pair[1] == key]:
+        del _timed_classes[cached]
     if os.getpid() != owner_pid:
         return
     area.close()
@@ -455,15 +609,10 @@ class WorkerProbe:
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _release_area, self._key, area, path, os.getpid())
 
-    def instrument(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
-        """Return a clone of ``loader`` whose dataset and ``collate_fn`` are timed.
-
-        The clone is a shallow copy (same class, sampler, generator, settings) without the
-        original's persistent-worker iterator; ``loader`` itself is not modified. Raises
-        ``ValueError`` if the loader's ``num_workers`` differs from the probe's, and
-        :class:`WorkerProbeUnsupported` for DataPipe datasets (torch seeds and shards those by
-        type, which a proxy would hide).
-        """
+    def check_supported(self, loader: torch.utils.data.DataLoader) -> None:
+        """Raise unless this probe can time ``loader``: ``ValueError`` if its ``num_workers``
+        differs from the probe's or the probe is closed, :class:`WorkerProbeUnsupported` for
+        DataPipe datasets (torch seeds and shards those by type, which a proxy would hide)."""
         if loader.num_workers != self.num_workers:
             raise ValueError(
                 f"loader has num_workers={loader.num_workers}, "
@@ -471,18 +620,38 @@ class WorkerProbe:
             )
         if not self._finalizer.alive:
             raise ValueError("this WorkerProbe is closed")
-        dataset = loader.dataset
-        if _DATAPIPE_TYPES and isinstance(dataset, _DATAPIPE_TYPES):
+        if _DATAPIPE_TYPES and isinstance(loader.dataset, _DATAPIPE_TYPES):
             raise WorkerProbeUnsupported(
-                f"per-worker timing does not support DataPipe datasets ({type(dataset).__name__})"
-            )
-        proxy = _proxy_class(dataset)(dataset, self._key, self._shared)
-        clone = copy.copy(loader)
-        # DataLoader.__setattr__ refuses `dataset` after init; the clone is ours to change.
-        object.__setattr__(clone, "dataset", proxy)
-        clone.collate_fn = _TimedCollate(loader.collate_fn, self._key, self._shared)
-        clone._iterator = None  # never share the original's persistent workers
+                "per-worker timing does not support DataPipe datasets "
+                f"({type(loader.dataset).__name__})")
+
+    def timed_dataset(self, dataset: Any) -> Any:
+        """``dataset`` with its fetches timed for this probe (see :func:`timed_dataset`)."""
+        return timed_dataset(dataset, self._key, self._shared)
+
+    def timed_collate(self, collate_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``collate_fn`` timed for this probe; each call that returns commits one batch."""
+        return _TimedCollate(collate_fn, self._key, self._shared)
+
+    def instrument(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
+        """Return a private copy of ``loader`` whose iterators fetch from the timed dataset and
+        collate with the timed ``collate_fn``
+        (:func:`pipecheck._torch_compat.substitute_while_iterating`): its ``dataset`` and
+        ``collate_fn`` attributes still read as the user's. ``loader`` itself is not modified.
+        Raises as :meth:`check_supported`, and
+        :class:`~pipecheck._torch_compat.IteratorHookUnavailable`."""
+        self.check_supported(loader)
+        clone = private_copy(loader)
+        substitute_while_iterating(clone, {
+            "dataset": self.timed_dataset(loader.dataset),
+            "collate_fn": self.timed_collate(loader.collate_fn)})
         return clone
+
+    def pause(self, paused: bool) -> None:
+        """Stop (``True``) or resume timing in this process, for ``num_workers=0`` loaders
+        whose batches are too fast to time every epoch; the timed dataset then costs one
+        attribute test per sample."""
+        _accumulator_for(self._key, self._shared).busy = 1 if paused else 0
 
     def snapshot(self) -> list[WorkerRecord]:
         """Exact counters for every worker id that has produced at least one batch, sorted by

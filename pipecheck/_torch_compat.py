@@ -1,0 +1,127 @@
+"""Every place pipecheck relies on a private part of ``torch.utils.data``, in one module.
+
+pipecheck measures a DataLoader without changing what it yields. Two things need torch
+internals, each checked here against the installed torch (2.1 to 2.13 are known to have them):
+
+* ``DataLoader._get_iterator()``: the one call through which ``DataLoader.__iter__`` (and the
+  subclasses of torchdata, MosaicML streaming and litdata, which call it through ``super()``)
+  builds an epoch's iterator. The iterator reads ``loader.dataset``, ``loader.collate_fn`` and
+  ``loader.worker_init_fn`` once, when it is built, and hands them to the workers.
+  :func:`substitute_while_iterating` hooks that call on a private copy of the user's loader, so
+  that only the iterator sees pipecheck's timed dataset and collate function: every attribute a
+  user or a library reads on the loader, before, during and after iteration, is their own.
+* ``DataLoader._iterator``: the persistent-workers iterator a loader keeps between epochs;
+  :func:`private_copy` clears it so that a copy never shares the user's workers.
+
+Head-of-line timing reads the multi-worker iterator's ``_task_info`` and ``_rcvd_idx``; those
+checks live with that probe (:mod:`pipecheck.probes.hol`), which turns itself off with a note
+when they are missing.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+ITERATOR_HOOK = "_get_iterator"
+"""The private DataLoader method every epoch's iterator is built by (torch >= 1.8)."""
+
+HAS_ITERATOR_HOOK = callable(getattr(DataLoader, ITERATOR_HOOK, None))
+"""Whether the installed torch builds iterators through :data:`ITERATOR_HOOK`."""
+
+
+class IteratorHookUnavailable(RuntimeError):
+    """This torch, or this loader class, builds no iterator through :data:`ITERATOR_HOOK`."""
+
+
+def private_copy(loader: DataLoader) -> DataLoader:
+    """A shallow copy of ``loader`` (same class, dataset, sampler, generator and settings) with
+    no persistent-workers iterator of its own yet: iterating it never touches the workers the
+    user's loader may already hold."""
+    clone = copy.copy(loader)
+    clone._iterator = None
+    return clone
+
+
+class IteratorSubstitutes:
+    """What a hooked loader's iterators are built with: ``values`` (attribute name -> value,
+    e.g. ``dataset``, ``collate_fn``, ``worker_init_fn``) in place of the loader's own, and
+    ``calls``, the iterators built so far (0 after iterating means the loader class builds
+    its iterators some other way, and nothing was measured inside them)."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = dict(values)
+        self.calls = 0
+
+
+_STATE_KEY = "_pipecheck_iterator_substitutes"
+
+_hooked_classes: dict[type, type] = {}
+
+
+def _hooked_class(base: type) -> type:
+    """A subclass of the loader class ``base`` whose ``_get_iterator`` applies the instance's
+    :class:`IteratorSubstitutes` around ``base``'s own (so ``isinstance`` checks on the loader
+    hold, and copies of the loader stay hooked the same way)."""
+    hooked = _hooked_classes.get(base)
+    if hooked is not None:
+        return hooked
+    build = getattr(base, ITERATOR_HOOK)
+
+    def _get_iterator(self: Any) -> Any:
+        state = self.__dict__
+        substitutes = state.get(_STATE_KEY)
+        if substitutes is None:
+            return build(self)
+        saved = {name: state[name] for name in substitutes.values if name in state}
+        # DataLoader.__setattr__ refuses `dataset` once initialised; this is pipecheck's copy.
+        state.update(substitutes.values)
+        try:
+            iterator = build(self)
+        finally:
+            for name in substitutes.values:
+                if name in saved:
+                    state[name] = saved[name]
+                else:
+                    state.pop(name, None)
+        substitutes.calls += 1
+        return iterator
+
+    hooked = type(base)(base.__name__, (base,), {
+        ITERATOR_HOOK: _get_iterator, "__module__": base.__module__,
+        "__qualname__": base.__qualname__,
+        "__doc__": base.__doc__})
+    _hooked_classes[base] = hooked
+    return hooked
+
+
+def substitute_while_iterating(loader: DataLoader,
+                               values: dict[str, Any]) -> IteratorSubstitutes:
+    """Make ``loader`` (pipecheck's own copy: see :func:`private_copy`) build each epoch's
+    iterator with ``values`` (attribute name -> value) in place of its own attributes; the
+    attributes anyone reads on the loader stay its own. Changes ``loader``'s class to a
+    subclass of it (:func:`_hooked_class`). Returns the substitutes record.
+
+    Raises:
+        IteratorHookUnavailable: the installed torch has no ``DataLoader._get_iterator``, or
+            the loader's class cannot be subclassed.
+    """
+    if not HAS_ITERATOR_HOOK:
+        raise IteratorHookUnavailable(
+            f"this torch's DataLoader has no {ITERATOR_HOOK}(): per-worker timing is off")
+    try:
+        hooked = _hooked_class(type(loader))
+        loader.__class__ = hooked
+    except TypeError as err:
+        raise IteratorHookUnavailable(
+            f"{type(loader).__qualname__} cannot be hooked: {err}") from None
+    substitutes = IteratorSubstitutes(values)
+    loader.__dict__[_STATE_KEY] = substitutes
+    return substitutes
+
+
+def substitutes_of(loader: Any) -> Any:
+    """The :class:`IteratorSubstitutes` of a hooked ``loader``, or ``None``."""
+    return getattr(loader, "__dict__", {}).get(_STATE_KEY)
