@@ -13,15 +13,19 @@ internals, each checked here against the installed torch (2.1 to 2.13 are known 
 * ``DataLoader._iterator``: the persistent-workers iterator a loader keeps between epochs;
   :func:`private_copy` clears it so that a copy never shares the user's workers.
 
-Head-of-line timing reads the multi-worker iterator's ``_task_info`` and ``_rcvd_idx``; those
-checks live with that probe (:mod:`pipecheck.probes.hol`), which turns itself off with a note
-when they are missing.
+* The multi-worker iterator's ``_task_info`` (batch index -> ``(worker_id,)`` while out,
+  ``(worker_id, data)`` once it arrived ahead of its turn), ``_rcvd_idx`` (the next batch to
+  return), ``_in_order`` and ``_num_workers``, which head-of-line timing reads at every
+  ``next()`` (:func:`head_of_line_unsupported`, :func:`awaited_batch`).
+
+Each function checks what it relies on and says so when it is missing; pipecheck then turns
+that probe off with a note instead of failing.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Optional
 
 from torch.utils.data import DataLoader
 
@@ -125,3 +129,24 @@ def substitute_while_iterating(loader: DataLoader,
 def substitutes_of(loader: Any) -> Any:
     """The :class:`IteratorSubstitutes` of a hooked ``loader``, or ``None``."""
     return getattr(loader, "__dict__", {}).get(_STATE_KEY)
+
+
+def head_of_line_unsupported(iterator: Any) -> Optional[str]:
+    """``None`` when ``iterator`` is an in-order multi-worker DataLoader iterator whose
+    head-of-line state :func:`awaited_batch` can read; else why not, as one line."""
+    if not isinstance(getattr(iterator, "_task_info", None), dict) or not isinstance(
+            getattr(iterator, "_rcvd_idx", None), int):
+        return ("this DataLoader iterator has no _task_info / _rcvd_idx (single-process "
+                "loading, or a torch version pipecheck does not know)")
+    if getattr(iterator, "_in_order", True) is False:
+        return "in_order=False: batches are not delivered in order"
+    if getattr(iterator, "_num_workers", 0) < 2:
+        return "fewer than 2 workers: no batch can overtake another"
+    return None
+
+
+def awaited_batch(iterator: Any) -> tuple[dict[int, tuple], int]:
+    """``(task_info, head)`` of a multi-worker iterator that
+    :func:`head_of_line_unsupported` accepted: its task table and the index of the batch the
+    next ``next()`` returns."""
+    return iterator._task_info, iterator._rcvd_idx

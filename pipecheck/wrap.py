@@ -28,8 +28,7 @@ import os
 import weakref
 from typing import Any, Callable, Iterator, Optional
 
-from torch.utils.data import BatchSampler, DataLoader
-from torch.utils.data._utils.collate import default_collate
+from torch.utils.data import BatchSampler, DataLoader, default_collate
 
 from . import _clock
 from .environment import collect_environment

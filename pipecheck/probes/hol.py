@@ -14,6 +14,8 @@ from __future__ import annotations
 from time import perf_counter
 from typing import Any, Optional
 
+from pipecheck._torch_compat import awaited_batch, head_of_line_unsupported
+
 
 class HeadOfLineProbe:
     """Per-batch head-of-line bookkeeping (two short calls per batch; the scan covers at most
@@ -37,18 +39,10 @@ class HeadOfLineProbe:
         """Follow ``iterator`` (a new epoch's). True when it is an in-order multi-worker
         iterator with the expected private state; otherwise the probe is off with a note."""
         self._iterator = None
-        task_info = getattr(iterator, "_task_info", None)
-        if not isinstance(task_info, dict) or not isinstance(
-                getattr(iterator, "_rcvd_idx", None), int):
-            self.status, self.note = "unavailable", (
-                "this DataLoader iterator has no _task_info / _rcvd_idx (single-process "
-                "loading, or a torch version pipecheck does not know)")
-            return False
-        if getattr(iterator, "_in_order", True) is False:
-            self.status, self.note = "off", "in_order=False: batches are not delivered in order"
-            return False
-        if getattr(iterator, "_num_workers", 0) < 2:
-            self.status, self.note = "off", "fewer than 2 workers: no batch can overtake another"
+        reason = head_of_line_unsupported(iterator)
+        if reason is not None:
+            self.status = "unavailable" if "_task_info" in reason else "off"
+            self.note = reason
             return False
         self._iterator = iterator
         self.status, self.note = "ok", None
@@ -59,8 +53,7 @@ class HeadOfLineProbe:
         iterator = self._iterator
         if iterator is None:
             return
-        info = iterator._task_info
-        head = iterator._rcvd_idx
+        info, head = awaited_batch(iterator)
         awaited = info.get(head)
         self._worker = awaited[0] if awaited else None
         # The awaited batch itself may have arrived already (out of turn, earlier): then
