@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import datetime
 import os
-import pathlib
-import re
 import socket
 from typing import Any, Optional
 
+from pipecheck.rank_files import rank_path as rank_path  # re-exported: its documented home
 from pipecheck.records import RankInfo, RankSummary, from_jsonable, to_jsonable
 
 DEFAULT_GATHER_TIMEOUT_S = 60.0
@@ -32,23 +31,7 @@ DEFAULT_GATHER_TIMEOUT_S = 60.0
 step-synchronous job's ranks reach ``report()`` within a step of each other; 60 s leaves room
 for an uneven last epoch without leaving a job hanging long after a rank died."""
 
-_RANK_SUFFIX = re.compile(r"\.rank(\d+)$")
 _groups: dict[int, tuple[Any, Any]] = {}
-
-
-def rank_path(path: str | os.PathLike[str], rank: int) -> pathlib.Path:
-    """The file rank ``rank`` (>= 0) saves to for ``path``: ``run.json`` -> ``run.rank1.json``,
-    ``out/run`` -> ``out/run.rank1``. A path already naming this rank is kept as it is.
-    Raises ``ValueError`` for a negative rank."""
-    if rank < 0:
-        raise ValueError(f"rank must be >= 0, got {rank}")
-    target = pathlib.Path(path)
-    suffix = target.suffix
-    stem = target.name[: -len(suffix)] if suffix else target.name
-    named = _RANK_SUFFIX.search(stem)
-    if named is not None and int(named.group(1)) == rank:
-        return target
-    return target.with_name(f"{stem}.rank{rank}{suffix}")
 
 
 def _dist() -> Any:

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import psutil
 
+from pipecheck._version import __version__
 from pipecheck.records import Environment
 
 
@@ -108,10 +109,7 @@ def _pipecheck_version() -> Optional[str]:
     try:
         return importlib.metadata.version("pipecheck")
     except importlib.metadata.PackageNotFoundError:  # running from a source tree
-        import pipecheck
-
-        version = getattr(pipecheck, "__version__", None)
-        return None if version is None else str(version)
+        return __version__
 
 
 def torch_has_in_order() -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from pipecheck.errors import BadInputError, ReportFormatError
+from pipecheck.rank_files import rank_path
 from pipecheck.records import (
     ConsumerSummary,
     DeviceRecord,
@@ -152,7 +153,7 @@ class Report:
         """Write the report as JSON to ``path`` atomically and return the path written.
 
         A report recorded under torch.distributed (``rank`` set) goes to its rank's own file,
-        ``run.json`` -> ``run.rank{N}.json`` (:func:`pipecheck.distributed.rank_path`), so every
+        ``run.json`` -> ``run.rank{N}.json`` (:func:`pipecheck.rank_files.rank_path`), so every
         rank can save to the same name without overwriting the others; ``per_rank=False``
         writes ``path`` exactly.
         The text goes to a temporary file in the same directory, is flushed to disk (``fsync``) and
@@ -162,8 +163,6 @@ class Report:
         """
         target = pathlib.Path(path)
         if per_rank and self.rank is not None:
-            from pipecheck.distributed import rank_path
-
             target = rank_path(target, self.rank.rank)
         from pipecheck._atomic import write_text_atomic
 

@@ -57,7 +57,7 @@ def test_several_reports_refuse_files_and_get_markdown_headings(saved, tmp_path,
     assert main(["report", str(saved), str(other), "--html", str(tmp_path / "x.html")]) == 2
     assert "--html takes a single report" in error_line(capsys)
     assert main(["report", str(saved), str(other), "--markdown"]) == 0
-    headings = [l for l in capsys.readouterr().out.splitlines() if l.startswith("## ")]
+    headings = [s for s in capsys.readouterr().out.splitlines() if s.startswith("## ")]
     assert headings == [f"## {saved}", f"## {other}"]
 
 

@@ -196,7 +196,7 @@ def test_a_wrapped_webdataset_records_its_ranks_shards(tmp_path, monkeypatch):
     import webdataset as wds
     from torch.utils.data import DataLoader
 
-    import pipecheck
+    import pipecheck.wrap
 
     wrap_module = sys.modules["pipecheck.wrap"]  # the package's `wrap` attribute is the function
     urls = _shards(tmp_path, 6)

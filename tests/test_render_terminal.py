@@ -201,10 +201,10 @@ def test_stress_sweep_is_rendered():
     start = lines.index("Stress sweep")
     body = lines[start:]
     # One column per setting that varies; each row holds its value; units in the headers.
-    assert any(l.split()[:3] == ["num_workers", "samples/s", "batches/s"] for l in body)
-    assert any(l.split()[:4] == ["2", "120", "3.75", "30.0%"] and "measured" in l
-               for l in body)
-    assert any(l.split()[:1] == ["4"] and "n/a" in l and "predicted" in l for l in body)
+    assert any(s.split()[:3] == ["num_workers", "samples/s", "batches/s"] for s in body)
+    assert any(s.split()[:4] == ["2", "120", "3.75", "30.0%"] and "measured" in s
+               for s in body)
+    assert any(s.split()[:1] == ["4"] and "n/a" in s and "predicted" in s for s in body)
     assert "best: num_workers=4" in " ".join(body)
 
 

@@ -8,13 +8,14 @@ memory. So among the measured trials with the fastest one's batch size and ``pin
 samples/s is at least ``fastest x (1 - tolerance)``, the recommendation is the first by: in
 order (``in_order`` not False), fewest workers, smallest ``prefetch_factor``, then faster.
 ``tolerance = max(the fastest trial's measured noise, MIN_WORTHWHILE_GAIN)``, the search's own
-stop threshold (:mod:`pipecheck.stress.search`).
+stop threshold (:mod:`pipecheck.stress.noise`).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from pipecheck.stress.noise import MIN_WORTHWHILE_GAIN, rate_noise_fraction
 from pipecheck.stress.trial import TrialResult
 
 
@@ -23,9 +24,6 @@ def cheapest_within_noise(best: TrialResult,
     """``(chosen, tolerance)``: the trial to recommend (``best`` itself when nothing cheaper
     ties with it) and the tolerance used (a fraction, 0-1). ``best`` must be a measured trial
     of ``trials``."""
-    # Imported here: the search module imports the runner, which imports this module.
-    from pipecheck.stress.search import MIN_WORTHWHILE_GAIN, rate_noise_fraction
-
     assert best.samples_per_s is not None
     tolerance = max(rate_noise_fraction(best.record) or 0.0, MIN_WORTHWHILE_GAIN)
     floor = best.samples_per_s * (1.0 - tolerance)

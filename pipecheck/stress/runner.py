@@ -11,19 +11,19 @@ trial blocks (use a named target when that matters).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
 from torch.utils.data import DataLoader
 
 from pipecheck.errors import BadInputError
+from pipecheck.stress.choice import cheapest_within_noise
+from pipecheck.stress.execute import Source as Source  # re-exported: stress and search use it
+from pipecheck.stress.execute import run_trial as run_trial  # re-exported for callers
 from pipecheck.stress.settings import StepTime, TrialConfig
-from pipecheck.stress.target import Factory, call_factory, load_factory, rebuild_loader
-from pipecheck.stress.tracker import BATCH_EVENT_INTERVAL_S, ProgressCallback, Tracker
-from pipecheck.stress.trial import TrialLimits, TrialResult, failed, measure
-
-Source = Union[str, Factory, DataLoader]
+from pipecheck.stress.target import call_factory, load_factory
+from pipecheck.stress.tracker import ProgressCallback, Tracker
+from pipecheck.stress.trial import TrialLimits, TrialResult
 
 @dataclass
 class Sweep:
@@ -49,8 +49,6 @@ class Sweep:
         """The measured trial to recommend and the tie tolerance (a fraction, 0-1): the
         cheapest within the noise of :meth:`best` (:mod:`pipecheck.stress.choice`); ``None``
         when none measured."""
-        from pipecheck.stress.choice import cheapest_within_noise
-
         best = self.best()
         return cheapest_within_noise(best, self.trials) if best is not None else None
 
@@ -164,49 +162,3 @@ def _changes(before: TrialConfig, after: TrialConfig) -> dict[str, list[Any]]:
     """Settings whose value differs, ``{name: [before, after]}`` in DataLoader keyword names."""
     old, new = before.to_dict(), after.to_dict()
     return {name: [old.get(name), new[name]] for name in new if old.get(name) != new[name]}
-
-
-def run_trial(source: Source, config: TrialConfig, limits: TrialLimits, *,
-              step: Optional[StepTime], timeout_s: float,
-              on_batches: Optional[Callable[[int], None]] = None) -> TrialResult:
-    """Measure one configuration: in a child process for a string ``source``, here otherwise
-    (module docstring). ``on_batches`` is called with the batches delivered so far, at most
-    every :data:`BATCH_EVENT_INTERVAL_S` seconds. Never raises for a failing target: the
-    result carries the error."""
-    from pipecheck.stress.isolate import run_isolated
-
-    if isinstance(source, str):
-        return run_isolated(source, config, limits, step=step, timeout_s=timeout_s,
-                            on_batches=on_batches)
-    return _run_here(source, config, limits, step, timeout_s, on_batches)
-
-
-def _run_here(source: Union[Factory, DataLoader], config: TrialConfig, limits: TrialLimits,
-              step: Optional[StepTime], timeout_s: float,
-              on_batches: Optional[Callable[[int], None]]) -> TrialResult:
-    try:
-        if isinstance(source, DataLoader):
-            loader = rebuild_loader(source, config, timeout_s=timeout_s)
-        else:
-            built = call_factory(source, config, name=getattr(source, "__name__", "factory"))
-            loader = rebuild_loader(built, config, timeout_s=timeout_s)
-    except BadInputError as err:
-        return failed(config, str(err))
-    return measure(loader, config, limits, step, _throttled(on_batches))
-
-
-def _throttled(on_batches: Optional[Callable[[int], None]]) -> Optional[Callable[[], None]]:
-    """A per-batch callback that counts batches and passes the count on at most every
-    :data:`BATCH_EVENT_INTERVAL_S` seconds."""
-    if on_batches is None:
-        return None
-    state = {"count": 0, "last": time.perf_counter()}
-
-    def on_batch() -> None:
-        state["count"] += 1
-        now = time.perf_counter()
-        if now - state["last"] >= BATCH_EVENT_INTERVAL_S:
-            state["last"] = now
-            on_batches(state["count"])
-
-    return on_batch

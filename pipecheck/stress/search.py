@@ -43,12 +43,11 @@ The reported best is always a measured trial (:meth:`pipecheck.stress.runner.Swe
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Optional, Sequence
 
 from pipecheck.environment import torch_has_in_order
-from pipecheck.records import RunRecord
 from pipecheck.stress.memory import skip_reason
+from pipecheck.stress.noise import MIN_WORTHWHILE_GAIN, rate_noise_fraction
 from pipecheck.stress.runner import Source, Sweep
 from pipecheck.stress.settings import (
     StepTime,
@@ -66,10 +65,6 @@ choice: beyond it worker start-up time and per-worker memory dominate on common 
 AUTO_PREFETCH_FACTORS = (2, 4)
 """``prefetch_factor`` values searched when none are given: torch's default and double it."""
 
-NOISE_BLOCKS = 4
-"""Contiguous blocks a trial's steady batches are cut into to estimate its rate's noise
-(pipecheck's choice: enough for a spread, each block still several batches at 20+ batches)."""
-
 CALIBRATION_LENGTH = 2
 """The ``num_workers=1`` calibration trial runs this many times the trial's batches and
 seconds. The model's worker CPU comes from the host sampler (0.5 s ticks), which misses up
@@ -77,11 +72,6 @@ to one tick of each worker's CPU at the end: on a 1-2 s trial that undercounts C
 work by a third or more (measured on the benchmark's CPU-bound pipeline: worker CPU fraction
 0.57 at 80 batches, 0.86 at 160), and the model then over-predicts scaling. pipecheck's
 choice, from that measurement."""
-
-MIN_WORTHWHILE_GAIN = 0.03
-"""Smallest predicted gain (fraction, 0-1) worth a trial even when the measured noise is lower
-(pipecheck's choice: below 3 % the model's own error, not the loader, decides the ranking)."""
-
 
 def auto_workers(cpus: Optional[int] = None) -> list[int]:
     """``0 .. min(max(8, 4 x cpus), MAX_AUTO_WORKERS)``: latency-bound loaders gain well past
@@ -105,33 +95,6 @@ def candidate_configs(prefetch_factors: Optional[Sequence[int]] = None, *,
         in_orders = [True, False] if torch_has_in_order() else [None]
     return sweep_configs(auto_workers(cpus), factors, persistent_workers=persistent_workers,
                          pin_memory=pin_memory, in_orders=in_orders, batch_sizes=batch_sizes)
-
-
-def rate_noise_fraction(record: Optional[RunRecord], blocks: int = NOISE_BLOCKS
-                        ) -> Optional[float]:
-    """Relative noise (fraction >= 0) of a trial's steady batches/s: 2 x the standard error of
-    the mean of per-block rates over their mean (module docstring). ``None`` when the record
-    holds fewer than ``2 x blocks`` steady timed batches or a block took no time."""
-    if record is None:
-        return None
-    firsts = {}
-    for timing in record.consumer.timeline:
-        firsts.setdefault(timing.epoch, timing.index)
-    loops = [t.wait_s + t.compute_s for t in record.consumer.timeline
-             if t.compute_s is not None and t.index != firsts[t.epoch]]
-    if blocks < 2 or len(loops) < 2 * blocks:
-        return None
-    size = len(loops) // blocks
-    rates = []
-    for b in range(blocks):
-        chunk = loops[b * size:(b + 1) * size]
-        total = sum(chunk)
-        if total <= 0:
-            return None
-        rates.append(len(chunk) / total)
-    mean = sum(rates) / blocks
-    std = math.sqrt(sum((r - mean) ** 2 for r in rates) / (blocks - 1))
-    return 2.0 * std / math.sqrt(blocks) / mean
 
 
 def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialLimits, *,

@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
+from pipecheck.stress.execute import BATCH_EVENT_INTERVAL_S as BATCH_EVENT_INTERVAL_S  # re-export
+from pipecheck.stress.execute import Source, run_trial
 from pipecheck.stress.settings import StepTime, TrialConfig
 from pipecheck.stress.trial import TrialLimits, TrialResult
-
-if TYPE_CHECKING:
-    from pipecheck.stress.runner import Source
-
-BATCH_EVENT_INTERVAL_S = 0.25
-"""Least seconds between two ``batch`` progress events of one trial (a display refreshes about
-this often; calling it per batch would cost fast loaders measurable time)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +74,7 @@ class Tracker:
     def budget_spent(self) -> bool:
         return self.elapsed_s() >= self.budget_s
 
-    def run(self, source: "Source", config: TrialConfig, limits: TrialLimits, *,
+    def run(self, source: Source, config: TrialConfig, limits: TrialLimits, *,
             step: Optional[StepTime], timeout_s: float, done: int) -> TrialResult:
         """Run one trial with ``start``, ``batch`` and ``done`` events around it."""
         trial_started = time.perf_counter()
@@ -88,8 +83,6 @@ class Tracker:
         def on_batches(count: int) -> None:
             self._send("batch", config, done, batches=count,
                        trial_elapsed_s=time.perf_counter() - trial_started)
-
-        from pipecheck.stress.runner import run_trial
 
         result = run_trial(source, config, limits, step=step, timeout_s=timeout_s,
                            on_batches=on_batches if self._progress is not None else None)
