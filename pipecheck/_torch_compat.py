@@ -117,8 +117,8 @@ def substitute_while_iterating(loader: DataLoader,
             f"this torch's DataLoader has no {ITERATOR_HOOK}(): per-worker timing is off")
     try:
         hooked = _hooked_class(type(loader))
-        loader.__class__ = hooked
-    except TypeError as err:
+        object.__setattr__(loader, "__class__", hooked)
+    except Exception as err:  # TypeError mostly: a layout or metaclass that refuses
         raise IteratorHookUnavailable(
             f"{type(loader).__qualname__} cannot be hooked: {err}") from None
     substitutes = IteratorSubstitutes(values)

@@ -16,9 +16,10 @@ import torch
 from torch.utils.data import DataLoader
 
 import pipecheck
-from transparency_datasets import (BadPairs, CheckingLoader, CountingLoader, LoudStream,
-                                   NestedBatches, Numbers, OwnIterLoader, nested_collate,
-                                   none_collate, opaque_collate, record_worker_dataset_class)
+from transparency_datasets import (BadPairs, CheckingLoader, CountingLoader, FrozenNumbers,
+                                   LoudStream, NestedBatches, NoSubclasses, Numbers,
+                                   OwnIterLoader, Slotted, nested_collate, none_collate,
+                                   opaque_collate, record_worker_dataset_class)
 
 WORKERS = [(0, None), (2, "fork"), (2, "spawn")]
 
@@ -208,4 +209,17 @@ def test_len_and_repeat_epochs_follow_the_iterated_loader():
     assert len(wrapped) == len(loader) == 3
     assert [len(list(wrapped)) for _ in range(2)] == [3, 3]
     assert torch.equal(next(iter(wrapped)), torch.tensor([0, 1, 2]))
+    wrapped.close()
+
+
+@pytest.mark.parametrize("dataset_class", [FrozenNumbers, NoSubclasses, Slotted])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_unusual_dataset_classes_are_timed_without_changing_batches(dataset_class, workers):
+    def make():
+        return DataLoader(dataset_class(8), batch_size=4, num_workers=workers)
+
+    wrapped = pipecheck.wrap(make(), host=False)
+    assert [b.tolist() for b in wrapped] == [b.tolist() for b in make()]
+    record = wrapped.record()
+    assert sum(w.samples for w in record.workers) == 8
     wrapped.close()

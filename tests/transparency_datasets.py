@@ -129,3 +129,38 @@ class OwnIterLoader(DataLoader):
     def __iter__(self):
         for index in range(len(self.dataset)):
             yield self.collate_fn([self.dataset[index]])
+
+
+@__import__("dataclasses").dataclass(frozen=True)
+class FrozenNumbers(Dataset):
+    """A frozen dataclass: its __setattr__ raises."""
+
+    n: int = 8
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+class NoSubclasses(Numbers):
+    """A class that refuses to be subclassed."""
+
+    def __init_subclass__(cls, **kwargs):
+        raise RuntimeError("final class")
+
+
+class Slotted(Dataset):
+    """No __dict__: pipecheck falls back to a forwarding proxy."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int = 8) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return index

@@ -311,8 +311,9 @@ def _make_timed(original: Any, key: str, area: _SharedArea) -> Any:
     Raises ``TypeError`` for datasets without a replaceable ``__dict__``."""
     cls = _timed_class(type(original), key, area)
     twin = object.__new__(cls)
-    twin.__dict__ = original.__dict__
-    twin._pipecheck_original = original
+    # object.__setattr__: a class with its own __setattr__ (a frozen dataclass) must not see it
+    object.__setattr__(twin, "__dict__", original.__dict__)
+    object.__setattr__(twin, "_pipecheck_original", original)
     return twin
 
 
@@ -338,7 +339,7 @@ def timed_dataset(dataset: Any, key: str, area: _SharedArea) -> Any:
     if isinstance(getattr(dataset, "__dict__", None), dict):
         try:
             return _make_timed(dataset, key, area)
-        except TypeError:
+        except Exception:  # TypeError mostly; a metaclass or __init_subclass__ may raise others
             pass
     return _proxy_class(dataset)(dataset, key, area)
 
