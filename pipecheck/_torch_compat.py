@@ -25,6 +25,7 @@ that probe off with a note instead of failing.
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import Any, Optional
 
 from torch.utils.data import DataLoader
@@ -62,6 +63,25 @@ class IteratorSubstitutes:
 
 _STATE_KEY = "_pipecheck_iterator_substitutes"
 
+
+def _build_with(loader: Any, substitutes: IteratorSubstitutes, build: Any) -> Any:
+    """``build(loader)`` (a ``_get_iterator``) with ``substitutes`` set in ``loader``'s
+    ``__dict__`` meanwhile (past ``DataLoader.__setattr__``'s guard); the loader's own values
+    are back before this returns or raises."""
+    state = loader.__dict__
+    saved = {name: state[name] for name in substitutes.values if name in state}
+    state.update(substitutes.values)
+    try:
+        iterator = build(loader)
+    finally:
+        for name in substitutes.values:
+            if name in saved:
+                state[name] = saved[name]
+            else:
+                state.pop(name, None)
+    substitutes.calls += 1
+    return iterator
+
 _hooked_classes: dict[type, type] = {}
 
 
@@ -75,23 +95,10 @@ def _hooked_class(base: type) -> type:
     build = getattr(base, ITERATOR_HOOK)
 
     def _get_iterator(self: Any) -> Any:
-        state = self.__dict__
-        substitutes = state.get(_STATE_KEY)
+        substitutes = self.__dict__.get(_STATE_KEY)
         if substitutes is None:
             return build(self)
-        saved = {name: state[name] for name in substitutes.values if name in state}
-        # DataLoader.__setattr__ refuses `dataset` once initialised; this is pipecheck's copy.
-        state.update(substitutes.values)
-        try:
-            iterator = build(self)
-        finally:
-            for name in substitutes.values:
-                if name in saved:
-                    state[name] = saved[name]
-                else:
-                    state.pop(name, None)
-        substitutes.calls += 1
-        return iterator
+        return _build_with(self, substitutes, build)
 
     hooked = type(base)(base.__name__, (base,), {
         ITERATOR_HOOK: _get_iterator, "__module__": base.__module__,
@@ -126,8 +133,14 @@ def substitute_while_iterating(loader: DataLoader,
     return substitutes
 
 
-def substitutes_of(loader: Any) -> Any:
-    """The :class:`IteratorSubstitutes` of a hooked ``loader``, or ``None``."""
+def substitutes_of(loader: Any, in_place: bool = False) -> Any:
+    """The :class:`IteratorSubstitutes` of a hooked ``loader`` (one registered in place with
+    ``in_place``), or ``None``."""
+    if in_place:
+        try:
+            return _in_place.get(loader)
+        except TypeError:  # unhashable or not weak-referenceable: never registered
+            return None
     return getattr(loader, "__dict__", {}).get(_STATE_KEY)
 
 
@@ -150,3 +163,38 @@ def awaited_batch(iterator: Any) -> tuple[dict[int, tuple], int]:
     :func:`head_of_line_unsupported` accepted: its task table and the index of the batch the
     next ``next()`` returns."""
     return iterator._task_info, iterator._rcvd_idx
+
+
+# -- in place: `pipecheck run` instruments the user's own loader objects ----------------------
+
+_in_place: "weakref.WeakKeyDictionary[Any, IteratorSubstitutes]" = weakref.WeakKeyDictionary()
+_patched_owners: set[type] = set()
+
+
+def register_in_place(loader: DataLoader, values: dict[str, Any]) -> IteratorSubstitutes:
+    """Make the user's own ``loader`` build its iterators with ``values`` substituted, without
+    copying it or changing its class: the class in its MRO that defines ``_get_iterator`` gets,
+    once, a version that looks the loader up in a weak registry (unregistered loaders build as
+    before). For ``pipecheck run``, where the program holds the loader itself.
+
+    Raises:
+        IteratorHookUnavailable: no class of the loader defines ``_get_iterator``.
+    """
+    owner = next((c for c in type(loader).__mro__ if ITERATOR_HOOK in vars(c)), None)
+    if owner is None:
+        raise IteratorHookUnavailable(
+            f"{type(loader).__qualname__} has no {ITERATOR_HOOK}(): per-worker timing is off")
+    if owner not in _patched_owners:
+        build = vars(owner)[ITERATOR_HOOK]
+
+        def _get_iterator(self: Any) -> Any:
+            substitutes = _in_place.get(self)
+            if substitutes is None:
+                return build(self)
+            return _build_with(self, substitutes, build)
+
+        setattr(owner, ITERATOR_HOOK, _get_iterator)
+        _patched_owners.add(owner)
+    substitutes = IteratorSubstitutes(values)
+    _in_place[loader] = substitutes
+    return substitutes

@@ -489,8 +489,66 @@ class ShardsCommand(Command):
         return EXIT_OK
 
 
+class RunCommand(Command):
+    """Run a training program unmodified, with every DataLoader it iterates measured.
+
+    COMMAND is the program and its arguments, after '--': 'python train.py --lr 0.1',
+    'train.py ...' or '-m package.train ...' (run with this Python), or a launcher such as
+    'torchrun --nproc-per-node 2 train.py' (each rank writes its own file; they are merged).
+    The program needs no change and no pipecheck import: every Python process the command
+    starts loads pipecheck's hook (through PYTHONPATH), and each DataLoader it iterates is
+    measured in place. When the program ends (normally, by an exception, Ctrl-C or SIGTERM)
+    the reports are printed, the loader that delivered the most batches (the training
+    loader) first; --json/--html/--trace take that one, and with --json the other loaders are
+    saved beside it as FILE's name plus .loader1, .loader2, ... The exit code is the
+    program's own.
+    """
+
+    name = "run"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("program", metavar="-- COMMAND", nargs=argparse.REMAINDER,
+                            help="the program to run and its arguments")
+        _add_output_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from pipecheck.launch import run_and_collect
+
+        code, loaders = run_and_collect(args.program)
+        if not loaders:
+            print(f"{PROG}: no report: the program iterated no DataLoader, or ended before "
+                  f"pipecheck could save (exit code {code})", file=sys.stderr)
+            return code
+        several = len(loaders) > 1
+        for i, loader in enumerate(loaders):
+            if i and (args.markdown or not args.quiet):
+                print()
+            if i == 0:
+                _emit(loader.report, args, title=_run_title(loader) if several else None)
+                continue
+            if args.json:
+                saved = loader.report.save(_numbered_path(args.json, i), per_rank=False)
+                if not args.quiet:
+                    print(f"{PROG}: {loader.label} report saved to {saved}", file=sys.stderr)
+            if args.markdown or not args.quiet:
+                quiet_copy = argparse.Namespace(**{**vars(args), "json": None, "html": None,
+                                                   "trace": None})
+                _emit(loader.report, quiet_copy, title=_run_title(loader))
+        return code
+
+
+def _run_title(loader: Any) -> str:
+    return f"{loader.label}: {loader.report.consumer.batches} batches"
+
+
+def _numbered_path(path: str, index: int) -> str:
+    """``run.json`` -> ``run.loader1.json``."""
+    root, extension = os.path.splitext(path)
+    return f"{root}.loader{index}{extension or '.json'}"
+
+
 COMMANDS: tuple[type[Command], ...] = (DemoCommand, ReportCommand, CheckCommand, StressCommand,
-                                       ShardsCommand)
+                                       ShardsCommand, RunCommand)
 
 
 def build_parser() -> argparse.ArgumentParser:

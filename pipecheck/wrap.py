@@ -40,8 +40,8 @@ from .probes.hol import HeadOfLineProbe
 from .probes.host import HostProbe
 from .probes.rank_shards import rank_shards
 from .probes.stacks import DEFAULT_RATE_HZ, DEFAULT_WINDOW_S, PtracerOptIn, StackSampler
-from ._torch_compat import IteratorHookUnavailable, private_copy, substitute_while_iterating, \
-    substitutes_of
+from ._torch_compat import IteratorHookUnavailable, private_copy, register_in_place, \
+    substitute_while_iterating, substitutes_of
 from .probes.stages import StageProbe
 from .probes.workers import WorkerProbe, WorkerProbeUnsupported
 from .autosave import AutoSave
@@ -154,7 +154,7 @@ def fixed_batches(loader: Any) -> Optional[FixedBatches]:
 
 
 def _iterated_loader(loader: Any, probe: Optional[WorkerProbe], stages: Optional[StageProbe],
-                     stacks: bool) -> Any:
+                     stacks: bool, in_place: bool = False) -> Any:
     """The loader the wrapper iterates, and forwards every attribute and method to.
 
     For a DataLoader (also the first stage of a webdataset ``WebLoader``) that is a private copy
@@ -162,7 +162,10 @@ def _iterated_loader(loader: Any, probe: Optional[WorkerProbe], stages: Optional
     pipecheck's timed dataset (webdataset stages timed first), timed ``collate_fn`` and, for
     stack sampling, a ``worker_init_fn`` that opts workers in to being traced. Its attributes
     read as the user's, and its state (``state_dict()``, persistent workers, samples yielded) is
-    that of the batches the user gets. The user's own loader object is never modified. Raises
+    that of the batches the user gets. The user's own loader object is never modified, except
+    ``in_place`` (``pipecheck run``, where the program holds its DataLoader itself): then the
+    substitutes are registered for the user's DataLoader
+    (:func:`pipecheck._torch_compat.register_in_place`) and it is returned as it is. Raises
     :class:`WorkerProbeUnsupported` / :class:`IteratorHookUnavailable` when the DataLoader
     cannot be timed inside (the caller then measures without the worker probe).
     """
@@ -184,6 +187,9 @@ def _iterated_loader(loader: Any, probe: Optional[WorkerProbe], stages: Optional
         values["dataset"] = dataset
     if stacks and inner.num_workers > 0:
         values["worker_init_fn"] = PtracerOptIn(inner.worker_init_fn)
+    if values and in_place:
+        register_in_place(inner, values)
+        return loader
     if values:
         clone = private_copy(inner)
         substitute_while_iterating(clone, values)
@@ -225,7 +231,7 @@ class WrappedLoader:
                  "_workers", "_worker_note", "_substitutes", "_stages", "_hol", "_stacks",
                  "_device", "_shared_memory", "_containers", "_epochs", "_probed_epochs",
                  "_host", "_finalizer", "_rank", "_sharding_cache", "_last_gathered",
-                 "_autosave", "__weakref__")
+                 "_autosave", "_open_target", "__weakref__")
 
     def __init__(self, loader: Any, *, samples: Optional[SampleCounter],
                  tokens: Optional[TokenCounter], host: bool, workers: bool,
@@ -233,9 +239,14 @@ class WrappedLoader:
                  stacks_window_s: float = DEFAULT_WINDOW_S,
                  stacks_rate_hz: int = DEFAULT_RATE_HZ,
                  memory_interval_s: float = PSS_INTERVAL_S, device: bool = True,
-                 save: Optional[str | os.PathLike[str]] = None) -> None:
+                 save: Optional[str | os.PathLike[str]] = None,
+                 open_target: Optional[Callable[[Any], Iterator[Any]]] = None) -> None:
+        # open_target: how an epoch's iterator is made from the iterated loader (default
+        # iter()); `pipecheck run` instruments loaders in place and passes torch's own
+        # __iter__, since DataLoader.__iter__ is then pipecheck's.
         own = object.__setattr__  # __setattr__ below forwards to the loader
         own(self, "loader", loader)
+        own(self, "_open_target", open_target or iter)
         own(self, "_clock", clock)
         own(self, "_run_start", clock())
         own(self, "_created", datetime.datetime.now(datetime.timezone.utc).isoformat(
@@ -253,8 +264,9 @@ class WrappedLoader:
             if workers and inner is not None else None
         own(self, "_workers", probe)
         own(self, "_worker_note", None)
+        in_place = open_target is not None
         try:
-            target = _iterated_loader(loader, probe, self._stages, stacks)
+            target = _iterated_loader(loader, probe, self._stages, stacks, in_place)
         except (WorkerProbeUnsupported, IteratorHookUnavailable) as err:
             # Measure from the consumer side only, and say why in the report.
             if probe is not None:
@@ -262,11 +274,11 @@ class WrappedLoader:
             own(self, "_workers", None)
             own(self, "_worker_note", str(err))
             try:
-                target = _iterated_loader(loader, None, self._stages, stacks)
+                target = _iterated_loader(loader, None, self._stages, stacks, in_place)
             except IteratorHookUnavailable:
                 target = loader
         own(self, "_target", target)
-        own(self, "_substitutes", substitutes_of(_inner_dataloader(target)))
+        own(self, "_substitutes", substitutes_of(_inner_dataloader(target), in_place))
         backend = cuda_backend() if device else None
         own(self, "_device", DeviceProbe(backend) if backend is not None else None)
         own(self, "_shared_memory", shared_memory_record())
@@ -306,7 +318,7 @@ class WrappedLoader:
         """The epoch's iterator over the iterated loader, observed by the head-of-line and
         device probes when they are on (each a plain iterator class: exceptions pass through
         and iteration goes on after them)."""
-        iterator = iter(self._target)
+        iterator = self._open_target(self._target)
         if self._hol is not None:
             iterator = self._hol.observe(iterator)
         if self._device is not None:

@@ -1,0 +1,143 @@
+"""The child side of ``pipecheck run``: measure every DataLoader an unmodified program iterates.
+
+Installed from ``pipecheck/_run_site/sitecustomize.py`` in each Python process the command
+starts, when ``PIPECHECK_RUN_DIR`` names the folder the reports go to. Nothing is imported
+until the program imports torch: a one-shot import hook waits for
+``torch.utils.data.dataloader`` and then replaces ``DataLoader.__iter__`` with
+:func:`_measured_iter`. The first time a loader object is iterated it is wrapped in place
+(:class:`pipecheck.wrap.WrappedLoader` with ``open_target``: the program's own object stays the
+one that yields the batches, so its ``state_dict()`` and attributes are what they would be
+unmeasured), and every epoch after that is measured. DataLoader subclasses that call
+``super().__iter__()`` (torchdata, MosaicML streaming, litdata) are measured there; a webdataset
+``WebLoader`` through the DataLoader inside it.
+
+Each measured loader's report is written when the process exits (normally, by an exception, or
+on SIGTERM) to ``PIPECHECK_RUN_DIR/loader{i}.p{pid}.json`` (``.rank{N}`` added under
+torch.distributed), ``i`` counting loaders in the order this process first iterated them.
+DataLoader worker processes never iterate a loader, so they write nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import threading
+import weakref
+from typing import Any, Optional, Sequence
+
+RUN_DIR_ENV = "PIPECHECK_RUN_DIR"
+"""Environment variable naming the folder each process writes its loaders' reports to."""
+
+MAX_LOADERS = 16
+"""Most loader objects measured per process: each has its own samplers; a program that builds a
+new DataLoader every epoch would otherwise start a sampler thread per epoch. pipecheck's
+choice; later loaders run unmeasured (one line on stderr says so)."""
+
+_TARGET_MODULE = "torch.utils.data.dataloader"
+
+_state_lock = threading.Lock()
+_measured: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_count = 0
+_original_iter: Any = None
+
+
+def _measured_iter(loader: Any) -> Any:
+    """``DataLoader.__iter__`` while ``pipecheck run`` measures: the loader's epoch, timed."""
+    wrapped = _measured.get(loader)
+    if wrapped is None:
+        wrapped = _measure(loader)
+        if wrapped is None:
+            return _original_iter(loader)
+    return iter(wrapped)
+
+
+def _measure(loader: Any) -> Any:
+    """Wrap ``loader`` in place and arrange its report at exit; ``None`` when it is not
+    measured (the cap, or any failure: the program must run on as it would)."""
+    global _count
+    with _state_lock:
+        if _count >= MAX_LOADERS:
+            if _count == MAX_LOADERS:
+                _count += 1
+                print(f"pipecheck run: more than {MAX_LOADERS} DataLoaders in this process; "
+                      "the rest run unmeasured", file=sys.stderr)
+            return None
+        index = _count
+        _count += 1
+    try:
+        from pipecheck.wrap import WrappedLoader
+        from pipecheck import _clock
+
+        path = os.path.join(os.environ[RUN_DIR_ENV], f"loader{index}.p{os.getpid()}.json")
+        wrapped = WrappedLoader(loader, samples=None, tokens=None, host=True, workers=True,
+                                host_interval_s=1.0, clock=_clock.monotonic, save=path,
+                                open_target=_original_iter)
+    except Exception as err:
+        print(f"pipecheck run: a {type(loader).__name__} is not measured: "
+              f"{type(err).__name__}: {err}", file=sys.stderr)
+        return None
+    _measured[loader] = wrapped
+    return wrapped
+
+
+def patch(module: Any) -> None:
+    """Replace ``module.DataLoader.__iter__`` (``module`` is ``torch.utils.data.dataloader``)
+    by :func:`_measured_iter`. Idempotent."""
+    global _original_iter
+    loader_class = module.DataLoader
+    if loader_class.__dict__.get("__iter__") is _measured_iter:
+        return
+    _original_iter = loader_class.__iter__
+    loader_class.__iter__ = _measured_iter
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the real loader of the target module, then :func:`patch` on it."""
+
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        try:
+            patch(module)
+        except Exception as err:
+            print(f"pipecheck run: DataLoaders are not measured: {type(err).__name__}: {err}",
+                  file=sys.stderr)
+
+
+class _WaitForDataLoader(importlib.abc.MetaPathFinder):
+    """A one-shot import hook: finds ``torch.utils.data.dataloader`` with the other finders
+    and hands it a :class:`_PatchingLoader`."""
+
+    def find_spec(self, fullname: str, path: Optional[Sequence[str]],
+                  target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
+        if fullname != _TARGET_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _PatchingLoader(spec.loader)
+                return spec
+        return None
+
+
+def install() -> None:
+    """Measure every DataLoader this process iterates (see the module docstring). Patches at
+    once when torch is already imported, else when the program imports it."""
+    if not os.path.isdir(os.environ.get(RUN_DIR_ENV, "")):
+        raise RuntimeError(f"${RUN_DIR_ENV} is not a folder")
+    module = sys.modules.get(_TARGET_MODULE)
+    if module is not None:
+        patch(module)
+        return
+    if not any(isinstance(finder, _WaitForDataLoader) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _WaitForDataLoader())
