@@ -13,6 +13,7 @@ Nothing here measures or renders.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
@@ -389,6 +390,24 @@ class RankInfo:
     worker, replayed with the pipeline's own splitters (:mod:`pipecheck.probes.rank_shards`);
     ``None`` when the loader is not a webdataset pipeline over a fixed URL list."""
 
+    def __post_init__(self) -> None:
+        check_rank(self.rank, self.world_size)
+
+
+MAX_WORLD_SIZE = 1 << 20
+"""Largest ``world_size`` accepted (1,048,576 ranks): above the largest training jobs reported
+(about 100,000 GPUs), and small enough that a per-rank list stays a few MB (a forged
+``world_size`` of 10**8 would take GB)."""
+
+
+def check_rank(rank: int, world_size: int) -> None:
+    """Raise ``ValueError`` unless ``1 <= world_size <= MAX_WORLD_SIZE`` and
+    ``0 <= rank < world_size``."""
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise ValueError(f"world_size must be 1 to {MAX_WORLD_SIZE}, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside world size {world_size}")
+
 
 @dataclass(frozen=True)
 class RunRecord:
@@ -603,6 +622,12 @@ class RanksSummary:
     missing: list[int] = field(default_factory=list)
     samples_per_s: Optional[float] = None
 
+    def __post_init__(self) -> None:
+        for rank in [s.rank for s in self.ranks] + list(self.missing):
+            check_rank(rank, self.world_size)
+        if self.straggler is not None:
+            check_rank(self.straggler, self.world_size)
+
 
 @dataclass(frozen=True)
 class Timeline:
@@ -632,11 +657,48 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+SHARDING_TYPES: dict[str, Any] = {
+    "world_size": int,
+    "num_workers": int,
+    "world_size_source": Optional[str],
+    "splitters": dict[str, Any],
+    "shards": int,
+    "samples_total": Optional[float],
+    "counted_shards": int,
+    "resampled": bool,
+    "assignments": list[dict[str, Optional[float]]],
+    "ranks": list[dict[str, Optional[float]]],
+    "idle_fraction_at_epoch_end": Optional[float],
+    "findings": list[Finding],
+    "recommendations": list[Recommendation],
+}
+"""The JSON type of each key of a report's ``sharding`` section
+(:func:`pipecheck.analysis.sharding.analyze_sharding`); the section stays a plain dict, these
+only check a loaded one (:func:`check_section`)."""
+
+
+def check_section(data: Any, types_by_key: dict[str, Any], where: str) -> None:
+    """Raise ``TypeError`` (or ``KeyError``) naming the path when a key of ``data`` (a dict)
+    has a value not of its type in ``types_by_key``; keys not listed are not checked."""
+    if not isinstance(data, dict):
+        return
+    for key, hint in types_by_key.items():
+        if key in data:
+            from_jsonable(hint, data[key], f"{where}.{key}")
+
+
+MAX_LIST_ITEMS = 1_000_000
+"""Longest list :func:`from_jsonable` accepts: well above the bounded timelines pipecheck
+writes (8192 consumer batches, 2048 host samples by default)."""
+
+
 def from_jsonable(cls: Any, data: Any, where: str = "report") -> Any:
     """Build ``cls`` (a dataclass or a typing annotation) from JSON data.
 
     Unknown keys are ignored (newer writers may add keys); a missing required key raises
-    ``KeyError`` naming its path, a wrongly typed value ``TypeError``.
+    ``KeyError`` naming its path, a wrongly typed value or a list longer than
+    :data:`MAX_LIST_ITEMS` ``TypeError``; a dataclass's own check (``__post_init__``)
+    ``ValueError``. Values are not range-checked here: :func:`check_ranges` does that.
     """
     origin = typing.get_origin(cls)
     if cls is Any:
@@ -652,17 +714,19 @@ def from_jsonable(cls: Any, data: Any, where: str = "report") -> Any:
     if dataclasses.is_dataclass(cls):
         if not isinstance(data, dict):
             raise TypeError(f"{where} must be an object, got {type(data).__name__}")
-        hints = typing.get_type_hints(cls)
         kwargs = {}
-        for f in dataclasses.fields(cls):
-            if f.name in data:
-                kwargs[f.name] = from_jsonable(hints[f.name], data[f.name], f"{where}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise KeyError(f"{where}.{f.name}")
+        for name, hint, required in _fields(cls):
+            if name in data:
+                kwargs[name] = from_jsonable(hint, data[name], f"{where}.{name}")
+            elif required:
+                raise KeyError(f"{where}.{name}")
         return cls(**kwargs)
     if origin is list:
         if not isinstance(data, list):
             raise TypeError(f"{where} must be a list, got {type(data).__name__}")
+        if len(data) > MAX_LIST_ITEMS:
+            raise TypeError(f"{where} has {len(data):,} items, more than the "
+                            f"{MAX_LIST_ITEMS:,} allowed")
         (item,) = typing.get_args(cls)
         return [from_jsonable(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
     if origin is dict:
@@ -687,3 +751,56 @@ def from_jsonable(cls: Any, data: Any, where: str = "report") -> Any:
             raise TypeError(f"{where} must be a string, got {data!r}")
         return data
     return data
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """``(name, resolved type, required)`` per field of dataclass ``cls``, computed once per
+    class (``typing.get_type_hints`` is slow: calling it per record made loading a report of
+    80,000 timeline records take half a minute)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name],
+                  f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                 for f in dataclasses.fields(cls))
+
+
+SIGNED_FIELDS = frozenset({"worker_id", "id", "memory_growth_bytes_per_s"})
+"""Numeric fields that may be negative: worker ids (-1 is the main process with
+``num_workers=0``) and the memory growth slope (memory can shrink)."""
+
+
+def check_ranges(obj: Any, where: str = "report") -> None:
+    """Raise ``ValueError`` naming the field path when a number in the dataclasses of ``obj``
+    is out of range, judged by the unit conventions of the module docstring: ``*_fraction``
+    must lie in 0-1, every other number must be >= 0 (durations, counts, rates, bytes,
+    percents), except :data:`SIGNED_FIELDS` and times ``*_at_s`` / ``at_s`` (seconds since the
+    run started, taken on several processes' clocks). Numbers in ``dict[str, float]`` fields
+    are checked by their key the same way; ``Any``-typed sections (``stress``, ``sharding``,
+    evidence) are not checked. Non-finite values are not numbers in a report (JSON has
+    none)."""
+    if dataclasses.is_dataclass(obj):
+        for name, _, _ in _fields(type(obj)):
+            _check_value(getattr(obj, name), name, f"{where}.{name}")
+
+
+def _check_value(value: Any, name: str, where: str) -> None:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, (int, float)):
+        if name.endswith("_fraction") and not 0 <= value <= 1:
+            raise ValueError(f"{where} must be a 0-1 fraction, got {value!r}")
+        if value < 0 and name not in SIGNED_FIELDS and not _is_time(name):
+            raise ValueError(f"{where} must not be negative, got {value!r}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_value(item, name, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        if value and all(isinstance(v, (int, float)) for v in value.values()):
+            for key, item in value.items():
+                _check_value(item, str(key), f"{where}.{key}")
+    elif dataclasses.is_dataclass(value):
+        check_ranges(value, where)
+
+
+def _is_time(name: str) -> bool:
+    return name == "at_s" or name.endswith("_at_s")
