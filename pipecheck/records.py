@@ -692,65 +692,97 @@ MAX_LIST_ITEMS = 1_000_000
 writes (8192 consumer batches, 2048 host samples by default)."""
 
 
-def from_jsonable(cls: Any, data: Any, where: str = "report") -> Any:
+def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = False,
+                  name: str = "") -> Any:
     """Build ``cls`` (a dataclass or a typing annotation) from JSON data.
 
     Unknown keys are ignored (newer writers may add keys); a missing required key raises
     ``KeyError`` naming its path, a wrongly typed value or a list longer than
     :data:`MAX_LIST_ITEMS` ``TypeError``; a dataclass's own check (``__post_init__``)
-    ``ValueError``. Values are not range-checked here: :func:`check_ranges` does that.
+    ``ValueError``. With ``ranges``, numbers are also range-checked by the name of the field
+    (or ``dict`` key) holding them, ``ValueError`` naming the path otherwise (the unit
+    conventions of the module docstring: ``*_fraction`` in 0-1, every other number >= 0 except
+    :data:`SIGNED_FIELDS` and times ``at_s`` / ``*_at_s``); ``name`` is that field's name.
+    ``Any``-typed values (``stress``, ``sharding``, evidence) are taken as they are.
     """
-    origin = typing.get_origin(cls)
-    if cls is Any:
+    kind, args = _plan(cls)
+    if kind == "any":
         return data
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(cls)
+    if kind == "optional":
         if data is None:
-            if type(None) in args:
+            if args[1]:
                 return None
             raise TypeError(f"{where} must not be null")
-        inner = [a for a in args if a is not type(None)]
-        return from_jsonable(inner[0], data, where)
-    if dataclasses.is_dataclass(cls):
+        return from_jsonable(args[0], data, where, ranges=ranges, name=name)
+    if kind == "dataclass":
         if not isinstance(data, dict):
             raise TypeError(f"{where} must be an object, got {type(data).__name__}")
         kwargs = {}
-        for name, hint, required in _fields(cls):
-            if name in data:
-                kwargs[name] = from_jsonable(hint, data[name], f"{where}.{name}")
+        for field_name, hint, required in _fields(cls):
+            if field_name in data:
+                kwargs[field_name] = from_jsonable(hint, data[field_name],
+                                                   f"{where}.{field_name}", ranges=ranges,
+                                                   name=field_name)
             elif required:
-                raise KeyError(f"{where}.{name}")
+                raise KeyError(f"{where}.{field_name}")
         return cls(**kwargs)
-    if origin is list:
+    if kind == "list":
         if not isinstance(data, list):
             raise TypeError(f"{where} must be a list, got {type(data).__name__}")
         if len(data) > MAX_LIST_ITEMS:
             raise TypeError(f"{where} has {len(data):,} items, more than the "
                             f"{MAX_LIST_ITEMS:,} allowed")
-        (item,) = typing.get_args(cls)
-        return [from_jsonable(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
-    if origin is dict:
+        return [from_jsonable(args, v, f"{where}[{i}]", ranges=ranges, name=name)
+                for i, v in enumerate(data)]
+    if kind == "dict":
         if not isinstance(data, dict):
             raise TypeError(f"{where} must be an object, got {type(data).__name__}")
-        _, value = typing.get_args(cls)
-        return {k: from_jsonable(value, v, f"{where}.{k}") for k, v in data.items()}
-    if cls is float:
+        return {k: from_jsonable(args, v, f"{where}.{k}", ranges=ranges, name=str(k))
+                for k, v in data.items()}
+    if kind == "float":
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             raise TypeError(f"{where} must be a number, got {data!r}")
+        if ranges:
+            _check_number(data, name, where)
         return float(data)
-    if cls is int:
+    if kind == "int":
         if isinstance(data, bool) or not isinstance(data, int):
             raise TypeError(f"{where} must be an integer, got {data!r}")
+        if ranges:
+            _check_number(data, name, where)
         return data
-    if cls is bool:
+    if kind == "bool":
         if not isinstance(data, bool):
             raise TypeError(f"{where} must be true or false, got {data!r}")
         return data
-    if cls is str:
+    if kind == "str":
         if not isinstance(data, str):
             raise TypeError(f"{where} must be a string, got {data!r}")
         return data
     return data
+
+
+@functools.lru_cache(maxsize=None)
+def _plan(cls: Any) -> tuple[str, Any]:
+    """How :func:`from_jsonable` converts to ``cls``: a kind and its arguments, worked out once
+    per annotation (``typing.get_origin`` per value was a large share of loading time)."""
+    origin = typing.get_origin(cls)
+    if cls is Any:
+        return "any", None
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(cls)
+        inner = [a for a in args if a is not type(None)]
+        return "optional", (inner[0], type(None) in args)
+    if dataclasses.is_dataclass(cls):
+        return "dataclass", None
+    if origin is list:
+        return "list", typing.get_args(cls)[0]
+    if origin is dict:
+        return "dict", typing.get_args(cls)[1]
+    for simple in (float, int, bool, str):
+        if cls is simple:
+            return simple.__name__, None
+    return "any", None
 
 
 @functools.lru_cache(maxsize=None)
@@ -769,38 +801,11 @@ SIGNED_FIELDS = frozenset({"worker_id", "id", "memory_growth_bytes_per_s"})
 ``num_workers=0``) and the memory growth slope (memory can shrink)."""
 
 
-def check_ranges(obj: Any, where: str = "report") -> None:
-    """Raise ``ValueError`` naming the field path when a number in the dataclasses of ``obj``
-    is out of range, judged by the unit conventions of the module docstring: ``*_fraction``
-    must lie in 0-1, every other number must be >= 0 (durations, counts, rates, bytes,
-    percents), except :data:`SIGNED_FIELDS` and times ``*_at_s`` / ``at_s`` (seconds since the
-    run started, taken on several processes' clocks). Numbers in ``dict[str, float]`` fields
-    are checked by their key the same way; ``Any``-typed sections (``stress``, ``sharding``,
-    evidence) are not checked. Non-finite values are not numbers in a report (JSON has
-    none)."""
-    if dataclasses.is_dataclass(obj):
-        for name, _, _ in _fields(type(obj)):
-            _check_value(getattr(obj, name), name, f"{where}.{name}")
-
-
-def _check_value(value: Any, name: str, where: str) -> None:
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return
-    if isinstance(value, (int, float)):
-        if name.endswith("_fraction") and not 0 <= value <= 1:
-            raise ValueError(f"{where} must be a 0-1 fraction, got {value!r}")
-        if value < 0 and name not in SIGNED_FIELDS and not _is_time(name):
-            raise ValueError(f"{where} must not be negative, got {value!r}")
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _check_value(item, name, f"{where}[{i}]")
-    elif isinstance(value, dict):
-        if value and all(isinstance(v, (int, float)) for v in value.values()):
-            for key, item in value.items():
-                _check_value(item, str(key), f"{where}.{key}")
-    elif dataclasses.is_dataclass(value):
-        check_ranges(value, where)
-
-
-def _is_time(name: str) -> bool:
-    return name == "at_s" or name.endswith("_at_s")
+def _check_number(value: float, name: str, where: str) -> None:
+    """Raise ``ValueError`` naming ``where`` when ``value``, held by field (or key) ``name``, is
+    out of range (see :func:`from_jsonable`)."""
+    if name.endswith("_fraction") and not 0 <= value <= 1:
+        raise ValueError(f"{where} must be a 0-1 fraction, got {value!r}")
+    if value < 0 and name not in SIGNED_FIELDS and not (name == "at_s"
+                                                         or name.endswith("_at_s")):
+        raise ValueError(f"{where} must not be negative, got {value!r}")

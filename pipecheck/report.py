@@ -35,7 +35,6 @@ from pipecheck.records import (
     StacksRecord,
     SHARDING_TYPES,
     Timeline,
-    check_ranges,
     check_section,
     from_jsonable,
     to_jsonable,
@@ -133,7 +132,7 @@ class Report:
         :class:`~pipecheck.errors.ReportFormatError` (one line, naming the key path) when
         ``data`` is not an object, its schema is missing or not :data:`SCHEMA`, a required key is
         missing, a value has the wrong type, a number is out of range
-        (:func:`~pipecheck.records.check_ranges`: negative durations, counts or rates,
+        (:func:`~pipecheck.records.from_jsonable` with ``ranges``: negative durations, counts or rates,
         fractions outside 0-1), or a rank lies outside its world size (at most
         :data:`~pipecheck.records.MAX_WORLD_SIZE`), or a ``sharding`` value is not of its type
         (:data:`~pipecheck.records.SHARDING_TYPES`).
@@ -150,9 +149,8 @@ class Report:
                 f"report schema {schema!r} is not supported; this pipecheck reads {SCHEMA}"
             )
         try:
-            report = from_jsonable(cls, data, "report")
+            report = from_jsonable(cls, data, "report", ranges=True)
             check_section(data.get("sharding"), SHARDING_TYPES, "report.sharding")
-            check_ranges(report)
             return report
         except KeyError as err:
             raise ReportFormatError(f"report is missing key {err.args[0]}") from err
