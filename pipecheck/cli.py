@@ -30,6 +30,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, TextIO
 
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
+from pipecheck.render.inert import visible
 from pipecheck.render.terminal import MIN_WIDTH
 
 if TYPE_CHECKING:
@@ -141,17 +142,17 @@ def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = Non
     if args.json:
         saved = report.save(args.json, per_rank=False)  # --json FILE writes FILE exactly
         if not args.quiet:
-            print(f"{PROG}: report saved to {saved}", file=sys.stderr)
+            _say(f"{PROG}: report saved to {saved}", sys.stderr)
     if args.html:
         saved = report.save_html(args.html)
         if not args.quiet:
-            print(f"{PROG}: HTML report saved to {saved}", file=sys.stderr)
+            _say(f"{PROG}: HTML report saved to {saved}", sys.stderr)
     if args.trace:
         from pipecheck.render.trace import save_trace
 
         saved = save_trace(report, args.trace)
         if not args.quiet:
-            print(f"{PROG}: trace saved to {saved}", file=sys.stderr)
+            _say(f"{PROG}: trace saved to {saved}", sys.stderr)
     if args.markdown:
         from pipecheck.render.markdown import render_markdown
 
@@ -161,7 +162,7 @@ def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = Non
     if args.quiet:
         return
     if title is not None:
-        print(f"==> {title} <==")
+        _say(f"==> {title} <==", sys.stdout)
     sys.stdout.write(render_terminal(report, width=args.width, color=_use_color(sys.stdout)))
     sys.stdout.flush()
 
@@ -327,10 +328,10 @@ class CheckCommand(Command):
             for outcome in check(report, thresholds):
                 if outcome.passed:
                     if not args.quiet:
-                        print(f"{PROG}: check passed: {outcome.line}{label}")
+                        _say(f"{PROG}: check passed: {outcome.line}{label}", sys.stdout)
                 else:
                     failed += 1
-                    print(f"{PROG}: check failed: {outcome.line}{label}", file=sys.stderr)
+                    _say(f"{PROG}: check failed: {outcome.line}{label}", sys.stderr)
         return CheckFailed.exit_code if failed else EXIT_OK
 
 
@@ -417,7 +418,7 @@ class StressCommand(Command):
         _emit(report, args)
         if args.quiet:  # otherwise the summary lists failed and skipped trials itself
             for line in progress.problems(report.stress or {}):
-                print(f"{PROG}: {line}", file=sys.stderr)
+                _say(f"{PROG}: {line}", sys.stderr)
         return EXIT_OK
 
 
@@ -481,7 +482,7 @@ class ShardsCommand(Command):
             text = json.dumps({"schema": SCHEMA, **section}, indent=2) + "\n"
             saved = write_text_atomic(args.json, text, "sharding analysis")
             if not args.quiet:
-                print(f"{PROG}: sharding analysis saved to {saved}", file=sys.stderr)
+                _say(f"{PROG}: sharding analysis saved to {saved}", sys.stderr)
         if not args.quiet:
             width = args.width or shutil.get_terminal_size(fallback=(100, 24)).columns
             sys.stdout.write(render_sharding(section, width=max(width, MIN_WIDTH)))
@@ -600,7 +601,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except PipecheckError as err:
         if debug:
             traceback.print_exc()
-        print(f"{PROG}: error: {_one_line(str(err))}", file=sys.stderr)
+        _say(f"{PROG}: error: {_one_line(str(err))}", sys.stderr)
         return err.exit_code
     except Exception as err:
         if debug:
@@ -609,7 +610,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             hint = " (run with --debug for the traceback)"
         message = _one_line(f"{type(err).__name__}: {err}")
-        print(f"{PROG}: internal error: {message}{hint}", file=sys.stderr)
+        _say(f"{PROG}: internal error: {message}{hint}", sys.stderr)
         return EXIT_INTERNAL_ERROR
 
 
@@ -617,6 +618,13 @@ def _exit_code(code: Any) -> int:
     if code is None:
         return EXIT_OK
     return code if isinstance(code, int) else 2
+
+
+def _say(line: str, stream: TextIO) -> None:
+    """Print one line of the CLI's own (errors, headers, check results, saved paths) with its
+    control characters made visible: file names and messages come from the user
+    (:mod:`pipecheck.render.inert`)."""
+    print(visible(line), file=stream)
 
 
 def _one_line(text: str) -> str:

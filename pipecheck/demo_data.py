@@ -107,7 +107,13 @@ def ensure_shards(
         raise DemoArgumentError(f"size must be >= 32 pixels, got {size}")
 
     folder = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    if folder.exists() and not folder.is_dir():
+        raise BadInputError(f"demo data folder {folder} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BadInputError(f"cannot create the demo data folder {folder}: "
+                            f"{err.strerror or err}") from err
     folder = folder.resolve()
     params = {"format": _FORMAT_VERSION, "images": images, "shards": shards, "size": size,
               "seed": seed}

@@ -13,6 +13,7 @@ Nothing here measures or renders.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
@@ -393,6 +394,24 @@ class RankInfo:
     worker, replayed with the pipeline's own splitters (:mod:`pipecheck.probes.rank_shards`);
     ``None`` when the loader is not a webdataset pipeline over a fixed URL list."""
 
+    def __post_init__(self) -> None:
+        check_rank(self.rank, self.world_size)
+
+
+MAX_WORLD_SIZE = 1 << 20
+"""Largest ``world_size`` accepted (1,048,576 ranks): above the largest training jobs reported
+(about 100,000 GPUs), and small enough that a per-rank list stays a few MB (a forged
+``world_size`` of 10**8 would take GB)."""
+
+
+def check_rank(rank: int, world_size: int) -> None:
+    """Raise ``ValueError`` unless ``1 <= world_size <= MAX_WORLD_SIZE`` and
+    ``0 <= rank < world_size``."""
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise ValueError(f"world_size must be 1 to {MAX_WORLD_SIZE}, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside world size {world_size}")
+
 
 @dataclass(frozen=True)
 class RunRecord:
@@ -613,6 +632,12 @@ class RanksSummary:
     missing: list[int] = field(default_factory=list)
     samples_per_s: Optional[float] = None
 
+    def __post_init__(self) -> None:
+        for rank in [s.rank for s in self.ranks] + list(self.missing):
+            check_rank(rank, self.world_size)
+        if self.straggler is not None:
+            check_rank(self.straggler, self.world_size)
+
 
 @dataclass(frozen=True)
 class Timeline:
@@ -642,58 +667,155 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def from_jsonable(cls: Any, data: Any, where: str = "report") -> Any:
+SHARDING_TYPES: dict[str, Any] = {
+    "world_size": int,
+    "num_workers": int,
+    "world_size_source": Optional[str],
+    "splitters": dict[str, Any],
+    "shards": int,
+    "samples_total": Optional[float],
+    "counted_shards": int,
+    "resampled": bool,
+    "assignments": list[dict[str, Optional[float]]],
+    "ranks": list[dict[str, Optional[float]]],
+    "idle_fraction_at_epoch_end": Optional[float],
+    "findings": list[Finding],
+    "recommendations": list[Recommendation],
+}
+"""The JSON type of each key of a report's ``sharding`` section
+(:func:`pipecheck.analysis.sharding.analyze_sharding`); the section stays a plain dict, these
+only check a loaded one (:func:`check_section`)."""
+
+
+def check_section(data: Any, types_by_key: dict[str, Any], where: str) -> None:
+    """Raise ``TypeError`` (or ``KeyError``) naming the path when a key of ``data`` (a dict)
+    has a value not of its type in ``types_by_key``; keys not listed are not checked."""
+    if not isinstance(data, dict):
+        return
+    for key, hint in types_by_key.items():
+        if key in data:
+            from_jsonable(hint, data[key], f"{where}.{key}")
+
+
+MAX_LIST_ITEMS = 1_000_000
+"""Longest list :func:`from_jsonable` accepts: well above the bounded timelines pipecheck
+writes (8192 consumer batches, 2048 host samples by default)."""
+
+
+def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = False,
+                  name: str = "") -> Any:
     """Build ``cls`` (a dataclass or a typing annotation) from JSON data.
 
     Unknown keys are ignored (newer writers may add keys); a missing required key raises
-    ``KeyError`` naming its path, a wrongly typed value ``TypeError``.
+    ``KeyError`` naming its path, a wrongly typed value or a list longer than
+    :data:`MAX_LIST_ITEMS` ``TypeError``; a dataclass's own check (``__post_init__``)
+    ``ValueError``. With ``ranges``, numbers are also range-checked by the name of the field
+    (or ``dict`` key) holding them, ``ValueError`` naming the path otherwise (the unit
+    conventions of the module docstring: ``*_fraction`` in 0-1, every other number >= 0 except
+    :data:`SIGNED_FIELDS` and times ``at_s`` / ``*_at_s``); ``name`` is that field's name.
+    ``Any``-typed values (``stress``, ``sharding``, evidence) are taken as they are.
     """
-    origin = typing.get_origin(cls)
-    if cls is Any:
+    kind, args = _plan(cls)
+    if kind == "any":
         return data
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(cls)
+    if kind == "optional":
         if data is None:
-            if type(None) in args:
+            if args[1]:
                 return None
             raise TypeError(f"{where} must not be null")
-        inner = [a for a in args if a is not type(None)]
-        return from_jsonable(inner[0], data, where)
-    if dataclasses.is_dataclass(cls):
+        return from_jsonable(args[0], data, where, ranges=ranges, name=name)
+    if kind == "dataclass":
         if not isinstance(data, dict):
             raise TypeError(f"{where} must be an object, got {type(data).__name__}")
-        hints = typing.get_type_hints(cls)
         kwargs = {}
-        for f in dataclasses.fields(cls):
-            if f.name in data:
-                kwargs[f.name] = from_jsonable(hints[f.name], data[f.name], f"{where}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise KeyError(f"{where}.{f.name}")
+        for field_name, hint, required in _fields(cls):
+            if field_name in data:
+                kwargs[field_name] = from_jsonable(hint, data[field_name],
+                                                   f"{where}.{field_name}", ranges=ranges,
+                                                   name=field_name)
+            elif required:
+                raise KeyError(f"{where}.{field_name}")
         return cls(**kwargs)
-    if origin is list:
+    if kind == "list":
         if not isinstance(data, list):
             raise TypeError(f"{where} must be a list, got {type(data).__name__}")
-        (item,) = typing.get_args(cls)
-        return [from_jsonable(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
-    if origin is dict:
+        if len(data) > MAX_LIST_ITEMS:
+            raise TypeError(f"{where} has {len(data):,} items, more than the "
+                            f"{MAX_LIST_ITEMS:,} allowed")
+        return [from_jsonable(args, v, f"{where}[{i}]", ranges=ranges, name=name)
+                for i, v in enumerate(data)]
+    if kind == "dict":
         if not isinstance(data, dict):
             raise TypeError(f"{where} must be an object, got {type(data).__name__}")
-        _, value = typing.get_args(cls)
-        return {k: from_jsonable(value, v, f"{where}.{k}") for k, v in data.items()}
-    if cls is float:
+        return {k: from_jsonable(args, v, f"{where}.{k}", ranges=ranges, name=str(k))
+                for k, v in data.items()}
+    if kind == "float":
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             raise TypeError(f"{where} must be a number, got {data!r}")
+        if ranges:
+            _check_number(data, name, where)
         return float(data)
-    if cls is int:
+    if kind == "int":
         if isinstance(data, bool) or not isinstance(data, int):
             raise TypeError(f"{where} must be an integer, got {data!r}")
+        if ranges:
+            _check_number(data, name, where)
         return data
-    if cls is bool:
+    if kind == "bool":
         if not isinstance(data, bool):
             raise TypeError(f"{where} must be true or false, got {data!r}")
         return data
-    if cls is str:
+    if kind == "str":
         if not isinstance(data, str):
             raise TypeError(f"{where} must be a string, got {data!r}")
         return data
     return data
+
+
+@functools.lru_cache(maxsize=None)
+def _plan(cls: Any) -> tuple[str, Any]:
+    """How :func:`from_jsonable` converts to ``cls``: a kind and its arguments, worked out once
+    per annotation (``typing.get_origin`` per value was a large share of loading time)."""
+    origin = typing.get_origin(cls)
+    if cls is Any:
+        return "any", None
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(cls)
+        inner = [a for a in args if a is not type(None)]
+        return "optional", (inner[0], type(None) in args)
+    if dataclasses.is_dataclass(cls):
+        return "dataclass", None
+    if origin is list:
+        return "list", typing.get_args(cls)[0]
+    if origin is dict:
+        return "dict", typing.get_args(cls)[1]
+    for simple in (float, int, bool, str):
+        if cls is simple:
+            return simple.__name__, None
+    return "any", None
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """``(name, resolved type, required)`` per field of dataclass ``cls``, computed once per
+    class (``typing.get_type_hints`` is slow: calling it per record made loading a report of
+    80,000 timeline records take half a minute)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name],
+                  f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                 for f in dataclasses.fields(cls))
+
+
+SIGNED_FIELDS = frozenset({"worker_id", "id", "memory_growth_bytes_per_s"})
+"""Numeric fields that may be negative: worker ids (-1 is the main process with
+``num_workers=0``) and the memory growth slope (memory can shrink)."""
+
+
+def _check_number(value: float, name: str, where: str) -> None:
+    """Raise ``ValueError`` naming ``where`` when ``value``, held by field (or key) ``name``, is
+    out of range (see :func:`from_jsonable`)."""
+    if name.endswith("_fraction") and not 0 <= value <= 1:
+        raise ValueError(f"{where} must be a 0-1 fraction, got {value!r}")
+    if value < 0 and name not in SIGNED_FIELDS and not (name == "at_s"
+                                                         or name.endswith("_at_s")):
+        raise ValueError(f"{where} must not be negative, got {value!r}")

@@ -16,6 +16,7 @@ import math
 import numbers
 import os
 import pathlib
+import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
@@ -33,7 +34,9 @@ from pipecheck.records import (
     RanksSummary,
     Recommendation,
     StacksRecord,
+    SHARDING_TYPES,
     Timeline,
+    check_section,
     from_jsonable,
     to_jsonable,
 )
@@ -129,7 +132,11 @@ class Report:
         Unknown keys are ignored (newer writers may add keys). Raises
         :class:`~pipecheck.errors.ReportFormatError` (one line, naming the key path) when
         ``data`` is not an object, its schema is missing or not :data:`SCHEMA`, a required key is
-        missing, or a value has the wrong type.
+        missing, a value has the wrong type, a number is out of range
+        (:func:`~pipecheck.records.from_jsonable` with ``ranges``: negative durations, counts or rates,
+        fractions outside 0-1), or a rank lies outside its world size (at most
+        :data:`~pipecheck.records.MAX_WORLD_SIZE`), or a ``sharding`` value is not of its type
+        (:data:`~pipecheck.records.SHARDING_TYPES`).
         """
         if not isinstance(data, dict):
             raise ReportFormatError(
@@ -143,7 +150,9 @@ class Report:
                 f"report schema {schema!r} is not supported; this pipecheck reads {SCHEMA}"
             )
         try:
-            return from_jsonable(cls, data, "report")
+            report = from_jsonable(cls, data, "report", ranges=True)
+            check_section(data.get("sharding"), SHARDING_TYPES, "report.sharding")
+            return report
         except KeyError as err:
             raise ReportFormatError(f"report is missing key {err.args[0]}") from err
         except (TypeError, ValueError) as err:
@@ -198,16 +207,26 @@ class Report:
         yield from renderables(self)
 
 
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+"""Largest report file :func:`load` reads, in bytes (64 MiB). A report holds bounded timelines
+(8192 consumer batches, 2048 host samples by default), a few MB; parsing a 64 MiB JSON file of
+tiny objects takes about 1 GB of memory, so a larger or endless file (``/dev/zero``) is refused
+before it can exhaust memory (pipecheck's choice)."""
+
+
 def load(path: str | os.PathLike[str]) -> Report:
     """Read a report saved by :meth:`Report.save`.
 
-    Raises :class:`~pipecheck.errors.BadInputError` when ``path`` does not exist, is a directory
-    or cannot be read, and :class:`~pipecheck.errors.ReportFormatError` (a subclass) when it is not
-    UTF-8 JSON, or not a :data:`SCHEMA` report. Messages are one line and name the path.
+    Only a regular file is read (a FIFO or device would block or never end), and at most
+    :data:`MAX_REPORT_BYTES`. Raises :class:`~pipecheck.errors.BadInputError` when ``path`` does
+    not exist, is a directory or another non-regular file, is larger than that, or cannot be
+    read, and :class:`~pipecheck.errors.ReportFormatError` (a subclass) when it is not UTF-8
+    JSON, is nested too deeply, or is not a :data:`SCHEMA` report (including values out of range,
+    :meth:`Report.from_dict`). Messages are one line and name the path.
     """
     source = pathlib.Path(path)
     try:
-        raw = source.read_bytes()
+        raw = _read_regular(source, MAX_REPORT_BYTES)
     except FileNotFoundError as err:
         ranks = sorted(source.parent.glob(f"{source.stem}.rank*{source.suffix}"))
         if ranks:  # saved under torch.distributed: one file per rank
@@ -231,10 +250,38 @@ def load(path: str | os.PathLike[str]) -> Report:
         ) from err
     except ValueError as err:  # raised by _reject_constant
         raise ReportFormatError(f"{source}: {err}") from err
+    except RecursionError as err:
+        raise ReportFormatError(f"{source} is not a pipecheck report (JSON nested too deeply)"
+                                ) from err
     try:
         return Report.from_dict(data)
     except ReportFormatError as err:
         raise ReportFormatError(f"{source}: {err}") from err
+
+
+def _read_regular(source: pathlib.Path, limit: int) -> bytes:
+    """The bytes of ``source``, a regular file of at most ``limit`` bytes. Opened without
+    blocking (a FIFO with no writer would block the open) and checked with ``fstat`` on the
+    open descriptor. Raises ``OSError`` from the open or read, :class:`BadInputError` for a
+    file that is not regular or is larger than ``limit``."""
+    if source.is_dir():
+        raise IsADirectoryError(21, "Is a directory", str(source))
+    fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise BadInputError(f"{source} is {kind}, not a report file")
+        raw = handle.read(limit + 1)
+    if len(raw) > limit:
+        size = os.stat(source).st_size
+        raise BadInputError(f"{source} is {size / 2**20:.0f} MiB, larger than the "
+                            f"{limit // 2**20} MiB a report can be")
+    return raw
+
+
+_FILE_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
 def build_report(run: "RunRecord", *, stress: Optional[dict[str, Any]] = None) -> Report:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tarfile
 from dataclasses import dataclass
 from itertools import islice
@@ -49,14 +50,33 @@ class ShardStat:
     counted: bool
 
 
+MAX_SHARD_URLS = 1_000_000
+"""Most shard URLs :func:`expand_urls` yields: far above real datasets (LAION-5B is about
+230,000 shards), and it stops ``{0..999999999999}`` from filling memory."""
+
+_INT_RANGE = re.compile(r"\{(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?\}")
+"""An integer range in brace notation, ``{000..099}`` or ``{0..100..2}`` (braceexpand's)."""
+
+
 def expand_urls(urls: Union[str, Sequence[str]]) -> list[str]:
     """Every URL (one string or a list) with its brace notation expanded, in order. Raises
-    :class:`BadInputError` when there is none."""
+    :class:`BadInputError` when there is none, when braces are unbalanced, or when they expand
+    to more than :data:`MAX_SHARD_URLS`."""
     import braceexpand
 
     if isinstance(urls, str):
         urls = [urls]
-    expanded = [u for url in urls for u in braceexpand.braceexpand(url)]
+    expanded: list[str] = []
+    for url in urls:
+        for low, high, step in _INT_RANGE.findall(url):  # braceexpand lists each range whole
+            if abs(int(high) - int(low)) // max(int(step or 1), 1) >= MAX_SHARD_URLS:
+                raise BadInputError(f"shard URLs expand to more than {MAX_SHARD_URLS:,} shards")
+        try:
+            expanded += islice(braceexpand.braceexpand(url), MAX_SHARD_URLS + 1 - len(expanded))
+        except braceexpand.UnbalancedBracesError:
+            raise BadInputError(f"unbalanced braces in shard URL {url!r}") from None
+        if len(expanded) > MAX_SHARD_URLS:
+            raise BadInputError(f"shard URLs expand to more than {MAX_SHARD_URLS:,} shards")
     if not expanded:
         raise BadInputError("no shard URLs given")
     return expanded

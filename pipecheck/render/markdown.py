@@ -7,7 +7,8 @@ when the report has one. Every number carries its unit (:mod:`pipecheck.units`).
 Strings from the run (type names, messages, config values) are made inert: ``&`` and ``<``
 become HTML entities (GitHub renders raw HTML tags in markdown, so a repr such as
 ``<MyDataset object>`` would otherwise vanish, and a ``<script>`` would be markup), and ``|``
-inside table cells is escaped as ``\\|``.
+inside table cells is escaped as ``\\|``. Control characters (terminal escapes) in the finished
+text are written as visible escapes (:func:`pipecheck.render.inert.visible`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pipecheck import units as fmt
 from pipecheck.render import stress_rows
+from pipecheck.render.inert import visible
 from pipecheck.render.terminal import (_why_no_recommendations, recommendations_caption,
                                        verdict_line)
 
@@ -81,7 +83,7 @@ def render_markdown(report: "Report", title: Optional[str] = None) -> str:
     if report.stress:
         lines += ["", "### Stress sweep", ""]
         lines += _stress(report.stress)
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return visible("\n".join(lines).rstrip("\n") + "\n")
 
 
 def _recommendations(report: "Report") -> list[str]:
@@ -115,8 +117,9 @@ def _stress(stress: dict[str, Any]) -> list[str]:
 
 def _text(value: Any) -> str:
     """Inert text: ``&`` and ``<`` as entities, so no tag or entity can start (``>`` alone
-    starts nothing inside a line and stays readable in logs: ``2 -> 4``)."""
-    return str(value).replace("&", "&amp;").replace("<", "&lt;")
+    starts nothing inside a line and stays readable in logs: ``2 -> 4``); line breaks become
+    spaces, so a value cannot start a markdown line of its own (a forged heading or verdict)."""
+    return " ".join(str(value).replace("&", "&amp;").replace("<", "&lt;").splitlines())
 
 
 def _cell(value: Any) -> str:

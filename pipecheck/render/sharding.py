@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipecheck import units as fmt
+from pipecheck.render.inert import Inert
 
 MAX_READER_ROWS = 16
 """(rank, worker) rows shown in rank order; beyond it the least and most loaded are kept (the
@@ -92,7 +93,6 @@ def render_sharding(section: dict[str, Any], width: int = 100) -> str:
     """``section`` as plain text, ``width`` columns wide (trailing spaces removed)."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=False, color_system=None,
-                      highlight=False, emoji=False)
-    for renderable in sharding_renderables(section):
-        console.print(renderable)
+                      highlight=False, markup=False, emoji=False)
+    console.print(Inert(sharding_renderables(section)))
     return "\n".join(line.rstrip() for line in buffer.getvalue().split("\n"))

@@ -5,7 +5,8 @@ consumer, host, hot stacks and GPU (only when the report has them), findings, re
 and the stress sweep when the report has one. Every
 number carries its unit (:mod:`pipecheck.units`); values that were not measured show as
 ``n/a``. :func:`renderables` returns the rich objects (``rich.print(report)`` uses them);
-:func:`render_terminal` renders them to a string.
+:func:`render_terminal` renders them to a string. Both show strings from the report literally:
+control characters as escapes and rich markup as text (:mod:`pipecheck.render.inert`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipecheck import units as fmt
+from pipecheck.render.inert import Inert
 from pipecheck.render.stress_rows import epoch_start_text, tie_note
 
 if TYPE_CHECKING:
@@ -67,11 +69,11 @@ def render_terminal(report: "Report", width: Optional[int] = None, color: bool =
         force_terminal=color,
         color_system="standard" if color else None,
         highlight=False,
+        markup=False,
         emoji=False,
         legacy_windows=False,
     )
-    for renderable in renderables(report):
-        console.print(renderable)
+    console.print(Inert(renderables(report)))
     text = buffer.getvalue()
     if color:
         return text
@@ -80,7 +82,14 @@ def render_terminal(report: "Report", width: Optional[int] = None, color: bool =
 
 
 def renderables(report: "Report") -> list[RenderableType]:
-    """The summary as rich renderables (verdict line first), one per line or section."""
+    """The summary as one rich renderable in a list: :class:`~pipecheck.render.inert.Inert`
+    over the lines and sections (verdict line first), so any console shows the report's strings
+    literally."""
+    return [Inert(_parts(report))]
+
+
+def _parts(report: "Report") -> list[RenderableType]:
+    """The summary's lines and sections, verdict line first."""
     parts: list[RenderableType] = [
         Text(verdict_line(report), style=_VERDICT_STYLES.get(report.diagnosis.verdict, "bold")),
         Text(_context_line(report), style=_DIM),

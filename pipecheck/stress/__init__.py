@@ -17,6 +17,7 @@ from pipecheck.errors import BadInputError
 from pipecheck.stress.epoch_start import apply as apply_epoch_start
 from pipecheck.stress.epoch_start import measure_epoch_start
 from pipecheck.stress.epoch_start import trial_seconds as epoch_trial_seconds
+from pipecheck.stress.isolate import check_target
 from pipecheck.stress.recommendations import stress_recommendations
 from pipecheck.stress.runner import Source, Sweep, run_sweep, validate
 from pipecheck.stress.search import candidate_configs, run_search
@@ -47,8 +48,10 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
     """Sweep DataLoader settings over ``source`` and return a ``kind="stress"`` Report.
 
     Args:
-        source: a TARGET string (``file.py:function`` / ``package.module:function``; trials run
-            in killable child processes), a factory function taking DataLoader keywords and
+        source: a TARGET string (``file.py:function`` / ``package.module:function``; it is
+            imported and called only in killable child processes: once up front to check it,
+            under ``timeout_s`` (:func:`pipecheck.stress.isolate.check_target`), then once per
+            trial), a factory function taking DataLoader keywords and
             returning a DataLoader or Dataset, or a DataLoader (rebuilt per configuration from
             its public attributes). The last two run in this process: see
             :mod:`pipecheck.stress.runner` for what a timeout can stop there.
@@ -102,7 +105,8 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
 
     Raises:
         BadInputError: a bad target (missing file or function, the function raises or returns
-            neither a DataLoader nor a Dataset), bad option values, or no trial measured
+            neither a DataLoader nor a Dataset; for a TARGET string also: its import or call
+            hangs past ``timeout_s``, or its process dies), bad option values, or no trial measured
             anything (the message gives each trial's error).
     """
     from pipecheck.report import build_report
@@ -130,12 +134,20 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
                                 persistent_workers=bool(persistent_workers),
                                 pin_memory=pin_memory, in_orders=in_order or [None],
                                 batch_sizes=sizes)
-    checked = validate(source, configs[0])
     # The given configuration joins automatic candidates; an explicit list is taken as asked.
-    first = _baseline(baseline, checked, configs[0]) if auto or baseline is not None else None
+    derive = auto or baseline is not None
+    if isinstance(source, str):  # the user's code runs in a child, never in this process
+        wanted = baseline.to_dict() if isinstance(baseline, TrialConfig) else baseline
+        first = check_target(source, configs[0], baseline=None if wanted is None else
+                             dict(wanted), derive_baseline=derive, timeout_s=timeout_s)
+        checked: Source = source
+    else:
+        checked = validate(source, configs[0])
+        first = _baseline(baseline, checked, configs[0]) if derive else None
+        if first is not None:
+            validate(checked, first)
     if first is not None:
         configs = [first] + [c for c in configs if c != first]
-        validate(checked, first)
     limits = TrialLimits(batches=trial_batches, seconds=trial_s,
                          epochs=2 if persistent_workers else 1)
     run = run_search if auto and search == "model" else run_sweep
