@@ -669,7 +669,7 @@ def from_jsonable(cls: Any, data: Any, where: str = "report") -> Any:
                 kwargs[f.name] = from_jsonable(hints[f.name], data[f.name], f"{where}.{f.name}")
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise KeyError(f"{where}.{f.name}")
-        return cls(**kwargs)
+        return cls(**kwargs)  # type: ignore[operator]  # cls is a dataclass type
     if origin is list:
         if not isinstance(data, list):
             raise TypeError(f"{where} must be a list, got {type(data).__name__}")
