@@ -109,7 +109,7 @@ def shard_stats(urls: Sequence[str], max_counted: int = DEFAULT_MAX_COUNTED) -> 
     if max_counted < 1:
         raise BadInputError(f"max_counted must be at least 1, got {max_counted}")
     paths = [local_path(u) for u in urls]
-    sizes = []
+    sizes: list[Optional[int]] = []
     for url, path in zip(urls, paths):
         if path is None:
             sizes.append(None)
@@ -128,8 +128,8 @@ def shard_stats(urls: Sequence[str], max_counted: int = DEFAULT_MAX_COUNTED) -> 
     for i, url in enumerate(urls):
         if i in counts:
             stats.append(ShardStat(url, sizes[i], float(counts[i]), True))
-        elif sizes[i] is not None and per_byte is not None:
-            stats.append(ShardStat(url, sizes[i], sizes[i] * per_byte, False))
+        elif (size := sizes[i]) is not None and per_byte is not None:
+            stats.append(ShardStat(url, size, size * per_byte, False))
         else:
             stats.append(ShardStat(url, sizes[i], None, False))
     return stats
