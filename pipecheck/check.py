@@ -91,7 +91,8 @@ def check(report: Report, thresholds: Thresholds) -> list[Outcome]:
             f"{what}{where}", value, percent, "--max-stall", thresholds.max_stall, at_most=True))
     if thresholds.min_samples_per_s is not None:
         several = report.ranks is not None and len(report.ranks.ranks) > 1
-        value = report.ranks.samples_per_s if several else report.consumer.samples_per_s
+        value = (report.ranks.samples_per_s if several and report.ranks is not None
+                 else report.consumer.samples_per_s)
         outcomes.append(_judge(
             "throughput summed over ranks" if several else "throughput", value,
             lambda v: rate(v, "samples"), "--min-samples-per-s", thresholds.min_samples_per_s,

@@ -22,7 +22,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from rich.progress import (
     Progress,
     ProgressColumn,
     Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -82,7 +83,9 @@ class DemoAugment:
         if image.mode != "RGB":
             image = image.convert("RGB")
         box = self._crop_box(*image.size)
-        resized = image.resize((self.crop, self.crop), Image.BILINEAR, box=box)
+        # PIL sets Image.BILINEAR as a module global in a loop over its enums: mypy cannot see it
+        resized = image.resize((self.crop, self.crop),
+                               Image.BILINEAR, box=box)  # type: ignore[attr-defined]
         array = np.asarray(resized, dtype=np.float32)
         if random.random() < 0.5:
             array = array[:, ::-1]
@@ -309,8 +312,8 @@ class _Progress:
         self._console = console
         self._steps = steps
         self._batch_size = batch_size
-        self._progress = None
-        self._task = None
+        self._progress: Optional[Progress] = None
+        self._task: Optional[TaskID] = None
 
     def __enter__(self) -> "_Progress":
         if self._console is None:
@@ -330,10 +333,10 @@ class _Progress:
         return self
 
     def advance(self, loss: float) -> None:
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.update(self._task, advance=1, loss=f"{loss:.3f}")
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:
             self._progress.__exit__(*exc)
 

@@ -81,7 +81,7 @@ class _Context:
         return self.analysis.diagnosis.thresholds["compute_bound_stall_fraction"]
 
     @property
-    def measured_stall(self) -> float:
+    def measured_stall(self) -> Optional[float]:
         consumer = self.analysis.consumer
         steady = consumer.steady_stall_fraction
         return steady if steady is not None else consumer.stall_fraction

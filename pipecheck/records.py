@@ -735,7 +735,7 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
                                                    name=field_name)
             elif required:
                 raise KeyError(f"{where}.{field_name}")
-        return cls(**kwargs)
+        return cls(**kwargs)  # type: ignore[operator]  # cls is a dataclass type
     if kind == "list":
         if not isinstance(data, list):
             raise TypeError(f"{where} must be a list, got {type(data).__name__}")

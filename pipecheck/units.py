@@ -28,6 +28,7 @@ def significant(value: Optional[float], digits: int = 3) -> str:
     a thousands-separated integer from 1000 up (``12,345``). No unit."""
     if _missing(value):
         return NOT_MEASURED
+    assert value is not None  # _missing() is True for None
     magnitude = abs(value)
     if magnitude >= 1000:
         return f"{value:,.0f}"
@@ -44,6 +45,7 @@ def seconds(value_s: Optional[float]) -> str:
     ``"1 h 02 min"``. Negative durations keep their sign."""
     if _missing(value_s):
         return NOT_MEASURED
+    assert value_s is not None  # _missing() is True for None
     sign = "-" if value_s < 0 else ""
     v = abs(value_s)
     if v == 0:
@@ -61,11 +63,12 @@ def seconds(value_s: Optional[float]) -> str:
     return f"{sign}{hours} h {rest_s // 60:02d} min"
 
 
-def size(value_bytes: Optional[int]) -> str:
+def size(value_bytes: Optional[float]) -> str:
     """A size in bytes with binary units (1 KiB = 1024 B): ``"512 B"``, ``"12.3 KiB"``,
     ``"123 MiB"``, ``"1.23 GiB"``."""
     if _missing(value_bytes):
         return NOT_MEASURED
+    assert value_bytes is not None  # _missing() is True for None
     v = abs(value_bytes)
     sign = "-" if value_bytes < 0 else ""
     if v < _KIB:
@@ -81,6 +84,7 @@ def mib(value_bytes: Optional[int]) -> str:
     """A size in bytes as MiB with one decimal (``"812.4 MiB"``), for aligned table columns."""
     if _missing(value_bytes):
         return NOT_MEASURED
+    assert value_bytes is not None  # _missing() is True for None
     return f"{value_bytes / _MIB:,.1f} MiB"
 
 
@@ -88,6 +92,7 @@ def percent(fraction: Optional[float], decimals: int = 1) -> str:
     """A 0-1 fraction as a percentage: ``0.412 -> "41.2%"``."""
     if _missing(fraction):
         return NOT_MEASURED
+    assert fraction is not None  # _missing() is True for None
     return f"{fraction * 100:.{decimals}f}%"
 
 
@@ -116,6 +121,7 @@ def bytes_rate(value_bytes_per_s: Optional[float]) -> str:
     ``1.2e9 -> "1.20 GB/s"``."""
     if _missing(value_bytes_per_s):
         return NOT_MEASURED
+    assert value_bytes_per_s is not None  # _missing() is True for None
     for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
         if abs(value_bytes_per_s) >= scale:
             return f"{significant(value_bytes_per_s / scale)} {unit}"

@@ -144,7 +144,7 @@ def fixed_batches(loader: Any) -> Optional[FixedBatches]:
     if type(batch_sampler) is not BatchSampler:
         return None
     try:
-        samples = len(batch_sampler.sampler)
+        samples = len(batch_sampler.sampler)  # type: ignore[arg-type]  # unsized: TypeError
     except TypeError:
         return None
     size = batch_sampler.batch_size
@@ -232,6 +232,8 @@ class WrappedLoader:
                  "_device", "_shared_memory", "_containers", "_epochs", "_probed_epochs",
                  "_host", "_finalizer", "_rank", "_sharding_cache", "_last_gathered",
                  "_autosave", "_open_target", "__weakref__")
+    _rank: Optional[RankInfo]
+    _sharding_cache: Optional[tuple[int, Optional[dict[str, Any]]]]
 
     def __init__(self, loader: Any, *, samples: Optional[SampleCounter],
                  tokens: Optional[TokenCounter], host: bool, workers: bool,

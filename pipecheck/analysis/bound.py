@@ -175,7 +175,9 @@ def _value_at(series: list[CpuSample], at_s: float) -> CpuSample:
                 at_s=at_s,
                 cpu_s=before.cpu_s + share * (after.cpu_s - before.cpu_s),
                 runqueue_s=_between(before.runqueue_s, after.runqueue_s, share),
-                read_bytes=_between(before.read_bytes, after.read_bytes, share),
+                # a fractional byte count between two ticks, only ever subtracted (_add)
+                read_bytes=_between(  # type: ignore[arg-type]
+                    before.read_bytes, after.read_bytes, share),
             )
     return series[-1]
 
@@ -210,6 +212,7 @@ def workers_class(
         return None, None
     busy_by_class = {name: 0.0 for name in CLASSES}
     for worker in classified:
+        assert worker.bound is not None  # classified keeps only workers with a bound
         busy_by_class[worker.bound] += worker.busy_s
     chosen = max(CLASSES, key=lambda name: busy_by_class[name])
     busy_s = sum(w.busy_s for w in classified)

@@ -100,8 +100,8 @@ def memory_growth_findings(run: RunRecord, producer: ProducerSummary) -> list[Fi
     total_per_s = sum(g.slope_bytes_per_s for _, g, _ in growing)
     available = _last_available_bytes(run)
     exhaust_s = available / total_per_s if available is not None and total_per_s > 0 else None
-    per_batch = [b for _, _, b in growing if b is not None]
-    mean_per_batch = sum(per_batch) / len(per_batch) if per_batch else None
+    per_batch_known = [b for _, _, b in growing if b is not None]
+    mean_per_batch = sum(per_batch_known) / len(per_batch_known) if per_batch_known else None
     worker_words = ", ".join(
         f"worker {wid} {size(g.slope_bytes_per_s)}/s (95% interval {size(g.low_bytes_per_s)}/s"
         f"-{size(g.high_bytes_per_s)}/s over {seconds(g.span_s)})"

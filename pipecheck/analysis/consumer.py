@@ -8,7 +8,7 @@ time the user spent outside the loop (evaluation between epochs, say) does not d
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, cast
 
 from pipecheck.analysis.stats import mean, quantiles, ratio
 from pipecheck.records import ConsumerRecord, ConsumerSummary, EpochTiming
@@ -71,7 +71,7 @@ def steady_batch_count(record: ConsumerRecord) -> int:
 
 def steady_wait_s(record: ConsumerRecord) -> float:
     """Total wait in seconds without each epoch's first-batch wait."""
-    first_waits_s = sum(e.first_batch_s for e in started_epochs(record))
+    first_waits_s = sum(cast(float, e.first_batch_s) for e in started_epochs(record))
     return max(record.wait_s - first_waits_s, 0.0)
 
 
@@ -133,7 +133,7 @@ def cold_epochs(record: ConsumerRecord, persistent_workers: Optional[bool]) -> l
 
 def cold_start_s(record: ConsumerRecord, persistent_workers: Optional[bool]) -> Optional[float]:
     """Mean first-batch wait in seconds of the cold epochs (see :func:`cold_epochs`)."""
-    return mean(e.first_batch_s for e in cold_epochs(record, persistent_workers))
+    return mean(cast(float, e.first_batch_s) for e in cold_epochs(record, persistent_workers))
 
 
 def shutdown_wait_s(record: ConsumerRecord, persistent_workers: Optional[bool]) -> Optional[float]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, cast
 
 from pipecheck.records import MemorySample, ProcessStats
 
@@ -111,11 +111,12 @@ def process_growth(pid: int, series: Sequence[MemorySample]) -> Optional[Growth]
     tested = readings[math.floor(len(readings) * WARMUP_FRACTION):]
     if len(tested) < MIN_READINGS:
         return None
-    fit = theil_sen([s.at_s for s in tested], [float(s.uss_bytes) for s in tested])
+    fit = theil_sen([s.at_s for s in tested], [float(cast(int, s.uss_bytes)) for s in tested])
     if fit is None:
         return None
     span_s = tested[-1].at_s - tested[0].at_s
     start = tested[0].uss_bytes
+    assert start is not None  # readings keeps only samples with uss_bytes
     grown = fit.slope * span_s
     material = grown >= MIN_GROWTH_BYTES and grown >= MIN_GROWTH_FRACTION * start
     return Growth(

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 from pipecheck.analysis.consumer import (
     cold_start_s,
@@ -275,6 +275,7 @@ def build_model(
     settings = measured_settings(run)
     demand = consumer.demand_batches_per_s
     per_worker = producer.per_worker_batches_per_s
+    assert demand is not None and per_worker is not None  # data_gaps() found neither missing
     assumptions = [
         "inter-process costs beyond the measured receive CPU, and worker start-up growing with "
         "num_workers, are not modeled",
@@ -292,13 +293,14 @@ def build_model(
         worker_cpu = ASSUMED_PRODUCTION_CPU_FRACTION / per_worker
         assumptions.append("batch production CPU not measured: assumed CPU-bound")
     main_cpu = main_cpu_per_batch_s(producer.main_cpu_per_batch_s, consumer)
+    assert main_cpu is not None  # demand > 0 gives a step time
     if producer.main_cpu_per_batch_s is None:
         assumptions.append("main-process CPU not measured: assumed one core during each step")
     record = run.consumer
     cold = cold_start_s(record, settings.persistent_workers) or 0.0
     # With persistent workers every epoch after the first started with live workers.
     warm_epochs = started_epochs(record)[1:] if settings.persistent_workers else []
-    warm = mean(e.first_batch_s for e in warm_epochs)
+    warm = mean(cast(float, e.first_batch_s) for e in warm_epochs)
     if warm is None:
         warm = 1.0 / per_worker
         assumptions.append("first batch with live workers: one batch's production time")

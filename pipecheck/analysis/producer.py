@@ -15,7 +15,7 @@ Capacity is batches/s the loader could deliver with no consumer limit:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, cast
 
 from pipecheck.analysis import bound, memory
 from pipecheck.analysis.consumer import steady_batches_per_s, wait_cpu_per_batch_s
@@ -205,14 +205,14 @@ def _workers_summary(
     main_cpu: MainCpu,
 ) -> ProducerSummary:
     producing = [w for w in workers if w.rate_batches_per_s is not None]
-    per_worker = mean(w.rate_batches_per_s for w in producing)
+    per_worker = mean(cast(float, w.rate_batches_per_s) for w in producing)
     with_cpu = [w for w in producing if w.cpu_s is not None]
     batches = sum(w.batches for w in with_cpu)
-    cpu_per_batch = ratio(sum(w.cpu_s for w in with_cpu), batches) if with_cpu else None
-    cpu_fraction = ratio(sum(w.cpu_s for w in with_cpu), sum(w.busy_s for w in with_cpu))
+    cpu_per_batch = ratio(sum(w.cpu_s or 0.0 for w in with_cpu), batches) if with_cpu else None
+    cpu_fraction = ratio(sum(w.cpu_s or 0.0 for w in with_cpu), sum(w.busy_s for w in with_cpu))
     workers_class, class_basis = bound.workers_class(
         workers, bound.iowait_fraction(run.host), bound.disk_busy_fraction(run.host))
-    summary = dict(
+    summary: dict[str, Any] = dict(
         batch_time_s=quantiles(batch_times_s),
         workers=workers,
         probe=run.worker_probe,
@@ -262,6 +262,7 @@ def _workers_cpu_cap(
     worker_cpu, worker_source = cpu_per_batch, "measured"
     if worker_cpu is None:
         busy_per_batch = ratio(sum(w.busy_s for w in producing), sum(w.batches for w in producing))
+        assert busy_per_batch is not None  # producing workers have batches > 0 and busy_s > 0
         worker_cpu = busy_per_batch * ASSUMED_PRODUCTION_CPU_FRACTION
         worker_source = "not measured, assumed CPU-bound"
     cap = cpu_cap_batches_per_s(run.environment.usable_cpus, worker_cpu, main_per_batch, demand)
@@ -296,8 +297,9 @@ def _main_process_summary(
         production_s = ratio(consumer.wait_s, consumer.batches)
         basis_source = "mean wait per batch (the main-process probe recorded no batch)"
     capacity = ratio(1.0, production_s)
-    measured = fraction is not None and production_s is not None
-    cpu_per_batch_s = fraction * production_s if measured else None
+    cpu_per_batch_s: Optional[float] = None
+    if fraction is not None and production_s is not None:
+        cpu_per_batch_s = fraction * production_s
     workers = []
     main_class = bound.classify(fraction, None, None, bound.iowait_fraction(run.host),
                                 bound.disk_busy_fraction(run.host))
@@ -313,7 +315,7 @@ def _main_process_summary(
         )
     basis = (
         "not measured: no batch was produced"
-        if capacity is None
+        if capacity is None or production_s is None
         else f"num_workers=0: the main process spends {production_s * 1e3:.1f} ms producing each "
         f"batch ({basis_source}), so it delivers at most {capacity:.2f} batches/s"
     )
@@ -329,7 +331,7 @@ def _main_process_summary(
         cpu_fraction=fraction,
         main_cpu_per_batch_s=main_cpu.per_batch_s,
         workers_class=main_class,
-        workers_class_basis=None if main_class is None else (
+        workers_class_basis=None if main_class is None or fraction is None else (
             f"num_workers=0: the main process used {fraction * 100:.1f}% CPU while producing "
             f"batches inside next() (cpu-bound at >= {bound.CPU_BOUND_FRACTION * 100:.0f}%)"),
     )

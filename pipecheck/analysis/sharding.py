@@ -43,7 +43,7 @@ def analyze_sharding(stats: Sequence[ShardStat], assignment: dict[tuple[int, int
                      *, world_size: int, num_workers: int, batch_size: Optional[int] = None,
                      drop_last: bool = False, shuffle_buffer: Optional[int] = None,
                      resampled: bool = False, world_size_source: str = "given",
-                     splitters: Optional[dict[str, str]] = None) -> dict[str, Any]:
+                     splitters: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The ``sharding`` section for ``assignment`` (``(rank, worker) -> shard URLs``).
 
     Returns a JSON-ready dict: ``world_size``, ``num_workers``, ``world_size_source``,
@@ -57,7 +57,7 @@ def analyze_sharding(stats: Sequence[ShardStat], assignment: dict[tuple[int, int
     """
     samples_of = {s.url: s.samples for s in stats}
     known = all(v is not None for v in samples_of.values())
-    assignments = []
+    assignments: list[dict[str, Any]] = []
     for (rank, worker), urls in sorted(assignment.items()):
         samples = sum(samples_of.get(u) or 0.0 for u in urls) if known else None
         assignments.append({"rank": rank, "worker": worker, "shards": len(urls),

@@ -62,6 +62,7 @@ def judge(
         return "no-data", None, False
     steady = consumer.steady_stall_fraction is not None
     stall = consumer.steady_stall_fraction if steady else consumer.stall_fraction
+    assert stall is not None  # stall_fraction checked above, steady_stall_fraction by steady
     if stall >= input_bound_stall:
         return "input-bound", stall, steady
     if stall <= compute_bound_stall:
@@ -235,8 +236,9 @@ def _unbalanced_finding(producer: ProducerSummary) -> Optional[Finding]:
     rated = [w for w in producer.workers if w.rate_batches_per_s]
     if len(rated) < 2:
         return None
-    fastest = max(rated, key=lambda w: w.rate_batches_per_s)
-    slowest = min(rated, key=lambda w: w.rate_batches_per_s)
+    fastest = max(rated, key=lambda w: w.rate_batches_per_s or 0.0)
+    slowest = min(rated, key=lambda w: w.rate_batches_per_s or 0.0)
+    assert fastest.rate_batches_per_s and slowest.rate_batches_per_s  # rated: nonzero rates
     spread = fastest.rate_batches_per_s / slowest.rate_batches_per_s
     if spread <= UNBALANCED_RATE_RATIO:
         return None

@@ -35,7 +35,7 @@ from typing import Any, Optional
 try:
     from lightning.pytorch.callbacks import Callback
 except ImportError:  # the standalone package
-    from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef]
+    from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef,assignment]
 
 import pipecheck
 from pipecheck.integrations import callback_options

@@ -119,7 +119,7 @@ def _pid_alive(pid: int) -> bool:
 def remove_stale_areas(directory: str) -> list[str]:
     """Delete area files in ``directory`` whose creating process no longer exists (it was
     killed before its finalizer ran); return their paths. The creator's pid is in the name."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(directory)
     except OSError:

@@ -8,7 +8,7 @@ is one sample. Users with other layouts pass ``samples=callable`` to :func:`pipe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Optional
 
 SampleCounter = Callable[[Any], int]
@@ -58,7 +58,7 @@ def _count_samples(batch: Any) -> int:
     if size is not None:
         return 1 if size == _SCALAR else size
     if isinstance(batch, Mapping):
-        parts = list(batch.values())
+        parts: Sequence[Any] = list(batch.values())
     elif isinstance(batch, (list, tuple)):
         parts = batch
     else:

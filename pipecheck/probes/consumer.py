@@ -251,6 +251,7 @@ class ConsumerProbe:
             epoch.samples += int(chunk.sizes.sum())
             epoch.wait += float(chunk.waits.sum())
             epoch.compute += float(np.nansum(chunk.computes))
+            assert chunk.last_left is not None  # set when n > 0
             epoch.last = chunk.last_left
         del epoch.sizes[:]
         del epoch.marks[:]
@@ -301,6 +302,7 @@ class ConsumerProbe:
                 if first is None and e.batches == 0 and n:
                     first = float(chunk.waits[0])
                 last = chunk.last_left if (n and e.ended == "running") else e.last
+                assert last is not None  # chunk.last_left is set when n > 0
                 epoch_records.append(EpochTiming(
                     epoch=e.epoch, started_at_s=e.started - self._run_start,
                     batches=e.batches + n, samples=e.samples + int(chunk.sizes.sum()),

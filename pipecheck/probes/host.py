@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, cast
 
 import psutil
 
@@ -296,6 +296,7 @@ class HostProbe:
             self._last_pss_elapsed_s = elapsed_s
         # The main process must stay readable: if it is not, the exception ends sampling.
         main = _read_process(self._main, pss_due, must_succeed=True)
+        assert main is not None  # must_succeed=True raises instead of returning None
         processes = {main.key: main}
         for child in self._main.children(recursive=True):
             want_pss = pss_due or (self._pss_on_first_sight
@@ -368,7 +369,7 @@ class HostProbe:
                 main_rss_bytes=tick.processes[main_key].rss_bytes,
                 workers_rss_bytes=sum(tick.processes[key].rss_bytes for key in in_workers),
                 # None unless every live worker has a PSS reading: a partial sum would mislead
-                workers_pss_bytes=sum(pss) if pss and None not in pss else None,
+                workers_pss_bytes=sum(p or 0 for p in pss) if pss and None not in pss else None,
                 read_bytes_per_s=None if read_bytes_delta is None else read_bytes_delta / dt_s,
                 read_chars_per_s=None if read_chars_delta is None else read_chars_delta / dt_s,
                 available_memory_bytes=tick.available_memory_bytes,
@@ -555,7 +556,7 @@ def _update_track(track: _ProcessTrack, reading: _ProcessReading, at_s: float, d
     track.add_cpu(CpuSample(
         at_s=at_s, cpu_s=track.cpu_s,
         runqueue_s=_delta_s(track.baseline_runqueue_s, track.last_runqueue_s),
-        read_bytes=_delta_s(track.baseline_read_bytes, track.last_read_bytes)))
+        read_bytes=cast(Optional[int], _delta_s(track.baseline_read_bytes, track.last_read_bytes))))
     if reading.read_bytes is not None:
         if track.baseline_read_bytes is None:  # became readable later: count from here
             track.baseline_read_bytes = reading.read_bytes

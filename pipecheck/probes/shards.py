@@ -73,7 +73,7 @@ def expand_urls(urls: Union[str, Sequence[str]]) -> list[str]:
                 raise BadInputError(f"shard URLs expand to more than {MAX_SHARD_URLS:,} shards")
         try:
             expanded += islice(braceexpand.braceexpand(url), MAX_SHARD_URLS + 1 - len(expanded))
-        except braceexpand.UnbalancedBracesError:
+        except braceexpand.UnbalancedBracesError:  # type: ignore[attr-defined]  # not in its __all__
             raise BadInputError(f"unbalanced braces in shard URL {url!r}") from None
         if len(expanded) > MAX_SHARD_URLS:
             raise BadInputError(f"shard URLs expand to more than {MAX_SHARD_URLS:,} shards")
@@ -129,7 +129,7 @@ def shard_stats(urls: Sequence[str], max_counted: int = DEFAULT_MAX_COUNTED) -> 
     if max_counted < 1:
         raise BadInputError(f"max_counted must be at least 1, got {max_counted}")
     paths = [local_path(u) for u in urls]
-    sizes = []
+    sizes: list[Optional[int]] = []
     for url, path in zip(urls, paths):
         if path is None:
             sizes.append(None)
@@ -148,8 +148,8 @@ def shard_stats(urls: Sequence[str], max_counted: int = DEFAULT_MAX_COUNTED) -> 
     for i, url in enumerate(urls):
         if i in counts:
             stats.append(ShardStat(url, sizes[i], float(counts[i]), True))
-        elif sizes[i] is not None and per_byte is not None:
-            stats.append(ShardStat(url, sizes[i], sizes[i] * per_byte, False))
+        elif (size := sizes[i]) is not None and per_byte is not None:
+            stats.append(ShardStat(url, size, size * per_byte, False))
         else:
             stats.append(ShardStat(url, sizes[i], None, False))
     return stats

@@ -190,6 +190,7 @@ class StackSampler:
             if reason is not None:
                 self._record = self._result("unavailable", note=reason)
                 return
+            assert self._py_spy is not None  # unavailable_reason() names a missing py-spy
             allow_ptrace()
             self._dir = tempfile.TemporaryDirectory(prefix="pipecheck-stacks-")
             common = ["--format", "raw", "--function", "--full-filenames", "--nonblocking",
@@ -310,7 +311,7 @@ def parse_raw(text: str, main_pid: int, top: int = TOP_FUNCTIONS) -> dict[str, A
             continue
         samples = int(number)
         pid = main_pid
-        frames = []
+        frames: list[str] = []
         for element in stack.split(";"):
             if element.startswith("process ") and not frames:
                 pid = _pid_of(element, pid)

@@ -233,7 +233,7 @@ def _timed_methods(base: type, acc: _BatchAccumulator) -> dict[str, Any]:
             return _TimedIterator(iterator, acc)
 
         return {"__iter__": __iter__}
-    base_getitem = base.__getitem__
+    base_getitem = base.__getitem__  # type: ignore[index]  # base: a map-style dataset class
 
     def __getitem__(self: Any, index: Any) -> Any:
         if acc.busy:
@@ -310,7 +310,7 @@ def _make_timed(original: Any, key: str, area: _SharedArea) -> Any:
     ``get_worker_info().dataset`` in ``worker_init_fn``, and that object is the twin).
     Raises ``TypeError`` for datasets without a replaceable ``__dict__``."""
     cls = _timed_class(type(original), key, area)
-    twin = object.__new__(cls)
+    twin: Any = object.__new__(cls)
     # object.__setattr__: a class with its own __setattr__ (a frozen dataclass) must not see it
     object.__setattr__(twin, "__dict__", original.__dict__)
     object.__setattr__(twin, "_pipecheck_original", original)
@@ -401,7 +401,7 @@ class _ProxyBase:
 
 class _SizedMixin:
     def __len__(self) -> int:
-        return len(self._pipecheck_wrapped)
+        return len(self._pipecheck_wrapped)  # type: ignore[attr-defined]  # mixed into proxies
 
 
 class _MapDatasetProxy(_ProxyBase, Dataset):
@@ -434,7 +434,7 @@ class _MapDatasetProxy(_ProxyBase, Dataset):
 class _BatchedMapDatasetProxy(_MapDatasetProxy):
     """Map-style proxy for datasets with ``__getitems__`` (torch then fetches a batch at once)."""
 
-    def __getitems__(self, indices: Any) -> Any:
+    def __getitems__(self, indices: Any) -> Any:  # type: ignore[override]  # base: None
         acc = self._pipecheck_acc
         if acc.busy:
             return self._pipecheck_wrapped.__getitems__(indices)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import math
 import re
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence, TypeGuard
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -244,7 +244,7 @@ def stress_svg(stress: Optional[dict[str, Any]]) -> Optional[str]:
     ``prefetch_factor``); failed trials as crosses at 0. The x axis is ``num_workers`` when
     every trial has one, else the configurations in order. ``None`` without plottable trials."""
     trials = [t for t in (stress or {}).get("trials") or [] if isinstance(t, dict)]
-    configs = [t.get("config") if isinstance(t.get("config"), dict) else {} for t in trials]
+    configs = [t["config"] if isinstance(t.get("config"), dict) else {} for t in trials]
     points = _stress_points(trials, configs)
     if not points:
         return None
@@ -343,7 +343,7 @@ def _plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def _finite(value: Optional[float]) -> bool:
+def _finite(value: Optional[float]) -> TypeGuard[float]:
     return value is not None and math.isfinite(value) and value > 0
 
 
@@ -453,8 +453,8 @@ def _stress_points(trials: Sequence[dict[str, Any]],
                 points.append((config, series, rate, True))
             if predicted is not None:
                 points.append((config, series, predicted, False))
-        elif rate is not None or predicted is not None:
-            points.append((config, series, rate if rate is not None else predicted, False))
+        elif (figure := rate if rate is not None else predicted) is not None:
+            points.append((config, series, figure, False))
     return points
 
 

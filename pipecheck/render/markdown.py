@@ -13,7 +13,7 @@ text are written as visible escapes (:func:`pipecheck.render.inert.visible`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from pipecheck import units as fmt
 from pipecheck.render import stress_rows
@@ -126,8 +126,8 @@ def _cell(value: Any) -> str:
     return " ".join(_text(value).replace("|", "\\|").split())
 
 
-def _table(headers: list[str], rows: list[list[str]], right: list[int] = (),
-           raw: list[int] = ()) -> list[str]:
+def _table(headers: list[str], rows: list[list[str]], right: Sequence[int] = (),
+           raw: Sequence[int] = ()) -> list[str]:
     """Markdown table lines; ``right`` columns are right-aligned, ``raw`` columns are markdown
     the caller built (only their ``|`` is escaped)."""
     aligns = ["---:" if i in right else "---" for i in range(len(headers))]

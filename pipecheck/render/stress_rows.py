@@ -81,11 +81,11 @@ def summary_facts(stress: dict[str, Any]) -> list[tuple[str, str]]:
         if isinstance(choice, dict) and choice:
             text = config_text(choice.get("config", choice))
             facts.append((f"{key}:", text + (tie_note(stress) if key == "recommended" else "")))
-    recommended = stress.get("recommended") if isinstance(stress.get("recommended"), dict) else {}
+    recommended = stress["recommended"] if isinstance(stress.get("recommended"), dict) else {}
     gain = recommended.get("gain")
     if isinstance(gain, (int, float)) and not isinstance(gain, bool):
-        expected = recommended.get("expected") if isinstance(recommended.get("expected"),
-                                                             dict) else {}
+        expected = recommended["expected"] if isinstance(recommended.get("expected"),
+                                                         dict) else {}
         detail = ""
         if "baseline_samples_per_s" in recommended:
             base = format_value("samples_per_s", recommended.get("baseline_samples_per_s"))
@@ -110,7 +110,7 @@ def epoch_start_text(entry: Any) -> Optional[str]:
         return None
     if entry["status"] != "ok":
         return f"{entry['status']}: {entry.get('reason')}"
-    restart = entry.get("restart_s") if isinstance(entry.get("restart_s"), dict) else {}
+    restart = entry["restart_s"] if isinstance(entry.get("restart_s"), dict) else {}
     saving = entry.get("saving_s")
     longer = (f"takes {fmt.seconds(saving)} longer" if isinstance(saving, (int, float))
               and saving > 0 else "takes no longer")
@@ -134,9 +134,9 @@ def epoch_start_text(entry: Any) -> Optional[str]:
 def tie_note(stress: dict[str, Any]) -> str:
     """`` (within 3.0% of the best: ...)`` when the recommended configuration is a cheaper tie
     with the best rather than the best itself (:mod:`pipecheck.stress.choice`); else ``""``."""
-    best = stress.get("best") if isinstance(stress.get("best"), dict) else {}
-    recommended = stress.get("recommended") if isinstance(stress.get("recommended"),
-                                                          dict) else {}
+    best = stress["best"] if isinstance(stress.get("best"), dict) else {}
+    recommended = stress["recommended"] if isinstance(stress.get("recommended"),
+                                                      dict) else {}
     tolerance = recommended.get("tolerance_fraction")
     if not isinstance(tolerance, (int, float)) or not best.get("config") \
             or _same_trial(best.get("config"), recommended.get("config")):

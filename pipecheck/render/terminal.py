@@ -617,7 +617,7 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
     :data:`PREDICTED_ROWS` predicted-only ones."""
     trials = [t for t in stress.get("trials") or [] if isinstance(t, dict)]
     lines: list[RenderableType] = []
-    configs = [t.get("config") for t in trials if isinstance(t.get("config"), dict)]
+    configs = [t["config"] for t in trials if isinstance(t.get("config"), dict)]
     varying = _varying_keys(configs)
     constant = {k: v for k, v in (configs[0] if configs else {}).items()
                 if k not in varying and v is not None}

@@ -239,6 +239,7 @@ def _profile(unprofiled: Optional[str], stacks: Optional[bool], run: _ExtraTrial
     if profiled.record is None or profiled.record.stacks is None:
         return chosen.record, {"status": "failed", "config": chosen.config.to_dict(),
                                "reason": profiled.error or "the profiling trial took no stacks"}
+    assert chosen.record is not None  # a measured trial keeps its record (trial.summarize)
     record = dataclasses.replace(chosen.record, stacks=profiled.record.stacks)
     return record, {"status": "ok", "config": chosen.config.to_dict(),
                     "samples_per_s": profiled.samples_per_s, "reason": None}

@@ -27,9 +27,9 @@ def cheapest_within_noise(best: TrialResult,
     assert best.samples_per_s is not None
     tolerance = max(rate_noise_fraction(best.record) or 0.0, MIN_WORTHWHILE_GAIN)
     floor = best.samples_per_s * (1.0 - tolerance)
-    ties = [t for t in trials if t.ok and t.samples_per_s >= floor
+    ties = [t for t in trials if t.ok and (t.samples_per_s or 0.0) >= floor
             and t.config.batch_size == best.config.batch_size
             and t.config.pin_memory == best.config.pin_memory]
     chosen = min(ties, key=lambda t: (t.config.in_order is False, t.config.num_workers,
-                                      t.config.prefetch_factor or 0, -t.samples_per_s))
+                                      t.config.prefetch_factor or 0, -(t.samples_per_s or 0.0)))
     return chosen, tolerance

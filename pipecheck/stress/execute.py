@@ -6,7 +6,7 @@ the runner and the :class:`~pipecheck.stress.tracker.Tracker` that times it."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from torch.utils.data import DataLoader
 
@@ -57,7 +57,7 @@ def _throttled(on_batches: Optional[Callable[[int], None]]) -> Optional[Callable
     :data:`BATCH_EVENT_INTERVAL_S` seconds."""
     if on_batches is None:
         return None
-    state = {"count": 0, "last": time.perf_counter()}
+    state: dict[str, Any] = {"count": 0, "last": time.perf_counter()}
 
     def on_batch() -> None:
         state["count"] += 1

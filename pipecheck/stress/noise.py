@@ -25,7 +25,7 @@ def rate_noise_fraction(record: Optional[RunRecord], blocks: int = NOISE_BLOCKS
     holds fewer than ``2 x blocks`` steady timed batches or a block took no time."""
     if record is None:
         return None
-    firsts = {}
+    firsts: dict[int, int] = {}
     for timing in record.consumer.timeline:
         firsts.setdefault(timing.epoch, timing.index)
     loops = [t.wait_s + t.compute_s for t in record.consumer.timeline

@@ -43,7 +43,7 @@ class Sweep:
     def best(self) -> Optional[TrialResult]:
         """The measured trial with the highest samples/s; ``None`` when none measured."""
         measured = [t for t in self.trials if t.ok]
-        return max(measured, key=lambda t: t.samples_per_s) if measured else None
+        return max(measured, key=lambda t: t.samples_per_s or 0.0) if measured else None
 
     def recommended(self) -> Optional[tuple[TrialResult, float]]:
         """The measured trial to recommend and the tie tolerance (a fraction, 0-1): the
@@ -74,6 +74,7 @@ class Sweep:
         picked = self.recommended()
         if picked is not None:
             chosen, tolerance = picked
+            assert chosen.samples_per_s is not None  # a measured trial (ok)
             base_rate = baseline.samples_per_s if baseline is not None and baseline.ok else None
             recommended = {
                 "config": chosen.config.to_dict(),

@@ -43,7 +43,7 @@ The reported best is always a measured trial (:meth:`pipecheck.stress.runner.Swe
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 from pipecheck.environment import torch_has_in_order
 from pipecheck.stress.memory import skip_reason
@@ -158,12 +158,13 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
             continue
         best = sweep.best()
         assert best is not None  # every remaining config was predicted from a measured trial
+        assert best.samples_per_s is not None  # best() keeps measured (ok) trials
         noise = rate_noise_fraction(best.record)
         threshold = max(noise or 0.0, MIN_WORTHWHILE_GAIN)
         pick = max(remaining, key=lambda c: (sweep.predicted[c]["samples_per_s"],
                                              -c.num_workers, -(c.prefetch_factor or 0),
                                              c.in_order is not False))
-        gain = sweep.predicted[pick]["samples_per_s"] / best.samples_per_s - 1.0
+        gain = cast(float, sweep.predicted[pick]["samples_per_s"]) / best.samples_per_s - 1.0
         if gain >= threshold:
             measure(pick)
             continue
@@ -226,13 +227,14 @@ def _predict(sweep: Sweep, remaining: Sequence[TrialConfig],
         ok = [t for t in sweep.trials if t.ok and t.config.batch_size == batch_size]
         if not ok:
             continue
-        best = max(ok, key=lambda t: t.samples_per_s)
+        best = max(ok, key=lambda t: t.samples_per_s or 0.0)
+        assert best.samples_per_s is not None and best.batches_per_s is not None  # ok: measured
         model = analyze(best.record).model if best.record is not None else None
         if model is None:
             continue
         single = next((t for t in ok if t.config.num_workers == 1 and t.config in calibration
                        and t.record is not None), None)
-        if single is not None:
+        if single is not None and single.record is not None:
             single_model = analyze(single.record).model
             if single_model is not None and (single_model.per_worker_batches_per_s
                                              > model.per_worker_batches_per_s):
@@ -268,6 +270,7 @@ def _unverified_neighbours(sweep: Sweep, best: TrialResult, remaining: Sequence[
     if best.config in verified:
         return []
     predicted = sweep.predicted.get(best.config, {}).get("samples_per_s")
+    assert best.samples_per_s is not None  # best: the sweep's best measured trial
     if predicted is None or abs(best.samples_per_s / predicted - 1.0) <= threshold:
         return []
     return [c for c in remaining

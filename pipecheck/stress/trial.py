@@ -16,7 +16,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from pipecheck.analysis.consumer import steady_stall_fraction
 from pipecheck.records import RunRecord, from_jsonable, to_jsonable
@@ -76,7 +76,7 @@ def failed(config: TrialConfig, error: str, wall_s: float = 0.0) -> TrialResult:
 
 def measure(loader: Any, config: TrialConfig, limits: TrialLimits,
             step: Optional[StepTime] = None,
-            on_batch: Optional[Callable[[], None]] = None) -> TrialResult:
+            on_batch: Optional[Callable[[], object]] = None) -> TrialResult:
     """Iterate ``loader`` (built with ``config``) through ``pipecheck.wrap`` within ``limits``,
     sleeping ``step`` per batch. Exceptions from the loader become a failed result whose error
     names the exception; ``KeyboardInterrupt`` propagates."""
@@ -146,7 +146,7 @@ def summarize(config: TrialConfig, record: RunRecord, wall_s: float,
     consumer = record.consumer
     epochs = [e for e in consumer.epochs if e.batches > 0 and e.first_batch_s is not None]
     steady_batches = sum(e.batches - 1 for e in epochs)
-    steady_s = sum(max(e.wall_s - e.first_batch_s, 0.0) for e in epochs)
+    steady_s = sum(max(e.wall_s - cast(float, e.first_batch_s), 0.0) for e in epochs)
     rate = steady_batches / steady_s if steady_batches and steady_s > 0 else None
     per_batch = consumer.samples / consumer.batches if consumer.batches else None
     if rate is None and error is None:
