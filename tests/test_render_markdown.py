@@ -41,9 +41,9 @@ def test_verdict_numbers_findings_and_recommendations():
     assert findings[0].startswith("- **critical**: the loop waited for data 41.2%")
     recommendations = _table_after(lines, "### Recommendations")
     assert recommendations[0] == ["#", "setting", "current -> proposed", "expected throughput",
-                                  "expected stall", "why"]
+                                  "expected stall", "effect", "why"]
     assert recommendations[1] == [
-        "1.", "`num_workers`", "2 -> 4", "410 samples/s", "6.0%",
+        "1.", "`num_workers`", "2 -> 4", "410 samples/s", "6.0%", "n/a",
         "each worker delivers 4.8 batches/s; the step takes 13.6 (capped by 2 usable CPUs)"]
     assert text.endswith("\n") and not text.endswith("\n\n")
 
