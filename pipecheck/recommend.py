@@ -4,7 +4,11 @@ Rules run in order (``num_workers`` up or down, ``prefetch_factor``, ``persisten
 ``pin_memory``) and are cumulative: each rule's expected figures assume the changes proposed
 before it are applied. ``current`` is always the measured loader's value. Expected figures come
 from the what-if model (:mod:`pipecheck.analysis.model`); a rule that the model cannot back with
-a gain proposes nothing. With no model (too little data, a generic iterable) the list is empty
+a gain proposes nothing, and no proposal is kept whose expected samples/s is below the
+measured rate or below the proposal before it (the model can be biased low on a run: a change
+shown slower than what it replaces would contradict its own reason). Every kept proposal states
+its effect in samples/s, batches/s, tokens/s (when counted) and wall time saved per 10,000
+steps and per epoch (:func:`with_effects`). With no model (too little data, a generic iterable) the list is empty
 and the diagnosis carries an ``insufficient-data`` finding saying why.
 
 The constants below are pipecheck's choices, not torch's.
