@@ -4,7 +4,11 @@ Rules run in order (``num_workers`` up or down, ``prefetch_factor``, ``persisten
 ``pin_memory``) and are cumulative: each rule's expected figures assume the changes proposed
 before it are applied. ``current`` is always the measured loader's value. Expected figures come
 from the what-if model (:mod:`pipecheck.analysis.model`); a rule that the model cannot back with
-a gain proposes nothing. With no model (too little data, a generic iterable) the list is empty
+a gain proposes nothing, and no proposal is kept whose expected samples/s is below the
+measured rate or below the proposal before it (the model can be biased low on a run: a change
+shown slower than what it replaces would contradict its own reason). Every kept proposal states
+its effect in samples/s, batches/s, tokens/s (when counted) and wall time saved per 10,000
+steps and per epoch (:func:`with_effects`). With no model (too little data, a generic iterable) the list is empty
 and the diagnosis carries an ``insufficient-data`` finding saying why.
 
 The constants below are pipecheck's choices, not torch's.
@@ -28,7 +32,7 @@ from pipecheck.analysis.model import (
 )
 from pipecheck.analysis.stats import mean
 from pipecheck.units import batch_rate, count, percent, seconds, size
-from pipecheck.records import Expected, Recommendation, RunRecord
+from pipecheck.records import ConsumerSummary, Expected, Recommendation, RunRecord
 
 MIN_GAIN_FRACTION = 0.05
 """A change must be predicted to raise steady throughput by at least 5%; the model sees no IPC
@@ -112,12 +116,81 @@ def recommend(run: RunRecord, analysis: Analysis) -> list[Recommendation]:
         _pin_memory,
     ]
     recommendations = []
+    floor = analysis.consumer.samples_per_s
     for rule in rules:
         outcome = rule(context, settings)
-        if outcome is not None:
-            recommendation, settings = outcome
-            recommendations.append(recommendation)
-    return recommendations + pipeline_recommendations(run, analysis)
+        if outcome is None:
+            continue
+        recommendation, proposed = outcome
+        expected = recommendation.expected.samples_per_s
+        if _slower(expected, floor):
+            continue  # never propose a change expected to be slower than what it replaces
+        recommendations.append(recommendation)
+        settings = proposed
+        floor = floor if expected is None else expected
+    pipeline = [r for r in pipeline_recommendations(run, analysis)
+                if not _slower(r.expected.samples_per_s, analysis.consumer.samples_per_s)]
+    return [with_effects(r, analysis.consumer, run.loader.batches_per_epoch)
+            for r in recommendations + pipeline]
+
+
+def _slower(expected_samples_per_s: Optional[float], floor_samples_per_s: Optional[float]) -> bool:
+    """Whether an expected rate is below the rate it would replace (a relative 1e-9 absorbs
+    float noise in an "unchanged" prediction); ``False`` when either is unknown."""
+    if expected_samples_per_s is None or floor_samples_per_s is None:
+        return False
+    return expected_samples_per_s < floor_samples_per_s * (1.0 - 1e-9)
+
+
+STEPS_PER_SAVING = 10_000
+"""Steps (batches) over which a recommendation's wall-time saving is stated."""
+
+
+def with_effects(
+    recommendation: Recommendation,
+    measured: ConsumerSummary,
+    batches_per_epoch: Optional[int],
+) -> Recommendation:
+    """``recommendation`` with its effect in every unit (:class:`~pipecheck.records.Expected`):
+    expected batches/s and tokens/s scaled from the measured run by the expected samples/s
+    ratio, the gains over the measured rates, and the wall time saved per
+    :data:`STEPS_PER_SAVING` steps and per epoch (``batches_per_epoch``, the loader's
+    ``len()``; ``None`` when unknown). Figures that cannot be derived (no expected samples/s,
+    nothing measured) stay ``None``; a figure already set is kept."""
+    expected = recommendation.expected
+    if expected.samples_per_s is None or not measured.samples_per_s:
+        return recommendation
+    scale = expected.samples_per_s / measured.samples_per_s
+    batches_per_s = expected.batches_per_s
+    if batches_per_s is None and measured.batches_per_s:
+        batches_per_s = measured.batches_per_s * scale
+    tokens_per_s = expected.tokens_per_s
+    if tokens_per_s is None and measured.tokens_per_s is not None:
+        tokens_per_s = measured.tokens_per_s * scale
+    saved_per_step_s = None
+    if batches_per_s and measured.batches_per_s:
+        saved_per_step_s = 1.0 / measured.batches_per_s - 1.0 / batches_per_s
+    filled = replace(
+        expected,
+        batches_per_s=batches_per_s,
+        tokens_per_s=tokens_per_s,
+        gain_samples_per_s=_first(expected.gain_samples_per_s,
+                                  expected.samples_per_s - measured.samples_per_s),
+        gain_tokens_per_s=_first(expected.gain_tokens_per_s,
+                                 None if tokens_per_s is None or measured.tokens_per_s is None
+                                 else tokens_per_s - measured.tokens_per_s),
+        saved_s_per_10k_steps=_first(expected.saved_s_per_10k_steps,
+                                     None if saved_per_step_s is None
+                                     else STEPS_PER_SAVING * saved_per_step_s),
+        saved_s_per_epoch=_first(expected.saved_s_per_epoch,
+                                 None if saved_per_step_s is None or not batches_per_epoch
+                                 else batches_per_epoch * saved_per_step_s),
+    )
+    return replace(recommendation, expected=filled)
+
+
+def _first(kept: Optional[float], derived: Optional[float]) -> Optional[float]:
+    return kept if kept is not None else derived
 
 
 def pipeline_recommendations(run: RunRecord, analysis: Analysis) -> list[Recommendation]:
@@ -337,8 +410,8 @@ def _fewest_sufficient_workers(
     context: _Context, settings: LoaderSettings
 ) -> Optional[tuple[int, Prediction]]:
     """The smallest worker count below the current one that keeps DOWN_HEADROOM x demand,
-    stays compute-bound and keeps the throughput (within MIN_GAIN_FRACTION), with its
-    prediction."""
+    stays compute-bound and keeps the predicted throughput (never below the current
+    settings' prediction), with its prediction."""
     model = context.model
     current = model.predict(settings)
     for workers in range(1, settings.num_workers):
@@ -347,8 +420,7 @@ def _fewest_sufficient_workers(
         if (
             capacity >= DOWN_HEADROOM * model.demand_batches_per_s
             and prediction.steady_stall_fraction <= context.compute_bound_stall
-            and prediction.steady_batches_per_s
-            >= current.steady_batches_per_s * (1.0 - MIN_GAIN_FRACTION)
+            and not _slower(prediction.batches_per_s, current.batches_per_s)
         ):
             return workers, prediction
     return None
@@ -390,7 +462,8 @@ def _prefetch_factor(context: _Context, settings: LoaderSettings) -> _Outcome:
         setting="prefetch_factor",
         current=factor,
         proposed=proposed_factor,
-        expected=_expected(prediction, "replaying the measured batch times against the lead"),
+        expected=_expected(prediction,
+                           "replaying the measured batch times against the lead"),
         reason=reason,
     )
     return recommendation, proposed

@@ -565,23 +565,65 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Judgement:
+    """The one judgement the verdict line, the capacity / demand line and the recommendations are
+    all derived from (:mod:`pipecheck.analysis.judgement`).
+
+    ``stall_fraction`` is the stall the verdict was judged on (0-1; the steady stall when
+    ``steady``), ``goodput_fraction`` its complement ``1 - stall_fraction`` (the share of loop
+    time the step had data: data goodput). ``wait_per_batch_s`` is the mean wait per batch in
+    seconds over the same batches; below ``min_wait_per_batch_s`` no stall makes a run
+    input-bound. ``capacity_demand_ratio`` is the producer capacity estimate over the step's
+    demand (``None`` when either was not measured). ``loader_keeps_up`` is the report's
+    conclusion, which follows the measured stall: ``False`` when input-bound, ``True``
+    otherwise, ``None`` with no data. ``capacity_note`` is set when the capacity estimate points
+    the other way: it says which evidence wins and why."""
+
+    stall_fraction: Optional[float]
+    steady: bool
+    goodput_fraction: Optional[float]
+    wait_per_batch_s: Optional[float]
+    min_wait_per_batch_s: float
+    capacity_demand_ratio: Optional[float] = None
+    loader_keeps_up: Optional[bool] = None
+    capacity_note: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """``verdict`` is ``input-bound``, ``compute-bound``, ``balanced`` or ``no-data``;
-    ``thresholds`` are the stall fractions the verdict was judged against."""
+    ``thresholds`` are the stall fractions the verdict was judged against; ``judgement`` the
+    figures the verdict, the capacity line and the recommendations share (``None`` in reports
+    written before it existed)."""
 
     verdict: str
     bottleneck: str
     findings: list[Finding]
     thresholds: dict[str, float] = field(default_factory=dict)
+    judgement: Optional[Judgement] = None
 
 
 @dataclass(frozen=True)
 class Expected:
-    """Predicted effect of a change; ``None`` fields could not be predicted."""
+    """Predicted effect of a change; ``None`` fields could not be predicted.
+
+    ``samples_per_s``, ``batches_per_s`` and ``tokens_per_s`` are the expected rates (tokens only
+    when the run counted them); ``gain_samples_per_s`` / ``gain_tokens_per_s`` are those minus
+    the measured run's rates. ``saved_s_per_10k_steps`` is the wall time in seconds saved over
+    10,000 steps (batches) at the expected batch rate against the measured one;
+    ``saved_s_per_epoch`` the same over one epoch, only when the loader's ``len()`` (batches per
+    epoch) is known. Negative savings never occur in model proposals (a change expected to be
+    slower is not proposed)."""
 
     samples_per_s: Optional[float]
     stall_fraction: Optional[float]
     note: Optional[str] = None
+    batches_per_s: Optional[float] = None
+    tokens_per_s: Optional[float] = None
+    gain_samples_per_s: Optional[float] = None
+    gain_tokens_per_s: Optional[float] = None
+    saved_s_per_10k_steps: Optional[float] = None
+    saved_s_per_epoch: Optional[float] = None
 
 
 @dataclass(frozen=True)

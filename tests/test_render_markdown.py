@@ -9,7 +9,8 @@ from pipecheck.render.markdown import render_markdown
 from render_fixtures import SCRIPT, hostile_report, stress_report
 from report_factory import sample_report
 
-VERDICT = "INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%)"
+VERDICT = ("INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%); "
+           "data goodput 58.8%")
 
 
 def _table_after(lines: list[str], heading: str) -> list[list[str]]:
@@ -35,14 +36,14 @@ def test_verdict_numbers_findings_and_recommendations():
     assert numbers["throughput"] == "256 samples/s · 8.00 batches/s"
     assert numbers["data stall"] == "41.2% (steady state 38.0%)"
     assert numbers["producer capacity"] == "9.50 batches/s"
-    assert numbers["capacity / demand"] == "0.70x"
+    assert numbers["capacity / demand"] == "0.70x (the loader cannot keep up with the step)"
     findings = lines[lines.index("### Findings") + 2:lines.index("### Recommendations") - 1]
     assert findings[0].startswith("- **critical**: the loop waited for data 41.2%")
     recommendations = _table_after(lines, "### Recommendations")
     assert recommendations[0] == ["#", "setting", "current -> proposed", "expected throughput",
-                                  "expected stall", "why"]
+                                  "expected stall", "effect", "why"]
     assert recommendations[1] == [
-        "1.", "`num_workers`", "2 -> 4", "410 samples/s", "6.0%",
+        "1.", "`num_workers`", "2 -> 4", "410 samples/s", "6.0%", "n/a",
         "each worker delivers 4.8 batches/s; the step takes 13.6 (capped by 2 usable CPUs)"]
     assert text.endswith("\n") and not text.endswith("\n\n")
 

@@ -35,7 +35,8 @@ def _with_diagnosis(report, **changes):
 def test_verdict_line_comes_first_with_its_numbers():
     lines = _lines(sample_report())
     assert lines[0] == (
-        "INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%)"
+        "INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%); "
+        "data goodput 58.8%"
     )
 
 
@@ -128,7 +129,7 @@ def test_compute_bound_line_and_why_there_are_no_recommendations():
     text = render_terminal(report, width=100)
     assert verdict_line(report) == (
         "COMPUTE-BOUND: the training loop waited for data only 1.2% of the time in steady state "
-        "(threshold 3%)"
+        "(threshold 3%); data goodput 98.8%"
     )
     assert " ".join(text.split()).startswith(verdict_line(report))  # wrapped, still first
     assert ("No recommendations: the loop is compute-bound, so no loader change is predicted "
@@ -140,7 +141,7 @@ def test_balanced_line_lists_both_thresholds():
     # No verdict finding: the steady-state stall (the verdict's basis) is shown.
     assert verdict_line(report) == (
         "BALANCED: the training loop waited for data 38.0% of the time in steady state "
-        "(thresholds: input bound 10%, compute bound 5%)"
+        "(thresholds: input bound 10%, compute bound 5%); data goodput 62.0%"
     )
 
 

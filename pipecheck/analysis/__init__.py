@@ -3,7 +3,8 @@ diagnosis and a what-if throughput model. No I/O, no clocks, no torch.
 
 Modules: ``consumer`` (stall, throughput, demand), ``producer`` (per-worker rates, CPU,
 capacity), ``model`` (what-if predictions for other settings), ``verdict`` (verdict and
-findings), ``bound`` (what workers wait on: cpu-bound / io-bound / latency-bound), ``memory``
+findings), ``judgement`` (the stall judged, data goodput and the capacity estimate reconciled
+with it: the one source of the verdict line, the capacity line and the recommendations), ``bound`` (what workers wait on: cpu-bound / io-bound / latency-bound), ``memory``
 (worker memory growth, /dev/shm headroom), ``causes`` (the findings that explain a slow or
 at-risk loader), ``stats`` and ``wording`` (helpers).
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pipecheck.analysis.consumer import summarize_consumer
+from pipecheck.analysis.judgement import judge_capacity, judge_stall
 from pipecheck.analysis.model import (
     LoaderSettings,
     Prediction,
@@ -87,7 +89,11 @@ def analyze(
     model = None if gaps else build_model(run, consumer, producer)
     producer = dataclasses.replace(producer, stages=stage_table(run.stages),
                                    head_of_line=run.head_of_line)
-    extra = pipeline_findings(producer, consumer)
-    if extra:
-        diagnosis = dataclasses.replace(diagnosis, findings=list(diagnosis.findings) + extra)
+    findings = list(diagnosis.findings) + pipeline_findings(producer, consumer)
+    # The same pure function diagnose() judged the verdict with, so the two cannot differ.
+    verdict, stall, steady, wait_s = judge_stall(consumer, run, input_bound_stall,
+                                                 compute_bound_stall)
+    judgement = judge_capacity(verdict, stall, steady, wait_s, run, consumer, producer,
+                               findings, input_bound_stall)
+    diagnosis = dataclasses.replace(diagnosis, findings=findings, judgement=judgement)
     return Analysis(consumer=consumer, producer=producer, diagnosis=diagnosis, model=model)

@@ -3,7 +3,9 @@
 Thresholds are pipecheck's defaults, overridable through :func:`pipecheck.analysis.analyze`:
 a steady data stall of 10% or more of loop time is input-bound (the level MLPerf-style and
 DS-Analyzer-style analyses treat as material), 3% or less is compute-bound, in between is
-balanced. The other constants below are likewise pipecheck's own choices, stated where used.
+balanced; whatever the stall, a mean wait under 10 us per batch is compute-bound
+(:data:`pipecheck.analysis.judgement.MIN_MATERIAL_WAIT_S`, which states its source). The other
+constants below are likewise pipecheck's own choices, stated where used.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pipecheck.analysis.consumer import (
     steady_batch_count,
 )
 from pipecheck.analysis.causes import cause_findings
+from pipecheck.analysis.judgement import MIN_MATERIAL_WAIT_S, judge_stall
 from pipecheck.analysis.model import MIN_STEADY_BATCHES
 from pipecheck.analysis.producer import usable_host
 from pipecheck.analysis.stats import ratio
@@ -37,7 +40,8 @@ SLOW_FIRST_BATCH_EPOCH_SHARE = 0.05
 """A first-batch wait is slow when it is at least this share of an epoch's wall time..."""
 
 SLOW_FIRST_BATCH_WAIT_RATIO = 10.0
-"""...and at least this many times the steady mean wait per batch."""
+"""...and at least this many times the steady mean wait per batch, or than
+:data:`~pipecheck.analysis.judgement.MIN_MATERIAL_WAIT_S` when that is larger (100 us)."""
 
 UNBALANCED_RATE_RATIO = 2.0
 """Workers are unbalanced when the fastest busy rate exceeds the slowest by more than this."""
@@ -53,23 +57,6 @@ BOTTLENECKS = {
 }
 
 
-def judge(
-    consumer: ConsumerSummary, input_bound_stall: float, compute_bound_stall: float
-) -> tuple[str, Optional[float], bool]:
-    """``(verdict, stall judged, whether it is the steady stall)``. The steady stall (epoch
-    starts left out) is judged when there is one, else the whole-run stall."""
-    if consumer.batches == 0 or consumer.stall_fraction is None:
-        return "no-data", None, False
-    steady = consumer.steady_stall_fraction is not None
-    stall = consumer.steady_stall_fraction if steady else consumer.stall_fraction
-    assert stall is not None  # stall_fraction checked above, steady_stall_fraction by steady
-    if stall >= input_bound_stall:
-        return "input-bound", stall, steady
-    if stall <= compute_bound_stall:
-        return "compute-bound", stall, steady
-    return "balanced", stall, steady
-
-
 def diagnose(
     run: RunRecord,
     consumer: ConsumerSummary,
@@ -81,7 +68,8 @@ def diagnose(
 ) -> Diagnosis:
     """Verdict plus findings. ``data_gaps`` are the reasons no model could be built (each
     becomes part of an ``insufficient-data`` finding); thresholds are stall fractions 0-1."""
-    verdict, stall, steady = judge(consumer, input_bound_stall, compute_bound_stall)
+    verdict, stall, steady, wait_s = judge_stall(consumer, run, input_bound_stall,
+                                                 compute_bound_stall)
     thresholds = {
         "input_bound_stall_fraction": input_bound_stall,
         "compute_bound_stall_fraction": compute_bound_stall,
@@ -89,7 +77,7 @@ def diagnose(
     candidates = [
         _status_finding(consumer),
         _no_batches_finding(consumer),
-        _verdict_finding(verdict, stall, steady, consumer, producer, thresholds),
+        _verdict_finding(verdict, stall, steady, wait_s, consumer, producer, thresholds),
         _slow_first_batch_finding(run),
         _unbalanced_finding(producer),
         _cpu_saturated_finding(run),
@@ -154,6 +142,7 @@ def _verdict_finding(
     verdict: str,
     stall: Optional[float],
     steady: bool,
+    wait_s: Optional[float],
     consumer: ConsumerSummary,
     producer: ProducerSummary,
     thresholds: dict[str, float],
@@ -167,6 +156,8 @@ def _verdict_finding(
         "demand_batches_per_s": consumer.demand_batches_per_s,
         "batches_per_s": consumer.batches_per_s,
         "capacity_batches_per_s": producer.capacity_batches_per_s,
+        "wait_per_batch_s": wait_s,
+        "min_wait_per_batch_s": MIN_MATERIAL_WAIT_S,
     }
     capacity = producer.capacity_batches_per_s
     demand = consumer.demand_batches_per_s
@@ -181,6 +172,17 @@ def _verdict_finding(
                 f"; the step could take {batch_rate(demand)} but received {batch_rate(consumer.batches_per_s)}"
             )
         severity = "critical" if stall >= CRITICAL_STALL else "warning"
+    elif verdict == "compute-bound" and _negligible(wait_s) and stall > thresholds[
+            "compute_bound_stall_fraction"]:
+        threshold = thresholds["compute_bound_stall_fraction"]
+        message = (
+            f"Compute-bound: the training loop waited for data {percent(stall)} of its "
+            f"time{scope}, but only {seconds(wait_s)} per batch, below the "
+            f"{seconds(MIN_MATERIAL_WAIT_S)} under which a wait cannot hold a step back"
+        )
+        if demand is not None:
+            message += f"; the step sets the pace at {batch_rate(demand)}"
+        severity = "info"
     elif verdict == "compute-bound":
         threshold = thresholds["compute_bound_stall_fraction"]
         message = (
@@ -204,6 +206,10 @@ def _verdict_finding(
     return Finding(kind=verdict, severity=severity, message=message + ".", evidence=evidence)
 
 
+def _negligible(wait_s: Optional[float]) -> bool:
+    return wait_s is not None and wait_s < MIN_MATERIAL_WAIT_S
+
+
 def _slow_first_batch_finding(run: RunRecord) -> Optional[Finding]:
     record = run.consumer
     first_s = cold_start_s(record, run.loader.persistent_workers)
@@ -212,7 +218,8 @@ def _slow_first_batch_finding(run: RunRecord) -> Optional[Finding]:
     steady_wait_s = mean_steady_wait_s(record)
     if first_s is None or share is None or share < SLOW_FIRST_BATCH_EPOCH_SHARE:
         return None
-    if steady_wait_s is not None and first_s < SLOW_FIRST_BATCH_WAIT_RATIO * steady_wait_s:
+    # Against the floor too: a first batch of a few microseconds is no start-up cost.
+    if first_s < SLOW_FIRST_BATCH_WAIT_RATIO * max(steady_wait_s or 0.0, MIN_MATERIAL_WAIT_S):
         return None
     steady_text = (
         "" if steady_wait_s is None else f", against a steady wait of {seconds(steady_wait_s)}"

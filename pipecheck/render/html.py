@@ -24,8 +24,8 @@ from pipecheck import units as fmt
 from pipecheck.records import to_jsonable
 from pipecheck.render import charts, stress_rows
 from pipecheck.render.generic import to_html as generic_html
-from pipecheck.render.terminal import (_why_no_recommendations, recommendations_caption,
-                                       verdict_line)
+from pipecheck.render.terminal import (_why_no_recommendations, capacity_phrase, effect_text,
+                                       recommendations_caption, verdict_line)
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -164,7 +164,8 @@ def _banner(report: "Report") -> str:
     consumer, producer = report.consumer, report.producer
     verdict = report.diagnosis.verdict
     demand, capacity = consumer.demand_batches_per_s, producer.capacity_batches_per_s
-    ratio = f"{capacity / demand:.2f}x" if demand and capacity is not None else fmt.NOT_MEASURED
+    ratio = capacity_phrase(report) or fmt.NOT_MEASURED
+    judgement = report.diagnosis.judgement
     numbers = [
         ("throughput", fmt.rate(consumer.samples_per_s, "samples")),
         ("batches", fmt.rate(consumer.batches_per_s, "batches")),
@@ -180,12 +181,17 @@ def _banner(report: "Report") -> str:
     ]
     if consumer.tokens_per_s is not None:
         numbers.insert(2, ("tokens", fmt.rate(consumer.tokens_per_s, "tokens")))
+    if judgement is not None and judgement.goodput_fraction is not None:
+        numbers.insert(1, ("data goodput", fmt.percent(judgement.goodput_fraction)))
     if report.diagnosis.bottleneck:
         numbers.append(("bottleneck", report.diagnosis.bottleneck))
     cards = "".join(
         f'<div class="number"><div class="v">{_e(v)}</div><div class="k">{_e(k)}</div></div>'
         for k, v in numbers
     )
+    note = ""
+    if judgement is not None and judgement.capacity_note:
+        note = f'<p class="alert">{_e(judgement.capacity_note)}</p>\n'
     unfinished = ""
     if consumer.status != "complete":
         detail = f": {consumer.error}" if consumer.error else ""
@@ -195,7 +201,7 @@ def _banner(report: "Report") -> str:
         f'<header class="banner {_VERDICT_CLASSES.get(verdict, "")}">'
         f"<h1>{_e(verdict_line(report))}</h1>"
         f'<div class="context">{_e(_context(report))}</div></header>\n'
-        f"{unfinished}<div class=\"numbers\">{cards}</div>\n"
+        f"{unfinished}<div class=\"numbers\">{cards}</div>\n{note}"
     )
 
 
@@ -348,11 +354,12 @@ def _recommendations(report: "Report") -> list[str]:
             f"<b>{_e(fmt.setting_value(rec.proposed))}</b></td>"
             f'<td class="n">{_e(fmt.rate(rec.expected.samples_per_s, "samples"))}</td>'
             f'<td class="n">{_e(fmt.percent(rec.expected.stall_fraction))}</td>'
+            f"<td>{_e(effect_text(rec) or fmt.NOT_MEASURED)}</td>"
             f"<td>{_e(rec.reason)}<span class=\"dim\">{_e(note)}</span></td></tr>"
         )
     head = ("<tr><th>#</th><th>setting</th><th>current &rarr; proposed</th>"
             '<th class="n">expected throughput</th><th class="n">expected stall</th>'
-            "<th>why</th></tr>")
+            "<th>effect</th><th>why</th></tr>")
     return [f'<p class="dim">{_e(recommendations_caption(report))}</p>',
             f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"]
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from pipecheck import units as fmt
 from pipecheck.render import stress_rows
 from pipecheck.render.inert import visible
-from pipecheck.render.terminal import (_why_no_recommendations, recommendations_caption,
-                                       verdict_line)
+from pipecheck.render.terminal import (_why_no_recommendations, capacity_phrase, effect_text,
+                                       recommendations_caption, verdict_line)
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -40,7 +40,7 @@ def render_markdown(report: "Report", title: Optional[str] = None) -> str:
         lines += [f"> The run did not complete (status {_text(consumer.status)}"
                   f"{_text(detail)}); the numbers cover what ran.", ""]
     demand, capacity = consumer.demand_batches_per_s, producer.capacity_batches_per_s
-    ratio = f"{capacity / demand:.2f}x" if demand and capacity is not None else fmt.NOT_MEASURED
+    ratio = capacity_phrase(report) or fmt.NOT_MEASURED
     numbers = [
         ("throughput", f"{fmt.rate(consumer.samples_per_s, 'samples')} · "
                        f"{fmt.rate(consumer.batches_per_s, 'batches')}"),
@@ -62,6 +62,9 @@ def render_markdown(report: "Report", title: Optional[str] = None) -> str:
     if consumer.tokens_per_s is not None:
         numbers.insert(1, ("tokens", fmt.rate(consumer.tokens_per_s, "tokens")))
     lines += _table(["metric", "value"], [list(row) for row in numbers], right=[1])
+    judgement = report.diagnosis.judgement
+    if judgement is not None and judgement.capacity_note:
+        lines += ["", f"> {_text(judgement.capacity_note)}"]
     if report.ranks is not None:  # a multi-rank run: every rank, the straggler marked
         from pipecheck.render.ranks import rank_table
 
@@ -95,10 +98,11 @@ def _recommendations(report: "Report") -> list[str]:
         rows.append([f"{number}.", f"`{rec.setting}`",
                      f"{fmt.setting_value(rec.current)} -> {fmt.setting_value(rec.proposed)}",
                      fmt.rate(rec.expected.samples_per_s, "samples"),
-                     fmt.percent(rec.expected.stall_fraction), f"{rec.reason}{note}"])
+                     fmt.percent(rec.expected.stall_fraction),
+                     effect_text(rec) or fmt.NOT_MEASURED, f"{rec.reason}{note}"])
     return [_text(recommendations_caption(report)), "",
             *_table(["#", "setting", "current -> proposed", "expected throughput",
-                     "expected stall", "why"], rows, right=[3, 4], raw=[1])]
+                     "expected stall", "effect", "why"], rows, right=[3, 4], raw=[1])]
 
 
 def _stress(stress: dict[str, Any]) -> list[str]:

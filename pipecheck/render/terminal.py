@@ -30,7 +30,7 @@ from pipecheck.render.stress_rows import epoch_start_text, tie_note
 
 if TYPE_CHECKING:
     from pipecheck.records import (ConsumerSummary, DeviceRecord, HostRecord, ProducerSummary,
-                                   StacksRecord)
+                                   Recommendation, StacksRecord)
     from pipecheck.report import Report
 
 DEFAULT_WIDTH = 100
@@ -105,7 +105,7 @@ def _parts(report: "Report") -> list[RenderableType]:
     sections += [
         ("Throughput", _throughput(report.consumer)),
         ("Data wait (stall)", _stall(report.consumer)),
-        ("Producer vs consumer", _producer_vs_consumer(report.consumer, report.producer)),
+        ("Producer vs consumer", _producer_vs_consumer(report)),
         ("Host", _host(report)),
     ]
     # Optional probes: a section only when the run has one.
@@ -169,8 +169,71 @@ def verdict_line(report: "Report") -> str:
         sentence = f"the training loop waited for data only {fmt.percent(stall)} of the time{scope}"
     else:
         sentence = f"the training loop waited for data {fmt.percent(stall)} of the time{scope}"
-    threshold = _threshold_phrase(verdict, diagnosis.thresholds)
-    return f"{label}: {sentence}{threshold}"
+    judgement = diagnosis.judgement
+    wait_s = judgement.wait_per_batch_s if judgement is not None else None
+    if verdict == "compute-bound" and judgement is not None and wait_s is not None \
+            and wait_s < judgement.min_wait_per_batch_s:
+        # Compute-bound on the floor, not the stall: say so instead of "only 22%".
+        sentence = (f"the training loop waited for data {fmt.percent(stall)} of the time{scope} "
+                    f"but only {fmt.seconds(wait_s)} per batch, under the "
+                    f"{fmt.seconds(judgement.min_wait_per_batch_s)} that can hold a step back")
+        threshold = ""
+    else:
+        threshold = _threshold_phrase(verdict, diagnosis.thresholds)
+    goodput = judgement.goodput_fraction if judgement is not None else (
+        None if stall is None else 1.0 - stall)
+    return f"{label}: {sentence}{threshold}; data goodput {fmt.percent(goodput)}"
+
+
+def capacity_phrase(report: "Report") -> Optional[str]:
+    """The capacity / demand figure with the report's one conclusion about it, e.g.
+    ``1.56x estimated, but the loader does not keep up with the step (measured stall)``;
+    ``None`` when capacity or demand was not measured. The conclusion comes from
+    ``diagnosis.judgement`` (it follows the measured stall, like the verdict); reports written
+    before it existed fall back to the ratio alone."""
+    diagnosis = report.diagnosis
+    judgement = diagnosis.judgement
+    demand = report.consumer.demand_batches_per_s
+    capacity = report.producer.capacity_batches_per_s
+    ratio = judgement.capacity_demand_ratio if judgement is not None else (
+        capacity / demand if demand and capacity is not None else None)
+    if ratio is None:
+        return None
+    if judgement is None or judgement.loader_keeps_up is None:
+        side = "cannot keep up with" if ratio < 1 else "can keep up with"
+        return f"{ratio:.2f}x (the loader {side} the step)"
+    if diagnosis.verdict == "balanced":
+        conclusion = "the loader nearly keeps up with the step"
+    elif judgement.loader_keeps_up:
+        conclusion = "the loader keeps up with the step"
+    else:
+        conclusion = "the loader does not keep up with the step"
+    if judgement.capacity_note:
+        return f"{ratio:.2f}x estimated, but {conclusion} by the measured stall, which wins"
+    return f"{ratio:.2f}x ({conclusion})"
+
+
+def effect_text(rec: "Recommendation") -> Optional[str]:
+    """A recommendation's effect in the units users plan with: the gain in samples/s (and
+    tokens/s when counted) and the wall time saved per 10,000 steps and per epoch (when the
+    loader's ``len()`` is known); ``None`` when it has no such figures (e.g. ``pin_memory``)."""
+    expected = rec.expected
+    parts = []
+    if expected.gain_samples_per_s is not None:
+        gain = f"{'+' if expected.gain_samples_per_s >= 0 else ''}" \
+               f"{fmt.rate(expected.gain_samples_per_s, 'samples')}"
+        if expected.gain_tokens_per_s is not None:
+            gain += (f" ({'+' if expected.gain_tokens_per_s >= 0 else ''}"
+                     f"{fmt.rate(expected.gain_tokens_per_s, 'tokens')})")
+        parts.append(gain)
+    saved = []
+    if expected.saved_s_per_10k_steps is not None:
+        saved.append(f"{fmt.seconds(expected.saved_s_per_10k_steps)} per 10,000 steps")
+    if expected.saved_s_per_epoch is not None:
+        saved.append(f"{fmt.seconds(expected.saved_s_per_epoch)} per epoch")
+    if saved:
+        parts.append("saves " + ", ".join(saved))
+    return "; ".join(parts) if parts else None
 
 
 # -- verdict helpers -----------------------------------------------------------------------------
@@ -298,9 +361,8 @@ def _stall(consumer: "ConsumerSummary") -> list[RenderableType]:
     return lines
 
 
-def _producer_vs_consumer(
-    consumer: "ConsumerSummary", producer: "ProducerSummary"
-) -> list[RenderableType]:
+def _producer_vs_consumer(report: "Report") -> list[RenderableType]:
+    consumer, producer = report.consumer, report.producer
     demand = consumer.demand_batches_per_s
     capacity = producer.capacity_batches_per_s
     lines: list[RenderableType] = [
@@ -308,10 +370,12 @@ def _producer_vs_consumer(
     ]
     basis = f" ({producer.capacity_basis})" if producer.capacity_basis else ""
     lines.append(_line(("producer capacity", f"{fmt.rate(capacity, 'batches')}{basis}")))
-    if demand and capacity is not None:
-        ratio = capacity / demand
-        verdict = "cannot keep up with" if ratio < 1 else "can keep up with"
-        lines.append(_line(("capacity / demand", f"{ratio:.2f}x (the loader {verdict} the step)")))
+    phrase = capacity_phrase(report)
+    if phrase is not None:
+        lines.append(_line(("capacity / demand", phrase)))
+    judgement = report.diagnosis.judgement
+    if judgement is not None and judgement.capacity_note:
+        lines.append(Text(judgement.capacity_note, style=_DIM))
     details = []
     if producer.batch_time_s is not None:
         details.append(("batch build time:", fmt.duration_quantiles(producer.batch_time_s)))
@@ -486,6 +550,9 @@ def _recommendations(report: "Report") -> list[RenderableType]:
         )
         stacked.append(Text(f"{number}. ") + summary)
         reason = Text.assemble((f"{rec.setting}: ", "bold"), rec.reason)
+        effect = effect_text(rec)
+        if effect is not None:
+            reason.append(f" Effect: {effect}.")
         if rec.expected.note:
             reason.append(f" ({rec.expected.note})", style=_DIM)
         reasons.add_row(f"{number}.", reason)
@@ -525,6 +592,15 @@ def _why_no_recommendations(report: "Report") -> str:
         return (
             "No recommendations: the loop is compute-bound, so no loader change is predicted "
             "to help."
+        )
+    judgement = diagnosis.judgement
+    if diagnosis.verdict == "input-bound" and judgement is not None and judgement.capacity_note:
+        return (
+            "No recommendations: the measured stall says the loop is input-bound, but the "
+            "what-if model is built on the capacity estimate "
+            f"({judgement.capacity_demand_ratio:.2f}x the demand) that the stall contradicts "
+            "(see Producer vs consumer), so it predicts no gain from any loader change; "
+            "`pipecheck stress` measures the alternatives instead of predicting them."
         )
     if report.producer.capacity_batches_per_s is None:
         return (
