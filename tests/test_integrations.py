@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+import pipecheck
 from pipecheck.report import load
 
 pytestmark = pytest.mark.integrations
@@ -48,33 +49,56 @@ def test_import_pipecheck_does_not_import_the_frameworks():
     assert done.stdout.strip() == "False"
 
 
-def test_lightning_callback_measures_the_train_dataloader(tmp_path):
-    pl = pytest.importorskip("lightning.pytorch")
-    from pipecheck.integrations.lightning import PipecheckCallback
+def _tiny_lightning_module(pl, train_loader, val_loaders=()):
+    """A one-layer regression module over the given loaders; ``steps`` counts training steps,
+    ``seen`` keeps each training batch's inputs (for comparing runs batch by batch)."""
 
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
             self.linear = torch.nn.Linear(4, 1)
             self.steps = 0
+            self.seen: list[torch.Tensor] = []
+            self.val_steps = 0
 
         def training_step(self, batch, batch_idx):
             self.steps += 1
             x, y = batch
+            self.seen.append(x.clone())
             return torch.nn.functional.mse_loss(self.linear(x), y)
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.val_steps += 1
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.linear(x), y))
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
         def train_dataloader(self):
-            return DataLoader(_Slow(), batch_size=BATCH_SIZE, num_workers=1)
+            return train_loader()
+
+    if val_loaders:
+        Tiny.val_dataloader = lambda self: [make() for make in val_loaders]
+    return Tiny()
+
+
+def _trainer(pl, callbacks, **options):
+    settings = dict(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False,
+                    enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False, callbacks=callbacks)
+    settings.update(options)
+    return pl.Trainer(**settings)
+
+
+def test_lightning_callback_measures_the_train_dataloader(tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from pipecheck.integrations.lightning import PipecheckCallback
 
     callback = PipecheckCallback(tmp_path / "run.json", host_interval_s=0.2)
-    model = Tiny()
-    trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[callback])
-    trainer.fit(model)
+    model = _tiny_lightning_module(
+        pl, lambda: DataLoader(_Slow(), batch_size=BATCH_SIZE, num_workers=1))
+    _trainer(pl, [callback]).fit(model)
     saved = load(tmp_path / "run.json")
     batches = EPOCHS * SAMPLES // BATCH_SIZE
     assert model.steps == batches  # training saw every batch, through the wrapper
@@ -84,6 +108,54 @@ def test_lightning_callback_measures_the_train_dataloader(tmp_path):
     assert saved.producer.probe != "none" and len(saved.producer.workers) == 1
     assert saved.producer.workers[0].batches == batches  # the worker probe timed each batch
     assert callback.report.consumer.batches == batches
+    # Lightning stops each epoch by counting batches, never calling next() past the last one:
+    # the run still completed, and every epoch is closed.
+    assert saved.consumer.status == "complete"
+    assert all(e.ended != "running" for e in saved.timeline.epochs)
+    assert "did not complete" not in str(callback.report)
+
+
+def test_lightning_callback_reports_each_validation_dataloader_after_the_train_one(tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from pipecheck.integrations.lightning import PipecheckCallback
+
+    val_sizes = (2, 3)  # batch sizes of the two validation loaders: 12 and 8 batches a run
+    callback = PipecheckCallback(tmp_path / "run.json", host_interval_s=0.2)
+    model = _tiny_lightning_module(
+        pl, lambda: DataLoader(_Slow(), batch_size=BATCH_SIZE, num_workers=1),
+        [lambda size=size: DataLoader(_Slow(), batch_size=size, num_workers=0)
+         for size in val_sizes])
+    _trainer(pl, [callback]).fit(model)  # with Lightning's 2-batch sanity check first
+    train = load(tmp_path / "run.json")
+    assert train.consumer.batches == EPOCHS * SAMPLES // BATCH_SIZE
+    assert callback.reports[0].consumer.batches == train.consumer.batches  # train first
+    assert len(callback.validation_reports) == len(val_sizes)
+    val_batches = [EPOCHS * (SAMPLES // size) for size in val_sizes]  # sanity check excluded
+    assert model.val_steps == sum(val_batches) + 2 * len(val_sizes)
+    for index, size in enumerate(val_sizes):
+        name = "run.val.json" if index == 0 else f"run.val.loader{index}.json"
+        saved = load(tmp_path / name)
+        assert saved.loader.batch_size == size
+        assert saved.consumer.batches == val_batches[index]
+        assert saved.consumer.epochs == EPOCHS and saved.consumer.status == "complete"
+        assert saved.consumer.samples == EPOCHS * SAMPLES
+        assert saved.producer.workers[0].batches == val_batches[index]
+        assert callback.validation_reports[index].consumer.batches == val_batches[index]
+
+
+def test_lightning_callback_leaves_validation_alone_when_asked(tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from pipecheck.integrations.lightning import PipecheckCallback
+
+    callback = PipecheckCallback(tmp_path / "run.json", validation=False, host_interval_s=0.2)
+    model = _tiny_lightning_module(
+        pl, lambda: DataLoader(_Slow(), batch_size=BATCH_SIZE),
+        [lambda: DataLoader(_Slow(), batch_size=BATCH_SIZE)])
+    trainer = _trainer(pl, [callback], max_epochs=1)
+    trainer.fit(model)
+    assert callback.validation_reports == [] and not (tmp_path / "run.val.json").exists()
+    assert not isinstance(trainer.val_dataloaders, pipecheck.WrappedLoader)
+    assert callback.report.consumer.status == "complete"
 
 
 def test_transformers_callback_measures_the_train_dataloader(tmp_path):
