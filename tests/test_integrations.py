@@ -236,3 +236,47 @@ def test_transformers_callback_saves_what_was_measured_when_training_raises(tmp_
     # Sequential sampling: batches 0-4 (samples 0-19) arrived, the sixth raised in next().
     assert saved.consumer.batches == 5 and saved.consumer.samples == 20
     assert saved.timeline.epochs[-1].ended == "error"
+
+
+class _Indexed(Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int):
+        x = torch.full((4,), float(index))
+        return x, x.sum().reshape(1)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lightning_callback_checkpoints_a_stateful_dataloader_mid_epoch(tmp_path, workers):
+    """Lightning saves a torchdata StatefulDataLoader's state_dict() in its checkpoints and
+    resumes mid-epoch from it. Through the callback's wrapper the saved state must be that of
+    the batches training got: the resumed run goes on with exactly the rest of the epoch the
+    checkpointed run saw, as it does without pipecheck."""
+    pl = pytest.importorskip("lightning.pytorch")
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    from pipecheck.integrations.lightning import PipecheckCallback
+
+    def make_loader():
+        return stateful.StatefulDataLoader(_Indexed(), batch_size=BATCH_SIZE, shuffle=True,
+                                           num_workers=workers,
+                                           generator=torch.Generator().manual_seed(3))
+
+    def epoch_and_resumed(measured: bool) -> tuple[list, list]:
+        where = tmp_path / ("measured" if measured else "plain")
+        checkpoints = pl.callbacks.ModelCheckpoint(dirpath=where, filename="{step}",
+                                                   every_n_train_steps=5, save_top_k=-1)
+        extra = [PipecheckCallback(None, host_interval_s=0.2)] if measured else []
+        first = _tiny_lightning_module(pl, make_loader)
+        _trainer(pl, [checkpoints, *extra], max_epochs=1,
+                 enable_checkpointing=True).fit(first)
+        again = _tiny_lightning_module(pl, make_loader)
+        extra = [PipecheckCallback(None, host_interval_s=0.2)] if measured else []
+        _trainer(pl, extra, max_epochs=1).fit(again, ckpt_path=where / "step=5.ckpt")
+        return ([batch[:, 0].tolist() for batch in first.seen],
+                [batch[:, 0].tolist() for batch in again.seen])
+
+    epoch, resumed = epoch_and_resumed(measured=False)
+    assert len(epoch) == 16 and resumed == epoch[5:]  # what Lightning does without pipecheck
+    epoch, resumed = epoch_and_resumed(measured=True)
+    assert len(epoch) == 16 and resumed == epoch[5:]
