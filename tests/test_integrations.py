@@ -190,6 +190,7 @@ def test_transformers_callback_measures_the_train_dataloader(tmp_path):
     # each batch's samples sleep in the main process, inside next(): all of it is data wait
     assert saved.consumer.wait_s >= 0.9 * EPOCHS * SAMPLES * SAMPLE_S
     assert saved.producer.workers[0].batches == batches  # the main-process probe timed each
+    assert saved.consumer.status == "complete"  # after a normal train()
     # the Trainer's loader holds its own DataLoader again afterwards
     assert type(trainer.callback_handler.train_dataloader.base_dataloader) is DataLoader
 
