@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+import pipecheck
 from pipecheck.report import load
 
 pytestmark = pytest.mark.integrations
@@ -48,33 +49,56 @@ def test_import_pipecheck_does_not_import_the_frameworks():
     assert done.stdout.strip() == "False"
 
 
-def test_lightning_callback_measures_the_train_dataloader(tmp_path):
-    pl = pytest.importorskip("lightning.pytorch")
-    from pipecheck.integrations.lightning import PipecheckCallback
+def _tiny_lightning_module(pl, train_loader, val_loaders=()):
+    """A one-layer regression module over the given loaders; ``steps`` counts training steps,
+    ``seen`` keeps each training batch's inputs (for comparing runs batch by batch)."""
 
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
             self.linear = torch.nn.Linear(4, 1)
             self.steps = 0
+            self.seen: list[torch.Tensor] = []
+            self.val_steps = 0
 
         def training_step(self, batch, batch_idx):
             self.steps += 1
             x, y = batch
+            self.seen.append(x.clone())
             return torch.nn.functional.mse_loss(self.linear(x), y)
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.val_steps += 1
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.linear(x), y))
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
         def train_dataloader(self):
-            return DataLoader(_Slow(), batch_size=BATCH_SIZE, num_workers=1)
+            return train_loader()
+
+    if val_loaders:
+        Tiny.val_dataloader = lambda self: [make() for make in val_loaders]
+    return Tiny()
+
+
+def _trainer(pl, callbacks, **options):
+    settings = dict(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False,
+                    enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False, callbacks=callbacks)
+    settings.update(options)
+    return pl.Trainer(**settings)
+
+
+def test_lightning_callback_measures_the_train_dataloader(tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from pipecheck.integrations.lightning import PipecheckCallback
 
     callback = PipecheckCallback(tmp_path / "run.json", host_interval_s=0.2)
-    model = Tiny()
-    trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[callback])
-    trainer.fit(model)
+    model = _tiny_lightning_module(
+        pl, lambda: DataLoader(_Slow(), batch_size=BATCH_SIZE, num_workers=1))
+    _trainer(pl, [callback]).fit(model)
     saved = load(tmp_path / "run.json")
     batches = EPOCHS * SAMPLES // BATCH_SIZE
     assert model.steps == batches  # training saw every batch, through the wrapper
@@ -84,6 +108,54 @@ def test_lightning_callback_measures_the_train_dataloader(tmp_path):
     assert saved.producer.probe != "none" and len(saved.producer.workers) == 1
     assert saved.producer.workers[0].batches == batches  # the worker probe timed each batch
     assert callback.report.consumer.batches == batches
+    # Lightning stops each epoch by counting batches, never calling next() past the last one:
+    # the run still completed, and every epoch is closed.
+    assert saved.consumer.status == "complete"
+    assert all(e.ended != "running" for e in saved.timeline.epochs)
+    assert "did not complete" not in str(callback.report)
+
+
+def test_lightning_callback_reports_each_validation_dataloader_after_the_train_one(tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from pipecheck.integrations.lightning import PipecheckCallback
+
+    val_sizes = (2, 3)  # batch sizes of the two validation loaders: 12 and 8 batches a run
+    callback = PipecheckCallback(tmp_path / "run.json", host_interval_s=0.2)
+    model = _tiny_lightning_module(
+        pl, lambda: DataLoader(_Slow(), batch_size=BATCH_SIZE, num_workers=1),
+        [lambda size=size: DataLoader(_Slow(), batch_size=size, num_workers=0)
+         for size in val_sizes])
+    _trainer(pl, [callback]).fit(model)  # with Lightning's 2-batch sanity check first
+    train = load(tmp_path / "run.json")
+    assert train.consumer.batches == EPOCHS * SAMPLES // BATCH_SIZE
+    assert callback.reports[0].consumer.batches == train.consumer.batches  # train first
+    assert len(callback.validation_reports) == len(val_sizes)
+    val_batches = [EPOCHS * (SAMPLES // size) for size in val_sizes]  # sanity check excluded
+    assert model.val_steps == sum(val_batches) + 2 * len(val_sizes)
+    for index, size in enumerate(val_sizes):
+        name = "run.val.json" if index == 0 else f"run.val.loader{index}.json"
+        saved = load(tmp_path / name)
+        assert saved.loader.batch_size == size
+        assert saved.consumer.batches == val_batches[index]
+        assert saved.consumer.epochs == EPOCHS and saved.consumer.status == "complete"
+        assert saved.consumer.samples == EPOCHS * SAMPLES
+        assert saved.producer.workers[0].batches == val_batches[index]
+        assert callback.validation_reports[index].consumer.batches == val_batches[index]
+
+
+def test_lightning_callback_leaves_validation_alone_when_asked(tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from pipecheck.integrations.lightning import PipecheckCallback
+
+    callback = PipecheckCallback(tmp_path / "run.json", validation=False, host_interval_s=0.2)
+    model = _tiny_lightning_module(
+        pl, lambda: DataLoader(_Slow(), batch_size=BATCH_SIZE),
+        [lambda: DataLoader(_Slow(), batch_size=BATCH_SIZE)])
+    trainer = _trainer(pl, [callback], max_epochs=1)
+    trainer.fit(model)
+    assert callback.validation_reports == [] and not (tmp_path / "run.val.json").exists()
+    assert not isinstance(trainer.val_dataloaders, pipecheck.WrappedLoader)
+    assert callback.report.consumer.status == "complete"
 
 
 def test_transformers_callback_measures_the_train_dataloader(tmp_path):
@@ -118,6 +190,7 @@ def test_transformers_callback_measures_the_train_dataloader(tmp_path):
     # each batch's samples sleep in the main process, inside next(): all of it is data wait
     assert saved.consumer.wait_s >= 0.9 * EPOCHS * SAMPLES * SAMPLE_S
     assert saved.producer.workers[0].batches == batches  # the main-process probe timed each
+    assert saved.consumer.status == "complete"  # after a normal train()
     # the Trainer's loader holds its own DataLoader again afterwards
     assert type(trainer.callback_handler.train_dataloader.base_dataloader) is DataLoader
 
@@ -164,3 +237,47 @@ def test_transformers_callback_saves_what_was_measured_when_training_raises(tmp_
     # Sequential sampling: batches 0-4 (samples 0-19) arrived, the sixth raised in next().
     assert saved.consumer.batches == 5 and saved.consumer.samples == 20
     assert saved.timeline.epochs[-1].ended == "error"
+
+
+class _Indexed(Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int):
+        x = torch.full((4,), float(index))
+        return x, x.sum().reshape(1)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lightning_callback_checkpoints_a_stateful_dataloader_mid_epoch(tmp_path, workers):
+    """Lightning saves a torchdata StatefulDataLoader's state_dict() in its checkpoints and
+    resumes mid-epoch from it. Through the callback's wrapper the saved state must be that of
+    the batches training got: the resumed run goes on with exactly the rest of the epoch the
+    checkpointed run saw, as it does without pipecheck."""
+    pl = pytest.importorskip("lightning.pytorch")
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    from pipecheck.integrations.lightning import PipecheckCallback
+
+    def make_loader():
+        return stateful.StatefulDataLoader(_Indexed(), batch_size=BATCH_SIZE, shuffle=True,
+                                           num_workers=workers,
+                                           generator=torch.Generator().manual_seed(3))
+
+    def epoch_and_resumed(measured: bool) -> tuple[list, list]:
+        where = tmp_path / ("measured" if measured else "plain")
+        checkpoints = pl.callbacks.ModelCheckpoint(dirpath=where, filename="{step}",
+                                                   every_n_train_steps=5, save_top_k=-1)
+        extra = [PipecheckCallback(None, host_interval_s=0.2)] if measured else []
+        first = _tiny_lightning_module(pl, make_loader)
+        _trainer(pl, [checkpoints, *extra], max_epochs=1,
+                 enable_checkpointing=True).fit(first)
+        again = _tiny_lightning_module(pl, make_loader)
+        extra = [PipecheckCallback(None, host_interval_s=0.2)] if measured else []
+        _trainer(pl, extra, max_epochs=1).fit(again, ckpt_path=where / "step=5.ckpt")
+        return ([batch[:, 0].tolist() for batch in first.seen],
+                [batch[:, 0].tolist() for batch in again.seen])
+
+    epoch, resumed = epoch_and_resumed(measured=False)
+    assert len(epoch) == 16 and resumed == epoch[5:]  # what Lightning does without pipecheck
+    epoch, resumed = epoch_and_resumed(measured=True)
+    assert len(epoch) == 16 and resumed == epoch[5:]

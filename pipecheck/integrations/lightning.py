@@ -1,28 +1,40 @@
-"""Lightning: measure the train dataloader inside ``Trainer.fit``.
+"""Lightning: measure the train and validation dataloaders inside ``Trainer.fit``.
 
     from pipecheck.integrations.lightning import PipecheckCallback
 
     callback = PipecheckCallback("run.json")
     trainer = Trainer(callbacks=[callback], ...)
     trainer.fit(model, datamodule)
-    print(callback.report)
+    print(callback.report)                  # the (first) train dataloader
+    print(callback.validation_reports)      # one per validation dataloader
 
-How: Lightning builds the train dataloader(s) in ``FitLoop.setup_data`` (after it may have
-re-created them with a ``DistributedSampler``) and holds them in a ``CombinedLoader``. At
-``on_train_epoch_start``, after that setup and before the epoch's first batch, the callback
-replaces each DataLoader in ``CombinedLoader.flattened`` with ``pipecheck.wrap(loader)``
-(Lightning's own way to swap them) and, where Lightning will not create the epoch's iterator
-again itself, re-creates it so the wrapped loaders are the ones iterated. Loaders re-created by
+How: Lightning builds a loop's dataloader(s) in its ``setup_data`` (after it may have re-created
+them with a ``DistributedSampler``), holds them in a ``CombinedLoader`` and creates the epoch's
+iterator through its data fetcher before the epoch's first hook. At ``on_train_epoch_start`` (and
+``on_validation_epoch_start`` during ``fit``, sanity checking left out) the callback replaces each
+DataLoader in ``CombinedLoader.flattened`` with ``pipecheck.wrap(loader)`` (Lightning's own way
+to swap them) and, where Lightning will not create the epoch's iterator again itself, re-creates
+it so the wrapped loaders are the ones iterated. Loaders re-created by
 ``reload_dataloaders_every_n_epochs`` are wrapped again, and the report covers the latest one.
-Reaching ``fit_loop._combined_loader`` / ``_data_fetcher`` uses Lightning internals (read from
-Lightning 2.x); when they are missing the callback warns once and measures nothing, never
-breaking training.
+A wrapped ``StatefulDataLoader`` (torchdata) keeps working with Lightning's checkpoints: Lightning
+reads ``state_dict()`` through the wrapper, which answers for the loader that yields the batches.
+A loop restarted mid-epoch from a checkpoint is measured from its next epoch on.
 
-At ``on_train_end`` the report is built (under torch.distributed a collective: every rank's
+Lightning ends an epoch of a sized loader by counting batches: it never calls ``next()`` past
+the last one, so the loader's iterator would stay open and the report would read "in progress".
+At ``on_train_epoch_end`` / ``on_validation_epoch_end`` the callback therefore hands Lightning
+exhausted iterators in place of the epoch's ones (a further ``next()`` ends the epoch as the
+loader would), which ends the measured epoch where Lightning ended it.
+
+Reaching ``fit_loop._combined_loader`` / ``_data_fetcher`` (and the validation loop's) uses
+Lightning internals (read from Lightning 2.x); when they are missing the callback warns once and
+measures nothing there, never breaking training.
+
+At ``on_train_end`` the reports are built (under torch.distributed a collective: every rank's
 ``on_train_end`` takes part and rank 0's report shows every rank, see
-:mod:`pipecheck.distributed`), kept in ``callback.report`` and saved to ``path`` (``NAME.rank{N}
-.json`` under torch.distributed); with several train dataloaders the others are saved as
-``NAME.loader{i}.json``. ``on_exception`` saves what was measured without gathering.
+:mod:`pipecheck.distributed`), kept in ``callback.reports`` (train) and
+``callback.validation_reports`` and saved next to ``path`` (:func:`loader_path`: ``NAME.rank{N}
+.json`` under torch.distributed). ``on_exception`` saves what was measured without gathering.
 """
 
 from __future__ import annotations
@@ -41,39 +53,90 @@ import pipecheck
 from pipecheck.integrations import callback_options
 from pipecheck.distributed import DEFAULT_GATHER_TIMEOUT_S
 
+TRAIN = "train"
+VALIDATION = "val"
 
-def loader_path(path: pathlib.Path, index: int) -> pathlib.Path:
-    """Where the report of train dataloader ``index`` (0 = first) goes: ``path`` itself for the
-    first, ``NAME.loader{index}.json`` for the others."""
+
+def loader_path(path: pathlib.Path, index: int, role: str = TRAIN) -> pathlib.Path:
+    """Where the report of dataloader ``index`` (0 = first) of ``role`` (``"train"`` or
+    ``"val"``) goes: ``path`` itself for the first train dataloader, ``NAME.loader{index}.json``
+    for the other train dataloaders, ``NAME.val.json`` / ``NAME.val.loader{index}.json`` for the
+    validation ones."""
+    stem = path.stem if role == TRAIN else f"{path.stem}.{role}"
     if index == 0:
-        return path
-    return path.with_name(f"{path.stem}.loader{index}{path.suffix}")
+        return path.with_name(f"{stem}{path.suffix}")
+    return path.with_name(f"{stem}.loader{index}{path.suffix}")
+
+
+def _end_epoch(combined: Any) -> None:
+    """Hand Lightning exhausted iterators in place of the epoch's iterators over wrapped loaders
+    (the mode iterator's ``iterators`` list): the epoch's measurement ends now, and a further
+    ``next()`` still ends the epoch, as the loader's own iterator would."""
+    mode_iterator = getattr(combined, "_iterator", None)
+    iterators = getattr(mode_iterator, "iterators", None)
+    if isinstance(iterators, list):
+        mode_iterator.iterators = [iter(()) for _ in iterators]
+
+
+class _Role:
+    """The wrapped dataloaders of one Lightning loop (train or validation)."""
+
+    def __init__(self) -> None:
+        self.wrapped: list[pipecheck.WrappedLoader] = []
+
+    def wrap(self, combined: Any, wrap_options: dict[str, Any]) -> bool:
+        """Wrap ``combined``'s loaders (those not wrapped yet); True when something changed and
+        the epoch's iterator must be created again over the wrapped loaders."""
+        loaders = list(combined.flattened)
+        if all(isinstance(loader, pipecheck.WrappedLoader) for loader in loaders):
+            return False
+        for wrapped in self.wrapped:  # loaders re-created by reload_dataloaders_every_n_epochs
+            if not any(wrapped is loader for loader in loaders):  # a kept one measures on
+                wrapped.close()
+        self.wrapped = [loader if isinstance(loader, pipecheck.WrappedLoader)
+                        else pipecheck.wrap(loader, **wrap_options) for loader in loaders]
+        combined.flattened = list(self.wrapped)
+        return True
+
+    def finish(self, gather: Optional[bool], timeout_s: float) -> list[pipecheck.Report]:
+        reports = [wrapped.report(gather=gather, timeout_s=timeout_s) for wrapped in self.wrapped]
+        for wrapped in self.wrapped:
+            wrapped.close()
+        self.wrapped = []
+        return reports
 
 
 class PipecheckCallback(Callback):
-    """Measure the train dataloader(s) with :func:`pipecheck.wrap` and save the report at the
-    end of ``Trainer.fit``; see the module docstring.
+    """Measure the train and validation dataloader(s) with :func:`pipecheck.wrap` and save the
+    reports at the end of ``Trainer.fit``; see the module docstring.
 
     Args:
-        path: JSON file the report is written to at the end of training (per rank under
-            torch.distributed); ``None``: not saved, only kept in :attr:`report`.
+        path: JSON file the first train dataloader's report is written to at the end of training
+            (per rank under torch.distributed), the others beside it (:func:`loader_path`);
+            ``None``: not saved, only kept in :attr:`reports` / :attr:`validation_reports`.
         gather_timeout_s: seconds (> 0) rank 0 waits for the other ranks' summaries.
+        validation: also measure the validation dataloaders run during ``fit`` (default True).
         **wrap_options: passed to :func:`pipecheck.wrap` (``host_interval_s``, ``stacks``,
             ``tokens``, ...).
 
     Attributes:
         report: the :class:`pipecheck.Report` of the first train dataloader once training
-            ended (``None`` before); ``reports``: one per train dataloader.
+            ended (``None`` before); ``reports``: one per train dataloader;
+            ``validation_reports``: one per validation dataloader (empty when validation did
+            not run).
     """
 
     def __init__(self, path: Optional[str | os.PathLike[str]] = "pipecheck.json", *,
-                 gather_timeout_s: float = DEFAULT_GATHER_TIMEOUT_S,
+                 gather_timeout_s: float = DEFAULT_GATHER_TIMEOUT_S, validation: bool = True,
                  **wrap_options: Any) -> None:
         self.path, self.gather_timeout_s = callback_options(path, gather_timeout_s)
+        self.validation = validation
         self.wrap_options = wrap_options
         self.report: Optional[pipecheck.Report] = None
         self.reports: list[pipecheck.Report] = []
-        self._wrapped: list[pipecheck.WrappedLoader] = []
+        self.validation_reports: list[pipecheck.Report] = []
+        self._train = _Role()
+        self._validation = _Role()
         self._warned = False
 
     # -- wrapping ------------------------------------------------------------------------------
@@ -85,15 +148,8 @@ class PipecheckCallback(Callback):
         if combined is None or fetcher is None or not hasattr(combined, "flattened"):
             self._warn("this Lightning version keeps its train dataloaders elsewhere")
             return
-        loaders = list(combined.flattened)
-        if all(isinstance(loader, pipecheck.WrappedLoader) for loader in loaders):
+        if not self._train.wrap(combined, self.wrap_options):
             return
-        for wrapped in self._wrapped:  # loaders re-created by reload_dataloaders_every_n_epochs
-            if not any(wrapped is loader for loader in loaders):  # a kept one measures on
-                wrapped.close()
-        self._wrapped = [loader if isinstance(loader, pipecheck.WrappedLoader)
-                         else pipecheck.wrap(loader, **self.wrap_options) for loader in loaders]
-        combined.flattened = list(self._wrapped)
         # Lightning created this epoch's iterator in setup_data; it creates it again itself
         # only after the first epoch of a run that is not resuming (TrainingEpochLoop
         # .on_run_start). Otherwise create it here, over the wrapped loaders.
@@ -101,6 +157,30 @@ class PipecheckCallback(Callback):
         if not (trainer.current_epoch > 0 and not fit_loop.is_resuming
                 and not epoch_loop.restarting):
             iter(fetcher)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._train.wrapped:
+            _end_epoch(getattr(trainer.fit_loop, "_combined_loader", None))
+
+    def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if not self.validation or trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        val_loop = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "val_loop", None)
+        combined = getattr(val_loop, "_combined_loader", None)
+        fetcher = getattr(val_loop, "_data_fetcher", None)
+        if combined is None or fetcher is None or not hasattr(combined, "flattened"):
+            self._warn("this Lightning version keeps its validation dataloaders elsewhere")
+            return
+        if val_loop.restarting:  # resumed mid-validation: measured from the next run on
+            return
+        if self._validation.wrap(combined, self.wrap_options):
+            # _EvaluationLoop.reset created this run's iterator over the unwrapped loaders.
+            iter(fetcher)
+
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._validation.wrapped and not trainer.sanity_checking:
+            val_loop = getattr(trainer.fit_loop.epoch_loop, "val_loop", None)
+            _end_epoch(getattr(val_loop, "_combined_loader", None))
 
     # -- reporting -----------------------------------------------------------------------------
 
@@ -111,21 +191,19 @@ class PipecheckCallback(Callback):
         self._finish(gather=False)
 
     def _finish(self, gather: Optional[bool]) -> None:
-        if not self._wrapped:
+        if not self._train.wrapped and not self._validation.wrapped:
             return
-        self.reports = [wrapped.report(gather=gather, timeout_s=self.gather_timeout_s)
-                        for wrapped in self._wrapped]
-        self.report = self.reports[0]
-        for wrapped in self._wrapped:
-            wrapped.close()
         # Finished once: an exception raised after on_train_end (another callback's) must not
-        # overwrite the gathered report with an ungathered one.
-        self._wrapped = []
+        # overwrite the gathered reports with ungathered ones. Train first, on every rank alike.
+        self.reports = self._train.finish(gather, self.gather_timeout_s)
+        self.validation_reports = self._validation.finish(gather, self.gather_timeout_s)
+        self.report = self.reports[0] if self.reports else None
         if self.path is not None:
-            for index, report in enumerate(self.reports):
-                report.save(loader_path(self.path, index))
+            for role, reports in ((TRAIN, self.reports), (VALIDATION, self.validation_reports)):
+                for index, report in enumerate(reports):
+                    report.save(loader_path(self.path, index, role))
 
     def _warn(self, why: str) -> None:
         if not self._warned:
-            warnings.warn(f"pipecheck: not measuring the train dataloader: {why}", stacklevel=2)
+            warnings.warn(f"pipecheck: not measuring the dataloaders: {why}", stacklevel=2)
             self._warned = True
