@@ -2,7 +2,7 @@
 ``/dev/shm`` headroom, hot stacks (or why they could not be sampled) and GPU idle.
 
 Each function takes the run and its producer summary and returns findings (kinds:
-``cpu-bound-workers``, ``io-bound-workers``, ``latency-bound-workers``, ``memory-growth``,
+``contended-host``, ``cpu-bound-workers``, ``io-bound-workers``, ``latency-bound-workers``, ``memory-growth``,
 ``shm-headroom``, ``hot-function``, ``stacks-unavailable``, ``gpu-idle``), each with the numbers
 behind it in ``evidence``. Pure: no I/O.
 """
@@ -37,9 +37,18 @@ _CLASS_ADVICE = {
 }
 
 
+CONTENDED_CPU_FRACTION = 0.25
+"""Share of the machine's CPUs that other processes used, on average over the run, from which
+the ``contended-host`` finding is raised. pipecheck's choice: on this project's 2-core machine,
+one busy neighbour (half the CPUs) moved predictions made from ``num_workers=0`` by -58% to
++302% (issue "Numbers that hold on real, busy machines"); a quarter is where a neighbour's
+share starts to change which worker count wins."""
+
+
 def cause_findings(run: RunRecord, producer: ProducerSummary, verdict: str) -> list[Finding]:
     """All findings of this module that apply to ``run``, in a fixed order."""
     candidates = [
+        contended_host_finding(run),
         worker_class_finding(producer, verdict),
         *memory_growth_findings(run, producer),
         shm_headroom_finding(run),
@@ -47,6 +56,51 @@ def cause_findings(run: RunRecord, producer: ProducerSummary, verdict: str) -> l
         gpu_idle_finding(run),
     ]
     return [f for f in candidates if f is not None]
+
+
+def other_processes_cpus(run: RunRecord) -> Optional[float]:
+    """CPUs (cores' worth, >= 0) that processes other than this run's used on average while the
+    host sampler ran: the whole machine's busy share (``system_cpu_percent_mean`` of
+    ``cpu_count`` CPUs) less this run's main process and workers. ``None`` when not measured."""
+    host = usable_host(run.host)
+    if host is None or host.system_cpu_percent_mean is None or not host.duration_s > 0:
+        return None
+    ours_s = (host.main_cpu_s or 0.0) + (host.workers_cpu_s or 0.0)
+    busy = host.system_cpu_percent_mean / 100.0 * run.environment.cpu_count
+    return max(busy - ours_s / host.duration_s, 0.0)
+
+
+def contended_host_finding(run: RunRecord) -> Optional[Finding]:
+    """``contended-host`` (warning) when other processes used at least
+    :data:`CONTENDED_CPU_FRACTION` of the CPUs during the run: every rate measured here, and
+    every prediction made from them, holds only under that contention, so the finding says how
+    much there was, how long this run's processes waited for a core, and how to measure the
+    candidate settings directly."""
+    others = other_processes_cpus(run)
+    cpus = run.environment.cpu_count
+    if others is None or others < CONTENDED_CPU_FRACTION * cpus:
+        return None
+    host = usable_host(run.host)
+    assert host is not None  # other_processes_cpus() measured it
+    ours = ((host.main_cpu_s or 0.0) + (host.workers_cpu_s or 0.0)) / host.duration_s
+    running_s = sum(p.cpu_s for p in host.processes)
+    waiting_s = sum(p.runqueue_s for p in host.processes if p.runqueue_s is not None)
+    queued = waiting_s / (running_s + waiting_s) if running_s + waiting_s > 0 else None
+    waited = (f"; this run's processes waited for a core {percent(queued)} of the time they "
+              "wanted one" if queued is not None else "")
+    return Finding(
+        kind="contended-host",
+        severity="warning",
+        message=f"Contended host: other processes used {others:.1f} of {cpus} CPUs on average "
+        f"during the run (the machine was {percent(host.system_cpu_percent_mean / 100)} busy, "
+        f"this run {ours:.1f} CPUs){waited}. Rates and predictions here hold only under the "
+        "same contention; measure the candidate settings on this host with 'pipecheck stress "
+        "FILE.py:make_loader --workers 0,1,2,4' (a function that builds your DataLoader).",
+        evidence={"other_processes_cpus": others, "cpu_count": cpus, "run_cpus": ours,
+                  "system_cpu_fraction": host.system_cpu_percent_mean / 100,
+                  "runqueue_fraction": queued,
+                  "contended_cpu_fraction": CONTENDED_CPU_FRACTION},
+    )
 
 
 def worker_class_finding(producer: ProducerSummary, verdict: str) -> Optional[Finding]:
