@@ -81,7 +81,8 @@ def contended_host_finding(run: RunRecord) -> Optional[Finding]:
     if others is None or others < CONTENDED_CPU_FRACTION * cpus:
         return None
     host = usable_host(run.host)
-    assert host is not None  # other_processes_cpus() measured it
+    # other_processes_cpus() measured both
+    assert host is not None and host.system_cpu_percent_mean is not None
     ours = ((host.main_cpu_s or 0.0) + (host.workers_cpu_s or 0.0)) / host.duration_s
     running_s = sum(p.cpu_s for p in host.processes)
     waiting_s = sum(p.runqueue_s for p in host.processes if p.runqueue_s is not None)

@@ -72,7 +72,7 @@ def _end_epoch(combined: Any) -> None:
     """Hand Lightning exhausted iterators in place of the epoch's iterators over wrapped loaders
     (the mode iterator's ``iterators`` list): the epoch's measurement ends now, and a further
     ``next()`` still ends the epoch, as the loader's own iterator would."""
-    mode_iterator = getattr(combined, "_iterator", None)
+    mode_iterator: Any = getattr(combined, "_iterator", None)
     iterators = getattr(mode_iterator, "iterators", None)
     if isinstance(iterators, list):
         mode_iterator.iterators = [iter(()) for _ in iterators]
@@ -165,7 +165,7 @@ class PipecheckCallback(Callback):
     def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         if not self.validation or trainer.sanity_checking or trainer.state.fn != "fit":
             return
-        val_loop = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "val_loop", None)
+        val_loop: Any = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "val_loop", None)
         combined = getattr(val_loop, "_combined_loader", None)
         fetcher = getattr(val_loop, "_data_fetcher", None)
         if combined is None or fetcher is None or not hasattr(combined, "flattened"):
