@@ -40,6 +40,21 @@ Usage::
 
 On 2 shared cores the whole file takes tens of minutes per run; ``-k`` narrows it (pytest's
 expression over class and test names, e.g. ``-k "TestDataLoader and not PersistentWorkers"``).
+
+Baseline (pipecheck 5acbfe8, before the issue-11 rewrite of the wrapper): torch 2.13.0+cpu
+(git cf30153c), test file from pytorch/pytorch at 74436f9025609987bbc69c617564f98635b67807 (the
+one full version the search store holds; it predates 2.13: ``test_get_worker_info`` fails
+plainly because 2.13's ``WorkerInfo`` raises ``FrozenInstanceError``, not ``RuntimeError``),
+2 cores shared with other jobs, plain and wrapped run at the same time with ``--only plain`` /
+``--only wrapped --keep DIR --timeout 300``, then compared with ``--plain-results`` /
+``--wrapped-results``: 178 tests; plain 161 passed, 3 failed, 14 skipped (1153 s); wrapped 148
+passed, 16 failed, 14 skipped (1223 s). 11 regressions: ``test_error``, ``test_error_workers``,
+``test_invalid_assign_after_init``, ``test_iterable_style_dataset`` (each in ``TestDataLoader``
+and ``TestDataLoaderPersistentWorkers``) and ``test_nested_tensor_multiprocessing`` (fork,
+forkserver, spawn); 2 private-internals exceptions (``test_partial_workers``, both classes).
+``test_shuffler_iterdatapipe`` outran 300 s in both runs. The wrapped pytest took minutes to
+exit after its summary: the garbage collector was shutting down partly consumed worker
+iterators that only reference cycles still held.
 """
 
 from __future__ import annotations
