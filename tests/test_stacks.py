@@ -7,6 +7,8 @@ import json
 import os
 import pickle
 import stat
+import subprocess
+import sys
 import time
 
 import pytest
@@ -31,7 +33,7 @@ def _busy_run(context="fork", workers=2, **wrap_options):
         return wrapped.report()
 
 
-@pytest.mark.skipif(stacks.shutil.which("py-spy") is None, reason="py-spy not installed")
+@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
 def test_the_burning_worker_function_is_the_top_hot_function():
     # spawn: the opt-in wrapper must survive pickling; its start-up must not count as hot
     report = _busy_run("spawn", workers=1, stacks=True, stacks_window_s=30.0,
@@ -57,7 +59,7 @@ def test_the_burning_worker_function_is_the_top_hot_function():
     assert HOT in report.render(width=100)
 
 
-@pytest.mark.skipif(stacks.shutil.which("py-spy") is None, reason="py-spy not installed")
+@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
 def test_hot_functions_are_grouped_under_their_webdataset_stage(tmp_path):
     import webdataset as wds
 
@@ -93,6 +95,7 @@ def test_stage_of_names_the_innermost_stage():
 
 def test_without_py_spy_the_report_says_so_and_the_rest_works(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no py-spy anywhere on PATH
+    monkeypatch.setattr(stacks, "py_spy_dirs", lambda: [str(tmp_path)])  # nor beside Python
     report = _busy_run(stacks=True)
     assert report.stacks.status == "unavailable"
     (finding,) = [f for f in report.diagnosis.findings if f.kind == "stacks-unavailable"]
@@ -101,6 +104,65 @@ def test_without_py_spy_the_report_says_so_and_the_rest_works(monkeypatch, tmp_p
     assert report.producer.capacity_batches_per_s and report.producer.workers_class
     assert report.recommendations
     assert "stacks-unavailable" not in json.dumps(report.to_dict()["stress"] or {})
+
+
+_UNACTIVATED_RUN = """
+import sys, time
+import pipecheck
+from torch.utils.data import DataLoader
+from cause_datasets import BusyDataset
+loader = DataLoader(BusyDataset(40, 0.01), batch_size=4, num_workers=1)
+with pipecheck.wrap(loader, stacks=True, stacks_window_s=30.0, host=False) as wrapped:
+    for _ in wrapped:
+        time.sleep(0.002)
+    wrapped.report().save(sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
+def test_py_spy_beside_an_unactivated_venvs_python_is_found(tmp_path):
+    # Job scripts run venv/bin/python train.py without activating the venv: PATH lacks its bin.
+    bare_path = os.pathsep.join(d for d in ("/usr/local/bin", "/usr/bin", "/bin")
+                                if stacks.shutil.which("py-spy", path=d) is None)
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.access(beside, os.X_OK):
+        pytest.skip(f"py-spy is not beside {sys.executable}")
+    script = tmp_path / "train.py"
+    script.write_text(_UNACTIVATED_RUN)
+    env = {**os.environ, "PATH": bare_path,
+           "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__)] + sys.path)}
+    subprocess.run([sys.executable, str(script), str(tmp_path / "run.json")], env=env,
+                   check=True, timeout=240, cwd=tmp_path)
+    record = pipecheck.load(tmp_path / "run.json").stacks
+    assert "not installed" not in (record.note or ""), record.note
+    if record.status == "failed" and "denied" in (record.note or ""):
+        pytest.skip(f"py-spy may not attach here: {record.note}")
+    assert record.status == "ok", record.note
+    assert record.worker_samples + record.main_samples > 0
+
+
+def test_py_spy_is_looked_up_beside_python_then_in_scripts_dirs_then_on_path(monkeypatch,
+                                                                            tmp_path):
+    beside, scripts, user, on_path = (tmp_path / name for name in ("venv", "scripts", "user",
+                                                                   "path"))
+    for directory in (beside, scripts, user, on_path):
+        directory.mkdir()
+        fake = directory / "py-spy"
+        fake.write_text("#!/bin/sh\n")
+        fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(beside / "python"))
+    schemes = {None: str(scripts), "user": str(user)}
+    monkeypatch.setattr(stacks.sysconfig, "get_path",
+                        lambda name, scheme=None: schemes[scheme])
+    monkeypatch.setattr(stacks.sysconfig, "get_preferred_scheme", lambda key: key)
+    monkeypatch.setenv("PATH", str(on_path))
+    assert stacks.py_spy_dirs() == [str(beside), str(scripts), str(user)]
+    found = []
+    for directory in (beside, scripts, user, on_path):
+        found.append(stacks.find_py_spy())
+        (directory / "py-spy").unlink()
+    found.append(stacks.find_py_spy())
+    assert found == [str(d / "py-spy") for d in (beside, scripts, user, on_path)] + [None]
 
 
 def _fake_py_spy(tmp_path, script: str) -> str:

@@ -37,6 +37,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -125,6 +126,37 @@ def has_cap_sys_ptrace(status_path: str = "/proc/self/status") -> bool:
     return False
 
 
+def py_spy_dirs() -> list[str]:
+    """Where :func:`find_py_spy` looks before ``PATH``, in order: the directory of
+    ``sys.executable`` (a venv's ``bin``, also when the venv is not activated), this
+    environment's scripts directory (``sysconfig.get_path("scripts")``), and the user scheme's
+    scripts directory (where ``pip install --user`` puts py-spy, e.g. ``~/.local/bin``).
+    Duplicates and unknown directories are left out."""
+    candidates = [os.path.dirname(sys.executable) if sys.executable else "",
+                  sysconfig.get_path("scripts")]
+    try:
+        candidates.append(sysconfig.get_path("scripts", sysconfig.get_preferred_scheme("user")))
+    except KeyError:  # no user scheme on this platform
+        pass
+    found: list[str] = []
+    for directory in candidates:
+        if directory and directory not in found:
+            found.append(directory)
+    return found
+
+
+def find_py_spy() -> Optional[str]:
+    """The py-spy executable to run: the first found in :func:`py_spy_dirs`, then on
+    ``PATH``; ``None`` when there is none. Job scripts often run ``venv/bin/python train.py``
+    without activating the venv, so ``PATH`` alone misses the py-spy installed with
+    pipecheck."""
+    for directory in py_spy_dirs():
+        path = shutil.which("py-spy", path=directory)
+        if path is not None:
+            return path
+    return shutil.which("py-spy")
+
+
 def unavailable_reason(py_spy: Optional[str], scope: Optional[int], capable: bool) -> Optional[str]:
     """Why sampling cannot start, with how to enable it; ``None`` when it may. ``py_spy``: the
     executable's path (``None``: not found); ``scope``: Yama's ptrace_scope; ``capable``: whether
@@ -132,7 +164,8 @@ def unavailable_reason(py_spy: Optional[str], scope: Optional[int], capable: boo
     if not sys.platform.startswith("linux"):
         return f"pipecheck samples stacks on Linux only (this is {sys.platform})."
     if py_spy is None:
-        return "py-spy is not installed or not on PATH (python -m pip install py-spy)."
+        return ("py-spy is not installed: not beside this Python, in its scripts directories "
+                "or on PATH (python -m pip install py-spy).")
     if scope == 3:
         return ("kernel.yama.ptrace_scope is 3: no process may attach to another until reboot; "
                 "boot with a lower ptrace_scope to sample stacks.")
@@ -148,7 +181,7 @@ class StackSampler:
     :meth:`start` launches py-spy (or records why it cannot); :meth:`stop` ends the window
     early if it is still open, waits for py-spy's output and parses it; :meth:`snapshot` returns
     the :class:`~pipecheck.records.StacksRecord` (``running`` until the window is over and
-    stopped). ``py_spy``: the executable (default: ``py-spy`` on PATH). ``rate_hz`` is truncated
+    stopped). ``py_spy``: the executable (default: :func:`find_py_spy`). ``rate_hz`` is truncated
     to whole samples per second. Raises ``ValueError`` for a non-positive window or a rate below
     1 Hz. Never raises from start/stop/snapshot.
     """
@@ -168,7 +201,7 @@ class StackSampler:
         self.pid = os.getpid() if pid is None else pid
         self.window_s = float(window_s)
         self.rate_hz = int(rate_hz)
-        self._py_spy = py_spy if py_spy is not None else shutil.which("py-spy")
+        self._py_spy = py_spy if py_spy is not None else find_py_spy()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._process: Optional[subprocess.Popen] = None

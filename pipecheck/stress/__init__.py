@@ -247,11 +247,10 @@ def _profile(unprofiled: Optional[str], stacks: Optional[bool], run: _ExtraTrial
 
 def stacks_unavailable() -> Optional[str]:
     """Why py-spy cannot sample here (one line with how to enable it); ``None`` when it can."""
-    import shutil
+    from pipecheck.probes.stacks import (find_py_spy, has_cap_sys_ptrace, ptrace_scope,
+                                         unavailable_reason)
 
-    from pipecheck.probes.stacks import has_cap_sys_ptrace, ptrace_scope, unavailable_reason
-
-    return unavailable_reason(shutil.which("py-spy"), ptrace_scope(), has_cap_sys_ptrace())
+    return unavailable_reason(find_py_spy(), ptrace_scope(), has_cap_sys_ptrace())
 
 
 def _baseline(given: Union[TrialConfig, Mapping[str, Any], None], source: Source,
