@@ -240,7 +240,7 @@ class _ExtraTrials:
 
     def shortfall(self, *limits: TrialLimits) -> str:
         """Why they do not fit (:meth:`Tracker.shortfall`)."""
-        return "skipped: " + self._tracker.shortfall(*limits)
+        return self._tracker.shortfall(*limits)
 
     def __call__(self, config: TrialConfig, limits: TrialLimits) -> TrialResult:
         result = self._tracker.run(self._source, config, limits, step=self._step,
