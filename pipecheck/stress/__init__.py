@@ -216,7 +216,7 @@ class _LaterTrials:
 
     def reserve(self, tracker: Tracker) -> float:
         measured = [r for r in tracker.results if r.ok]
-        best = max(measured, key=lambda r: r.samples_per_s) if measured else None
+        best = max(measured, key=lambda r: r.samples_per_s or 0.0) if measured else None
         held = (int(self.pin) + int(self.profile)) * tracker.expected_wall_s(self._limits)
         if self.epoch:
             held += 2 * tracker.expected_wall_s(epoch_trial_limits(best, self._limits))

@@ -181,7 +181,8 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
         if unpredictable:
             # No model for these (too few steady batches, or none of their batch size
             # measured): measure in grid order within the budget.
-            note(_no_model_reason(sweep))
+            if not any(r.startswith("no model") for r in reasons):
+                note(_no_model_reason(sweep))
             measure(unpredictable[0])
             continue
         best = sweep.best()
