@@ -178,3 +178,17 @@ def test_the_budget_bounds_the_whole_run_later_trials_included():
         assert entry["status"] in ("ok", "skipped", "failed", "off")
         if entry["status"] == "skipped":
             assert entry["reason"]
+
+
+def test_the_headline_is_the_recommended_sweep_trials_never_the_profiling_trials():
+    # A guard for the "414 against 712": the report's figures are the recommended
+    # sweep trial's own record (whole run, its first batch included), the profiling trial
+    # adds only hot stacks.
+    report = pipecheck.stress(sleepy_loader, workers=[2], trial_s=1.0, stacks=True,
+                              persistent_workers=False)
+    section = report.stress
+    (trial,) = [t for t in section["trials"] if t["measured"]]
+    assert section["recommended"]["expected"]["samples_per_s"] == trial["samples_per_s"]
+    assert report.consumer.batches == trial["batches"]
+    assert report.consumer.epochs == trial["epochs"]
+    assert report.consumer.wait_s + report.consumer.compute_s <= trial["wall_s"]
