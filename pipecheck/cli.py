@@ -341,10 +341,12 @@ class StressCommand(Command):
     TARGET is file.py:function or package.module:function; the function takes DataLoader
     keyword arguments (num_workers, prefetch_factor, persistent_workers, pin_memory,
     in_order, batch_size) and returns a DataLoader or a Dataset. Each configuration runs in
-    its own child process for --batches batches (the first is warm-up, reported as startup),
-    with an optional emulated training step per batch. A trial that delivers nothing for
+    its own child process for --trial-seconds (epochs following one another; each epoch's
+    first batch is warm-up, the first one reported as startup), with an optional emulated
+    training step per batch. A trial that delivers nothing for
     --timeout seconds is killed and recorded as failed, as is one whose loader raises; the
-    sweep goes on. No new trial starts once --budget seconds are spent; a configuration whose
+    sweep goes on. --budget bounds the whole run: a trial starts only when it is expected to
+    end within it, time for the epoch-start and profiling trials held back; a configuration whose
     workers would not fit in the available memory is skipped with the reason. The baseline
     (--baseline; else with --workers auto the defaults of the function's num_workers /
     prefetch_factor / persistent_workers parameters, else num_workers=0; else the first
@@ -386,18 +388,25 @@ class StressCommand(Command):
         parser.add_argument("--step-time", metavar="S[+-J]",
                             help="emulated step per batch in seconds, e.g. 0.05 or 0.05+-0.01")
         parser.add_argument("--budget", metavar="S", type=_seconds, default=60.0,
-                            help="start no new trial after S seconds (default 60)")
+                            help="seconds the whole run may take, every trial included "
+                            "(default 60)")
         parser.add_argument("--timeout", metavar="S", type=_seconds, default=30.0,
                             help="fail a trial silent for S seconds (default 30)")
-        parser.add_argument("--batches", metavar="N", type=_count(2), default=50,
-                            help="batches per trial and epoch (default 50)")
-        parser.add_argument("--trial-seconds", metavar="S", type=_seconds, default=10.0,
-                            help="wall-clock seconds per trial at most (default 10)")
+        parser.add_argument("--batches", metavar="N", type=_count(2), default=None,
+                            help="batches per trial at most, across epochs (default: no limit)")
+        parser.add_argument("--trial-seconds", metavar="S", type=_seconds, default=None,
+                            help="wall-clock seconds each trial runs, epochs following one "
+                            "another (default 3: pipecheck.stress.settings.DEFAULT_TRIAL_S)")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from pipecheck.stress import stress
-        from pipecheck.stress.settings import parse_bool_list, parse_config, parse_int_list
+        from pipecheck.stress.settings import (
+            DEFAULT_TRIAL_S,
+            parse_bool_list,
+            parse_config,
+            parse_int_list,
+        )
         from pipecheck.stress.progress import SweepProgress
 
         workers = (parse_int_list(args.workers, "--workers", 0)
@@ -413,7 +422,8 @@ class StressCommand(Command):
                             in_order=orders, step_time_s=args.step_time, batch_size=sizes,
                             baseline=baseline, stacks=args.stacks,
                             budget_s=args.budget, timeout_s=args.timeout,
-                            trial_batches=args.batches, trial_s=args.trial_seconds,
+                            trial_batches=args.batches,
+                            trial_s=args.trial_seconds or DEFAULT_TRIAL_S,
                             progress=progress, search=args.search)
         _emit(report, args)
         if args.quiet:  # otherwise the summary lists failed and skipped trials itself

@@ -10,18 +10,20 @@ in a killable child process), :mod:`.runner` (the sweep and the stress section),
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from pipecheck.environment import torch_has_in_order
 from pipecheck.errors import BadInputError
 from pipecheck.stress.epoch_start import apply as apply_epoch_start
 from pipecheck.stress.epoch_start import measure_epoch_start
-from pipecheck.stress.epoch_start import trial_seconds as epoch_trial_seconds
+from pipecheck.stress.epoch_start import trial_limits as epoch_trial_limits
 from pipecheck.stress.isolate import check_target
-from pipecheck.stress.recommendations import stress_recommendations
+from pipecheck.stress.recommendations import stress_diagnosis, stress_recommendations
 from pipecheck.stress.runner import Source, Sweep, run_sweep, validate
 from pipecheck.stress.search import candidate_configs, run_search
 from pipecheck.stress.settings import (
+    DEFAULT_TRIAL_S,
     TORCH_DEFAULT_PREFETCH_FACTOR,
     StepTime,
     TrialConfig,
@@ -42,8 +44,9 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
            pin_memory: Optional[bool] = None, in_order: Optional[Sequence[bool]] = None,
            step_time_s: Any = None, batch_size: Union[int, Sequence[int], None] = None,
            baseline: Union[TrialConfig, Mapping[str, Any], None] = None,
-           budget_s: float = 60.0, timeout_s: float = 30.0, trial_batches: int = 50,
-           trial_s: float = 10.0, progress: Optional[ProgressCallback] = None,
+           budget_s: float = 60.0, timeout_s: float = 30.0,
+           trial_batches: Optional[int] = None, trial_s: float = DEFAULT_TRIAL_S,
+           progress: Optional[ProgressCallback] = None,
            search: str = "model", stacks: Optional[bool] = None) -> Any:
     """Sweep DataLoader settings over ``source`` and return a ``kind="stress"`` Report.
 
@@ -79,12 +82,18 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
             settings, or the defaults of the factory's ``num_workers`` / ``prefetch_factor`` /
             ``persistent_workers`` parameters), else ``num_workers=0``; with an explicit
             worker list its first configuration.
-        budget_s: seconds after which no new sweep trial starts (> 0; remaining ones are
-            skipped). The ``pin_memory`` re-measure, the epoch-start pair and the profiling
-            trial (``stacks``) run after the sweep all the same.
+        budget_s: seconds the whole run may take (> 0), every trial included: a trial starts
+            only when it is expected to end within the budget (its time limit plus the largest
+            overhead measured so far, :class:`pipecheck.stress.tracker.Tracker`), and while
+            the sweep runs the time of the trials after it (the ``pin_memory`` re-measure, the
+            epoch-start pair, the profiling trial) is held back. Sweep candidates the budget
+            cannot hold are skipped (``budget spent``); a trial after the sweep that does not
+            fit in what is left is skipped with the seconds it needed. The baseline always runs.
         timeout_s: a trial silent this many seconds (no batch) fails as timed out (> 0).
-        trial_batches: batches per epoch per trial (>= 2; the first is warm-up).
-        trial_s: wall-clock seconds per trial at most (> 0).
+        trial_batches: batches per trial at most, across epochs (>= 2; ``None``, the default:
+            trials run for ``trial_s`` whatever the batch count).
+        trial_s: wall-clock seconds each trial runs (> 0); epochs follow one another within it
+            (:class:`TrialLimits`), so a short epoch still gives a trial's worth of batches.
         progress: called with a :class:`pipecheck.stress.tracker.ProgressEvent` as trials
             start, deliver batches and finish.
         search: with automatic workers, ``"model"`` (default) measures only what the what-if
@@ -109,11 +118,10 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
             hangs past ``timeout_s``, or its process dies), bad option values, or no trial measured
             anything (the message gives each trial's error).
     """
-    from pipecheck.report import build_report
-
+    started = time.perf_counter()  # the budget covers validating the target too
     if not budget_s > 0 or not timeout_s > 0 or not trial_s > 0:
         raise BadInputError("budget, timeout and trial seconds must be > 0")
-    if trial_batches < 2:
+    if trial_batches is not None and trial_batches < 2:
         raise BadInputError(f"trial_batches must be at least 2, got {trial_batches}")
     if search not in ("model", "grid"):
         raise BadInputError(f"search must be 'model' or 'grid', got {search!r}")
@@ -149,53 +157,102 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
     if first is not None:
         configs = [first] + [c for c in configs if c != first]
     limits = TrialLimits(batches=trial_batches, seconds=trial_s,
-                         epochs=2 if persistent_workers else 1)
+                         epochs=2 if persistent_workers else None)
     run = run_search if auto and search == "model" else run_sweep
     runnable = source if isinstance(source, str) else checked
+    unprofiled = ("stacks=False" if stacks is False
+                  else stacks_unavailable() if stacks is None else None)
+    with_workers = any(c.num_workers > 0 for c in configs)
+    later = _LaterTrials(pin=pin_memory is None and with_workers and cuda_available(),
+                         epoch=persistent_workers is None and with_workers,
+                         profile=unprofiled is None, limits=limits)
+    tracker = Tracker(len(configs), budget_s, progress, reserve=later.reserve, started=started)
     sweep = run(runnable, configs, limits, step=step, budget_s=budget_s, timeout_s=timeout_s,
-                progress=progress)
+                tracker=tracker)
     best = sweep.best()
     if best is None or best.record is None:
         reasons = "; ".join(f"{t.config.label()}: {t.error}" for t in sweep.trials)
         raise BadInputError(f"no trial measured anything ({reasons})")
-    # What follows the sweep concerns the configuration the user is told to run.
+    # What follows the sweep concerns the configuration the user is told to run; each trial
+    # runs only when the budget left holds it (the sweep kept that time in reserve).
     chosen = _recommended(sweep)
-    pin = pin_memory is None and cuda_available() and _pinnable(best.config)
-    epoch = persistent_workers is None and chosen.config.num_workers > 0
-    unprofiled = ("stacks=False" if stacks is False
-                  else stacks_unavailable() if stacks is None else None)
-    extra = _ExtraTrials(runnable, step, timeout_s, progress, pin=pin, epoch=epoch,
-                         profile=unprofiled is None,
-                         seconds=[limits.seconds, epoch_trial_seconds(chosen, limits)])
+    pin = later.pin and _pinnable(best.config)
+    epoch = later.epoch and chosen.config.num_workers > 0
+    short = epoch_trial_limits(chosen, limits)
+    extra = _ExtraTrials(runnable, step, timeout_s,
+                         tracker.follow_on(int(pin) + 2 * int(epoch) + int(later.profile),
+                                           progress))
     if pin:
-        sweep.trials.append(extra(dataclasses.replace(best.config, pin_memory=True), limits))
-        chosen = _recommended(sweep)
+        pinned = dataclasses.replace(best.config, pin_memory=True)
+        if extra.fits(limits):
+            sweep.trials.append(extra(pinned, limits))
+            chosen = _recommended(sweep)
+        else:
+            sweep.skipped[pinned] = extra.shortfall(limits)
     section = sweep.section()
     if persistent_workers is None:
-        section["epoch_start"] = measure_epoch_start(chosen, limits, extra)
+        if epoch and not extra.fits(short, short):
+            section["epoch_start"] = {"status": "skipped", "reason": extra.shortfall(short, short)}
+        else:
+            section["epoch_start"] = measure_epoch_start(chosen, limits, extra)
         apply_epoch_start(section["recommended"], section["epoch_start"])
+    if unprofiled is None and not extra.fits(limits):
+        unprofiled = extra.shortfall(limits)
     record, section["profile"] = _profile(unprofiled, stacks, extra, chosen, limits)
+    return stress_report(record, section)
+
+
+def stress_report(record: Any, section: dict[str, Any]) -> Any:
+    """The stress Report from the recommended trial's ``record`` (a ``RunRecord``) and the
+    stress ``section``: the measured recommendation replaces the model's proposals for the
+    searched settings, and the diagnosis's ``insufficient-data`` finding is restated to match
+    (:mod:`pipecheck.stress.recommendations`), so the report's recommendations and what it
+    says about them come from the one stress section."""
+    from pipecheck.report import build_report
+
     report = build_report(record, stress=section)
-    # The measured recommendation replaces the model's proposals for the searched settings.
     return dataclasses.replace(
-        report, recommendations=stress_recommendations(section, report.recommendations))
+        report, recommendations=stress_recommendations(section, report.recommendations),
+        diagnosis=stress_diagnosis(report.diagnosis))
+
+
+class _LaterTrials:
+    """The trials that may follow the sweep (the ``pin_memory`` re-measure, the epoch-start
+    pair, the profiling trial) and the seconds of the budget to hold back for them while the
+    sweep runs (:meth:`reserve`, a :class:`~pipecheck.stress.tracker.Reserve`): each one's
+    time limit plus the largest overhead measured so far, the epoch-start pair's limit
+    estimated from the fastest measured trial (:func:`pipecheck.stress.epoch_start.trial_limits`)."""
+
+    def __init__(self, *, pin: bool, epoch: bool, profile: bool, limits: TrialLimits) -> None:
+        self.pin, self.epoch, self.profile, self._limits = pin, epoch, profile, limits
+
+    def reserve(self, tracker: Tracker) -> float:
+        measured = [r for r in tracker.results if r.ok]
+        best = max(measured, key=lambda r: r.samples_per_s or 0.0) if measured else None
+        held = (int(self.pin) + int(self.profile)) * tracker.expected_wall_s(self._limits)
+        if self.epoch:
+            held += 2 * tracker.expected_wall_s(epoch_trial_limits(best, self._limits))
+        return held
 
 
 class _ExtraTrials:
     """Runs the trials after the sweep (the ``pin_memory`` re-measure, the epoch-start pair, the
-    profiling trial) with the same live progress events as the sweep's: ``planned`` trials,
-    their time bounded by each one's wall-clock limit (``seconds``: a sweep trial's, an
-    epoch-start trial's)."""
+    profiling trial) on ``tracker`` (a follow-on of the sweep's: the same clock, budget and
+    live progress events)."""
 
     def __init__(self, source: Source, step: Optional[StepTime], timeout_s: float,
-                 progress: Optional[ProgressCallback], *, pin: bool, epoch: bool,
-                 profile: bool, seconds: list[float]) -> None:
-        trial_s, epoch_s = seconds
-        planned = int(pin) + 2 * int(epoch) + int(profile)
-        self._tracker = Tracker(planned, (int(pin) + int(profile)) * trial_s
-                                + 2 * int(epoch) * epoch_s, progress)
+                 tracker: Tracker) -> None:
+        self._tracker = tracker
         self._source, self._step, self._timeout_s = source, step, timeout_s
         self._done = 0
+
+    def fits(self, *limits: TrialLimits) -> bool:
+        """Whether trials with these limits are expected to end within the budget left."""
+        return self._tracker.fits(*limits)
+
+    def shortfall(self, *limits: TrialLimits) -> str:
+        """Why they do not fit (:meth:`Tracker.shortfall`)."""
+        return self._tracker.shortfall(*limits)
 
     def __call__(self, config: TrialConfig, limits: TrialLimits) -> TrialResult:
         result = self._tracker.run(self._source, config, limits, step=self._step,

@@ -56,8 +56,7 @@ def measure_epoch_start(best: TrialResult, limits: TrialLimits,
     config = best.config
     if config.num_workers == 0:
         return {"status": "skipped", "reason": "the best configuration has no workers"}
-    short = TrialLimits(batches=SHORT_EPOCH_BATCHES + 1, seconds=trial_seconds(best, limits),
-                        epochs=RESTART_EPOCHS, epoch_batches=SHORT_EPOCH_BATCHES)
+    short = trial_limits(best, limits)
     results = {persistent: run(dataclasses.replace(config, persistent_workers=persistent), short)
                for persistent in (False, True)}
     trials = [r.to_dict() for r in results.values()]
@@ -87,11 +86,25 @@ def measure_epoch_start(best: TrialResult, limits: TrialLimits,
     }
 
 
-def trial_seconds(best: TrialResult, limits: TrialLimits) -> float:
-    """Wall-clock limit of each epoch-start trial, in seconds: the sweep's own, or room for
-    every epoch's worker start (the best trial's first batch, with half again as margin) when
-    that is longer, as it can be under spawn with a large dataset object."""
-    return max(limits.seconds, 1.5 * RESTART_EPOCHS * (best.startup_s or 0.0))
+def trial_seconds(best: Optional[TrialResult], limits: TrialLimits) -> float:
+    """Wall-clock limit of each epoch-start trial, in seconds: twice the time its
+    :data:`RESTART_EPOCHS` epochs are expected to take at the best trial's rate (each a worker
+    start, the best trial's first batch, plus :data:`SHORT_EPOCH_BATCHES` steady batches), or
+    a sweep trial's ``limits.seconds`` when that is longer (the trial ends as soon as its epochs
+    are done). ``best`` ``None`` or unmeasured: ``limits.seconds``."""
+    if best is None or not best.batches_per_s:
+        return limits.seconds
+    epoch_s = (best.startup_s or 0.0) + SHORT_EPOCH_BATCHES / best.batches_per_s
+    return max(limits.seconds, 2.0 * RESTART_EPOCHS * epoch_s)
+
+
+def trial_limits(best: Optional[TrialResult], limits: TrialLimits) -> TrialLimits:
+    """The limits of each epoch-start trial: :data:`RESTART_EPOCHS` epochs of at most
+    :data:`SHORT_EPOCH_BATCHES` + 1 batches (map-style loaders end theirs at
+    :data:`SHORT_EPOCH_BATCHES` with a truncated sampler) within :func:`trial_seconds`."""
+    return TrialLimits(batches=(SHORT_EPOCH_BATCHES + 1) * RESTART_EPOCHS,
+                       seconds=trial_seconds(best, limits), epochs=RESTART_EPOCHS,
+                       epoch_batches=SHORT_EPOCH_BATCHES)
 
 
 def apply(recommended: Optional[dict[str, Any]], epoch_start: dict[str, Any]) -> None:

@@ -16,9 +16,10 @@ a measured recommendation with a prediction.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional, Sequence
 
-from pipecheck.records import Expected, Recommendation
+from pipecheck.records import Diagnosis, Expected, Finding, Recommendation
 from pipecheck.stress.settings import TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.units import percent, rate, seconds, setting_value
 
@@ -37,6 +38,26 @@ def stress_recommendations(section: dict[str, Any],
         searched.add("pin_memory")
     measured = _measured_changes(section, trials)
     return measured + [p for p in proposals if p.setting not in searched]
+
+
+def stress_diagnosis(diagnosis: Diagnosis) -> Diagnosis:
+    """``diagnosis`` with its ``insufficient-data`` finding restated for a stress report.
+
+    That finding says why the what-if model made no proposal ("No recommendations: ..."); in a
+    stress report the recommendations come from the sweep's measurements
+    (:func:`stress_recommendations`) and the model only proposes the settings the sweep did not
+    search, so the finding says that instead, and whether there are recommendations is told
+    by the stress section alone."""
+    findings = [_restated(f) if f.kind == "insufficient-data" else f for f in diagnosis.findings]
+    return dataclasses.replace(diagnosis, findings=findings)
+
+
+def _restated(finding: Finding) -> Finding:
+    gaps = "; ".join(str(g) for g in finding.evidence.get("gaps") or [])
+    return dataclasses.replace(finding, message=(
+        f"The what-if model could not be built from the recommended trial ({gaps}), so it "
+        "proposes nothing for the settings the sweep did not search; the recommendations are "
+        "the sweep's measurements."))
 
 
 def _measured_changes(section: dict[str, Any],

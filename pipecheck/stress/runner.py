@@ -57,7 +57,9 @@ class Sweep:
         (``[{config, reason}]``) and ``search``.
 
         Every trial entry carries ``predicted_samples_per_s`` (the search model's figure before
-        the trial ran; ``None`` for grid and calibration trials). Candidates the search did not
+        the trial ran; ``None`` for grid and calibration trials) and ``epochs`` (how many it
+        ran: a trial runs for its time, so a short epoch is followed by more, each restarting
+        its workers unless they persist; their first batches are left out of the rates). Candidates the search did not
         measure follow the measured trials with ``measured: false`` and their predicted rates
         and stall in the rate fields. ``best`` is always a measured trial.
 
@@ -91,6 +93,7 @@ class Sweep:
             entry = trial.to_dict()
             entry["predicted_samples_per_s"] = self.predicted.get(trial.config, {}).get(
                 "samples_per_s")
+            entry["epochs"] = _epochs(trial)
             trials.append(entry)
         for config in self.unmeasured:
             guess = self.predicted.get(config, {})
@@ -99,7 +102,7 @@ class Sweep:
                 "batches_per_s": guess.get("batches_per_s"),
                 "stall_fraction": guess.get("stall_fraction"), "measured": False,
                 "predicted_samples_per_s": guess.get("samples_per_s"), "startup_s": None,
-                "batches": 0, "wall_s": 0.0, "error": None})
+                "batches": 0, "wall_s": 0.0, "error": None, "epochs": 0})
         best_entry = None
         if best is not None:
             best_entry = best.to_dict()
@@ -135,18 +138,23 @@ def validate(source: Source, config: TrialConfig) -> Source:
 
 def run_sweep(source: Source, configs: Sequence[TrialConfig], limits: TrialLimits, *,
               step: Optional[StepTime], budget_s: float,
-              timeout_s: float, progress: Optional[ProgressCallback] = None) -> Sweep:
-    """Run ``configs`` in order until ``budget_s`` seconds are spent (a started trial finishes;
-    later ones are recorded as skipped); a configuration whose workers would not fit in the
+              timeout_s: float, progress: Optional[ProgressCallback] = None,
+              tracker: Optional[Tracker] = None) -> Sweep:
+    """Run ``configs`` in order while each next trial is expected to end within ``budget_s``
+    seconds (:meth:`Tracker.fits`; the first always runs; later ones are recorded as skipped,
+    reason ``budget spent``); a configuration whose workers would not fit in the
     available memory (:mod:`pipecheck.stress.memory`) is skipped with the reason.
     ``timeout_s`` is the per-trial silence limit in seconds. A string ``source`` runs each
-    trial in a child process; other sources run here (module docstring)."""
+    trial in a child process; other sources run here (module docstring). ``tracker``: the stress
+    run's own (its budget and reserve); ``None``: a new one with ``budget_s`` and ``progress``.
+    """
     from pipecheck.stress.memory import skip_reason
 
     sweep = Sweep()
-    tracker = Tracker(len(configs), budget_s, progress)
+    tracker = tracker if tracker is not None else Tracker(len(configs), budget_s, progress)
+    tracker.total = len(configs)
     for index, config in enumerate(configs):
-        if index > 0 and tracker.budget_spent():
+        if index > 0 and not tracker.fits(limits):
             sweep.skipped.update((c, "budget spent") for c in configs[index:])
             tracker.skipped(configs[index:], len(sweep.trials))
             break
@@ -157,6 +165,11 @@ def run_sweep(source: Source, configs: Sequence[TrialConfig], limits: TrialLimit
         sweep.trials.append(tracker.run(source, config, limits, step=step, timeout_s=timeout_s,
                                         done=len(sweep.trials)))
     return sweep
+
+
+def _epochs(trial: TrialResult) -> int:
+    """Epochs a trial ran (each after the first restarted its workers unless they persist)."""
+    return len(trial.record.consumer.epochs) if trial.record is not None else 0
 
 
 def _changes(before: TrialConfig, after: TrialConfig) -> dict[str, list[Any]]:

@@ -9,7 +9,8 @@ The procedure (:func:`run_search`):
    True and False with 2+ workers where torch has it; each batch size asked for);
 2. calibrate: per batch size, measure its first candidate (the baseline: the user's given
    configuration, else ``num_workers=0``) and ``num_workers=1`` (calibration trials carry no
-   prediction), the latter :data:`CALIBRATION_LENGTH` times the trial limits;
+   prediction), the latter :data:`CALIBRATION_LENGTH` times the trial limits when the budget
+   holds that, else at the trial limits;
 3. fit the model from each batch size's best measured trial (:func:`pipecheck.analysis.analyze`)
    and predict that batch size's unmeasured candidates. Predictions are anchored to that
    measurement: ``predicted = measured_best x model(candidate) / model(best's own config)``
@@ -21,9 +22,11 @@ The procedure (:func:`run_search`):
    factor, then ``in_order=True``), record its prediction, and go to 3;
 5. otherwise, if the model missed the best trial itself by more than the threshold, its
    ranking near that trial is suspect: measure the unmeasured candidates one worker either
-   side of it (once per best trial) and go to 3; else stop. The budget (``budget_s``) stops
-   the search at any step; a candidate whose workers would not fit in the available memory
-   (:mod:`pipecheck.stress.memory`) is skipped with the reason.
+   side of it (once per best trial) and go to 3; else stop. The budget stops the search at any
+   step: a trial starts only when it is expected to end within the budget with the time of the
+   trials after the search held back (:class:`pipecheck.stress.tracker.Tracker`); a candidate
+   whose workers would not fit in the available memory (:mod:`pipecheck.stress.memory`) is
+   skipped with the reason.
 
 Stop threshold: ``max(noise, MIN_WORTHWHILE_GAIN)`` where ``noise`` is the best trial's
 measured run-to-run variation, estimated within the trial: its steady batches are cut into
@@ -32,7 +35,8 @@ measured run-to-run variation, estimated within the trial: its steady batches ar
 blocks rather than single batches because prefetching makes neighbouring batch times
 correlated). When the model cannot be built (e.g. fewer than 20 steady batches per trial,
 :data:`pipecheck.analysis.model.MIN_STEADY_BATCHES`), the search measures the remaining
-candidates in grid order within the budget, and says so in its ``stop_reason``.
+candidates in grid order within the budget, and says so (with the analysis's own reason) in its
+``stop_reasons``, ahead of whatever stops it later.
 
 Trials must be long enough for the host sampler to see the workers' CPU (about 1 s or more);
 without it the model assumes CPU-bound work and caps scaling at the usable CPUs.
@@ -45,6 +49,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence, cast
 
+from pipecheck.analysis import analyze
 from pipecheck.environment import torch_has_in_order
 from pipecheck.stress.memory import skip_reason
 from pipecheck.stress.noise import MIN_WORTHWHILE_GAIN, rate_noise_fraction
@@ -99,7 +104,8 @@ def candidate_configs(prefetch_factors: Optional[Sequence[int]] = None, *,
 
 def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialLimits, *,
                step: Optional[StepTime], budget_s: float, timeout_s: float,
-               progress: Optional[ProgressCallback] = None) -> Sweep:
+               progress: Optional[ProgressCallback] = None,
+               tracker: Optional[Tracker] = None) -> Sweep:
     """Search ``candidates`` (the first is the baseline) as the module docstring describes.
 
     Returns a :class:`Sweep` whose ``trials`` are the measured ones in run order,
@@ -107,15 +113,38 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
     ``skipped`` the unmeasured ones the budget or the memory guard stopped (with the reason),
     and ``search`` a summary: ``method``, ``candidates``, ``measured``, ``calibration``
     (configs), ``noise_fraction``, ``threshold_fraction``, ``verified`` (configs whose
-    neighbours were measured because the model missed them), ``stop_reason``. Failed trials
-    are kept and the search goes on.
+    neighbours were measured because the model missed them), ``stop_reasons`` (every reason
+    that shaped the search, in the order they arose: a grid-order fallback first, then what
+    stopped it; none is ever replaced by a later one) and ``stop_reason`` (them joined by
+    ``"; "``). Failed trials are kept and the search goes on. A trial starts only when
+    ``tracker`` (the stress run's, with its budget and reserve; ``None``: a new one with
+    ``budget_s`` and ``progress``) expects it to end within the budget.
     """
     candidates = list(candidates)
     sweep = Sweep()
-    tracker = Tracker(len(candidates), budget_s, progress)
+    tracker = tracker if tracker is not None else Tracker(len(candidates), budget_s, progress)
+    tracker.total = len(candidates)
     measured: set[TrialConfig] = set()
+    reasons: list[str] = []
 
-    def measure(config: TrialConfig, trial_limits: TrialLimits = limits) -> None:
+    def note(reason: str) -> None:
+        if reason not in reasons:
+            reasons.append(reason)
+
+    def out_of_budget(trial_limits: TrialLimits) -> bool:
+        """Whether the budget cannot hold a trial with ``trial_limits`` (the first always
+        runs); notes the reason once."""
+        if not sweep.trials or tracker.fits(trial_limits):
+            return False
+        if not any(r.startswith("budget spent") for r in reasons):
+            note(f"budget spent ({tracker.shortfall(trial_limits)})")
+        return True
+
+    def measure(config: TrialConfig, trial_limits: TrialLimits = limits) -> bool:
+        """Measure ``config`` (or skip it for memory); ``False`` when the budget cannot hold
+        the trial (nothing is run)."""
+        if out_of_budget(trial_limits):
+            return False
         reason = skip_reason(config, (t.record for t in sweep.trials))
         if reason is not None:
             sweep.skipped[config] = reason
@@ -123,27 +152,26 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
             sweep.trials.append(tracker.run(source, config, trial_limits, step=step,
                                             timeout_s=timeout_s, done=len(sweep.trials)))
         measured.add(config)
+        return True
 
     calibration_limits = dataclasses.replace(
-        limits, batches=limits.batches * CALIBRATION_LENGTH,
+        limits, batches=None if limits.batches is None else limits.batches * CALIBRATION_LENGTH,
         seconds=limits.seconds * CALIBRATION_LENGTH)
     calibration = calibration_configs(candidates)
-    for index, config in enumerate(calibration):
-        if index > 0 and tracker.budget_spent():
+    for config in calibration:
+        longer = config.num_workers == 1 and (not sweep.trials or tracker.fits(calibration_limits))
+        if not measure(config, calibration_limits if longer else limits):
             break
-        measure(config, calibration_limits if config.num_workers == 1 else limits)
 
     noise: Optional[float] = None
     threshold: Optional[float] = None
     verified: list[TrialConfig] = []
-    stop_reason = "every candidate measured"
     while True:
         remaining = [c for c in candidates if c not in measured]
         if not remaining:
-            stop_reason = "every candidate measured"
+            note("every candidate measured")
             break
-        if tracker.budget_spent():
-            stop_reason = "budget spent"
+        if out_of_budget(limits):
             for config in remaining:
                 sweep.skipped[config] = "budget spent"
             tracker.skipped(remaining, len(sweep.trials))
@@ -153,7 +181,8 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
         if unpredictable:
             # No model for these (too few steady batches, or none of their batch size
             # measured): measure in grid order within the budget.
-            stop_reason = "no model (too few steady batches or no measured trial): grid order"
+            if not any(r.startswith("no model") for r in reasons):
+                note(_no_model_reason(sweep))
             measure(unpredictable[0])
             continue
         best = sweep.best()
@@ -172,10 +201,11 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
         if neighbours:
             verified.append(best.config)
             for config in neighbours:
-                measure(config)
+                if not measure(config):
+                    break
             continue
-        stop_reason = (f"best predicted gain {gain:+.1%} ({pick.label()}) is below the "
-                       f"threshold {threshold:.1%}")
+        note(f"best predicted gain {gain:+.1%} ({pick.label()}) is below the "
+             f"threshold {threshold:.1%}")
         break
 
     sweep.unmeasured = [c for c in candidates if c not in measured]
@@ -187,9 +217,23 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
         "noise_fraction": noise,
         "threshold_fraction": threshold,
         "verified": [c.to_dict() for c in verified],
-        "stop_reason": stop_reason,
+        "stop_reason": "; ".join(reasons),
+        "stop_reasons": reasons,
     }
     return sweep
+
+
+def _no_model_reason(sweep: Sweep) -> str:
+    """Why the search fell back to grid order: the analysis's own gaps for the best trial
+    (e.g. too few steady batches), else that no trial of a batch size measured."""
+    best = sweep.best()
+    gaps: list[str] = []
+    if best is not None and best.record is not None:
+        gaps = [str(gap) for finding in analyze(best.record).diagnosis.findings
+                if finding.kind == "insufficient-data"
+                for gap in finding.evidence.get("gaps", [])]
+    why = "; ".join(gaps) if gaps else "no trial of a batch size measured"
+    return f"no model ({why}): measured in grid order"
 
 
 def calibration_configs(candidates: Sequence[TrialConfig]) -> list[TrialConfig]:
@@ -220,8 +264,6 @@ def _predict(sweep: Sweep, remaining: Sequence[TrialConfig],
     per-worker rate is the larger of the trial's own and the 1-worker calibration trial's: a
     trial with more CPU-bound workers than cores measures each worker slowed by the others,
     and would under-predict fewer workers."""
-    from pipecheck.analysis import analyze
-
     predicted: set[TrialConfig] = set()
     for batch_size, group in _by_batch_size(remaining).items():
         ok = [t for t in sweep.trials if t.ok and t.config.batch_size == batch_size]

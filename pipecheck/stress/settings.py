@@ -16,6 +16,13 @@ from pipecheck.errors import BadInputError
 TORCH_DEFAULT_PREFETCH_FACTOR = 2
 """``DataLoader``'s ``prefetch_factor`` when it is not given and ``num_workers > 0``."""
 
+DEFAULT_TRIAL_S = 3.0
+"""Seconds one stress trial runs by default (``--trial-seconds``). pipecheck's choice: the
+what-if model needs 20 steady batches (:data:`pipecheck.analysis.model.MIN_STEADY_BATCHES`)
+and the host sampler's 0.5 s ticks need a few seconds to see the workers' CPU, while a 60 s
+budget should still hold the calibration pair, a few searched trials, the epoch-start pair and
+the profiling trial."""
+
 
 @dataclass(frozen=True)
 class TrialConfig:

@@ -57,36 +57,95 @@ class ProgressEvent:
 ProgressCallback = Callable[[ProgressEvent], None]
 
 
+Reserve = Callable[["Tracker"], float]
+"""Seconds of the budget to hold back for trials that run after the sweep, re-estimated from
+the tracker's measured trials each time a trial asks whether it fits."""
+
+TrialRunner = Callable[..., TrialResult]
+""":func:`pipecheck.stress.execute.run_trial`'s signature (tests pass a fake)."""
+
+
 class Tracker:
-    """Times a sweep against its budget and sends :class:`ProgressEvent` to ``progress``."""
+    """Times a stress run against its budget and sends :class:`ProgressEvent` to ``progress``.
+
+    ``budget_s`` bounds every trial the run starts: a trial starts only when :meth:`fits` says
+    it is expected to end within the budget with :attr:`reserve` still held back. The expected
+    wall time of a trial is its time limit plus the largest overhead measured so far (child
+    process start, imports, the target's factory, worker shutdown: a trial's wall time beyond
+    its own measured time or its limit, whichever is less). ``clock`` (seconds, monotonic) and
+    ``runner`` (:func:`~pipecheck.stress.execute.run_trial`) are replaceable for tests;
+    ``started``: the clock reading the budget counts from (default: now).
+    """
 
     def __init__(self, total: int, budget_s: float,
-                 progress: Optional[ProgressCallback] = None) -> None:
+                 progress: Optional[ProgressCallback] = None, *,
+                 reserve: Optional[Reserve] = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 runner: TrialRunner = run_trial, started: Optional[float] = None) -> None:
         self.total = total
         self.budget_s = budget_s
-        self.started = time.perf_counter()
+        self.reserve: Reserve = reserve if reserve is not None else (lambda tracker: 0.0)
+        self.results: list[TrialResult] = []
+        """Every trial this tracker (and its :meth:`follow_on` trackers) ran, in order."""
+        self._clock, self._runner = clock, runner
+        self.started = clock() if started is None else started
         self._progress = progress
         self._trial_walls: list[float] = []
+        self._overheads: list[float] = []
+
+    def follow_on(self, total: int, progress: Optional[ProgressCallback] = None) -> "Tracker":
+        """A tracker for ``total`` further trials on the same clock and budget (the trials after
+        the sweep), sharing the measured overheads and results; it holds nothing in reserve."""
+        other = Tracker(total, self.budget_s, progress, clock=self._clock, runner=self._runner)
+        other.started, other.results, other._overheads = self.started, self.results, self._overheads
+        return other
 
     def elapsed_s(self) -> float:
-        return time.perf_counter() - self.started
+        return self._clock() - self.started
 
     def budget_spent(self) -> bool:
         return self.elapsed_s() >= self.budget_s
 
+    def overhead_s(self) -> float:
+        """The largest wall time a finished trial took beyond its measuring time (seconds); 0
+        before the first."""
+        return max(self._overheads, default=0.0)
+
+    def expected_wall_s(self, limits: TrialLimits) -> float:
+        """Seconds a trial with ``limits`` is expected to take at most, start to result."""
+        return limits.seconds + self.overhead_s()
+
+    def fits(self, *limits: TrialLimits) -> bool:
+        """Whether trials with these ``limits``, started now one after the other, are expected
+        to end within the budget, the :attr:`reserve` still held back."""
+        needed = sum(self.expected_wall_s(one) for one in limits)
+        return self.elapsed_s() + needed + self.reserve(self) <= self.budget_s
+
+    def shortfall(self, *limits: TrialLimits) -> str:
+        """Why :meth:`fits` said no, in words with the seconds it weighed."""
+        needed = sum(self.expected_wall_s(one) for one in limits)
+        held = self.reserve(self)
+        left = max(self.budget_s - self.elapsed_s(), 0.0)
+        kept = f" with {held:.1f} s held for the trials after the sweep" if held > 0 else ""
+        return (f"budget: about {needed:.1f} s needed, {left:.1f} s of the {self.budget_s:g} s "
+                f"left{kept}")
+
     def run(self, source: Source, config: TrialConfig, limits: TrialLimits, *,
             step: Optional[StepTime], timeout_s: float, done: int) -> TrialResult:
         """Run one trial with ``start``, ``batch`` and ``done`` events around it."""
-        trial_started = time.perf_counter()
+        trial_started = self._clock()
         self._send("start", config, done)
 
         def on_batches(count: int) -> None:
             self._send("batch", config, done, batches=count,
-                       trial_elapsed_s=time.perf_counter() - trial_started)
+                       trial_elapsed_s=self._clock() - trial_started)
 
-        result = run_trial(source, config, limits, step=step, timeout_s=timeout_s,
-                           on_batches=on_batches if self._progress is not None else None)
-        self._trial_walls.append(time.perf_counter() - trial_started)
+        result = self._runner(source, config, limits, step=step, timeout_s=timeout_s,
+                              on_batches=on_batches if self._progress is not None else None)
+        wall_s = self._clock() - trial_started
+        self._trial_walls.append(wall_s)
+        self._overheads.append(max(wall_s - min(limits.seconds, result.wall_s), 0.0))
+        self.results.append(result)
         self._send("done", config, done + 1, result=result)
         return result
 

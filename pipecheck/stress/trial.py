@@ -25,17 +25,24 @@ from pipecheck.stress.settings import StepTime, TrialConfig
 
 @dataclass(frozen=True)
 class TrialLimits:
-    """How long one trial runs: at most ``batches`` batches per epoch (>= 2: the first is
-    warm-up) and at most ``seconds`` of wall time in all; ``epochs`` passes (2 to see
-    ``persistent_workers`` pay off). ``stacks``: sample hot stacks with py-spy throughout (a
-    profiling trial: sampling costs throughput, so such a trial is not compared).
-    ``epoch_batches``: end a map-style loader's epochs after this many batches (>= 1) with a
-    truncated sampler, so they finish as whole epochs do; iterable loaders are left as they are
-    (``batches`` cuts their epochs)."""
+    """How long one trial runs: for ``seconds`` of wall time (> 0), at most ``batches``
+    batches in all (>= 2: each epoch's first is warm-up; ``None``: no batch limit).
 
-    batches: int = 50
+    ``epochs`` ``None`` (default): epochs follow one another until the time or the batches are
+    used up, so a loader whose epoch is shorter than the trial still delivers a trial's worth of
+    batches (each new epoch restarts its workers, as in training; the restart is that epoch's
+    first batch, left out of the rates). An integer: exactly that many epochs at most (2 to see
+    ``persistent_workers`` pay off), each given an even share of the time (epoch ``k`` ends by
+    ``(k + 1) / epochs`` of ``seconds``, so time an early epoch leaves carries over) and of
+    ``batches``. ``stacks``: sample hot stacks with py-spy throughout (a profiling trial:
+    sampling costs throughput, so such a trial is not compared). ``epoch_batches``: end a
+    map-style loader's epochs after this many batches (>= 1) with a truncated sampler, so they
+    finish as whole epochs do; iterable loaders are left as they are (``batches`` cuts their
+    epochs)."""
+
+    batches: Optional[int] = None
     seconds: float = 10.0
-    epochs: int = 1
+    epochs: Optional[int] = None
     stacks: bool = False
     epoch_batches: Optional[int] = None
 
@@ -89,22 +96,38 @@ def measure(loader: Any, config: TrialConfig, limits: TrialLimits,
     wrapped = wrap(loader, stacks=limits.stacks, stacks_window_s=limits.seconds)
     error: Optional[str] = None
     try:
-        for _ in range(limits.epochs):
-            for count, _batch in enumerate(wrapped, start=1):
+        delivered, epoch = 0, 0
+        while limits.epochs is None or epoch < limits.epochs:
+            share = 1.0 if limits.epochs is None else (epoch + 1) / limits.epochs
+            ends_s, cap = limits.seconds * share, _batch_cap(limits, share)
+            before = delivered
+            for _batch in wrapped:
+                delivered += 1
                 if on_batch is not None:
                     on_batch()
                 if step_s is not None:
                     time.sleep(step_s())
-                if count >= limits.batches or time.perf_counter() - started >= limits.seconds:
+                if delivered >= cap or time.perf_counter() - started >= ends_s:
                     break
-            if time.perf_counter() - started >= limits.seconds:
-                break
+            epoch += 1
+            out_of_time = time.perf_counter() - started >= limits.seconds
+            used_up = limits.epochs is None and delivered >= cap
+            if delivered == before or used_up or out_of_time:
+                break  # an empty epoch would repeat forever
     except Exception as err:
         error = describe_error(err)
     finally:
         wrapped.close()
     record = dataclasses.replace(wrapped.record(), kind="stress")
     return summarize(config, record, time.perf_counter() - started, error)
+
+
+def _batch_cap(limits: TrialLimits, share: float) -> float:
+    """Batches the trial may have delivered by the end of the current epoch (``share``: the
+    fraction of the trial's limits that epoch ends at); infinite without a batch limit."""
+    if limits.batches is None:
+        return float("inf")
+    return round(limits.batches * share)
 
 
 def shorten_epochs(loader: Any, config: TrialConfig, batches: int) -> Any:
