@@ -419,6 +419,10 @@ class RunRecord:
     sharding: Optional[dict[str, Any]] = None
     """The shard-assignment dry run of a WebDataset loader
     (:func:`pipecheck.analysis.sharding.analyze_sharding`)."""
+    probes_off: dict[str, str] = field(default_factory=dict)
+    """Probes that were asked for but turned themselves off, by name (``workers``,
+    ``stages``), each with the one-line reason (``/dev/shm`` too full to reserve the shared
+    file, ...); the ``probe-off`` finding repeats them."""
 
 
 # ---------------------------------------------------------------------------------------------

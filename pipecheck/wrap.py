@@ -199,6 +199,18 @@ def _stop(host: Optional[HostProbe], workers: Optional[WorkerProbe],
         workers.close()
 
 
+def _start_probe(make: Callable[[], Any], name: str, what: str, off: dict[str, str]) -> Any:
+    """``make()``, or ``None`` when it fails with ``OSError`` (``/dev/shm`` too full for its
+    shared file, ...): the run goes on without that probe and ``off[name]`` says why, starting
+    with ``"<what> off: "``."""
+    try:
+        return make()
+    except OSError as err:
+        reason = err.strerror or str(err)
+        off[name] = reason if reason.startswith(f"{what} off") else f"{what} off: {reason}"
+        return None
+
+
 class WrappedLoader:
     """What :func:`wrap` returns; see the module docstring. Not a DataLoader subclass:
     ``isinstance(wrapped, DataLoader)`` is False (use ``.loader`` for the original)."""
@@ -221,11 +233,15 @@ class WrappedLoader:
         inner = _inner_dataloader(loader)
         self._workers: Optional[WorkerProbe] = None
         self._source = loader
-        self._stages = StageProbe() if workers else None
+        self._probes_off: dict[str, str] = {}  # probe -> why it turned itself off
+        self._stages = _start_probe(StageProbe, "stages", "stage timing", self._probes_off) \
+            if workers else None
         self._hol = HeadOfLineProbe() if workers and (self._config.num_workers or 0) >= 2 \
             else None
-        if workers and inner is not None:
-            probe = WorkerProbe(inner.num_workers, run_start=self._run_start)
+        probe = _start_probe(lambda: WorkerProbe(inner.num_workers, run_start=self._run_start),
+                             "workers", "worker timing", self._probes_off) \
+            if workers and inner is not None else None
+        if probe is not None:
             try:
                 self._source = _instrumented(loader, probe, self._stages)
                 self._workers = probe
@@ -335,7 +351,7 @@ class WrappedLoader:
                          rank=self._current_rank(),
                          stages=self._stages.snapshots() if self._stages is not None else [],
                          head_of_line=self._hol.summary() if self._hol is not None else None,
-                         sharding=self._sharding())
+                         sharding=self._sharding(), probes_off=dict(self._probes_off))
 
     def _sharding(self) -> Optional[dict[str, Any]]:
         """The shard-assignment dry run of a webdataset loader, or of a dataset exposing

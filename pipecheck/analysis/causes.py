@@ -3,7 +3,7 @@
 
 Each function takes the run and its producer summary and returns findings (kinds:
 ``cpu-bound-workers``, ``io-bound-workers``, ``latency-bound-workers``, ``memory-growth``,
-``shm-headroom``, ``hot-function``, ``stacks-unavailable``, ``gpu-idle``), each with the numbers
+``shm-headroom``, ``hot-function``, ``stacks-unavailable``, ``gpu-idle``, ``probe-off``), each with the numbers
 behind it in ``evidence``. Pure: no I/O.
 """
 
@@ -45,8 +45,17 @@ def cause_findings(run: RunRecord, producer: ProducerSummary, verdict: str) -> l
         shm_headroom_finding(run),
         stacks_finding(run),
         gpu_idle_finding(run),
+        *probe_off_findings(run),
     ]
     return [f for f in candidates if f is not None]
+
+
+def probe_off_findings(run: RunRecord) -> list[Finding]:
+    """One ``probe-off`` finding per probe that turned itself off during the run, with its
+    reason (for example ``/dev/shm`` too full to reserve the worker timing file)."""
+    return [Finding(kind="probe-off", severity="warning", message=reason,
+                    evidence={"probe": probe})
+            for probe, reason in sorted(run.probes_off.items())]
 
 
 def worker_class_finding(producer: ProducerSummary, verdict: str) -> Optional[Finding]:

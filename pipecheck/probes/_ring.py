@@ -31,6 +31,7 @@ attach under Python 3.11.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
@@ -39,6 +40,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
+
+from pipecheck import units
 
 MAGIC = 0x31305752_4B434550  # b"PECKRW01" read as a little-endian int64, marks our files
 LAYOUT_VERSION = 1
@@ -139,18 +142,51 @@ def remove_stale_areas(directory: str) -> list[str]:
     return removed
 
 
+def free_bytes(directory: str) -> Optional[int]:
+    """Bytes an unprivileged writer may still use in ``directory``'s file system (``None``
+    when ``statvfs`` fails)."""
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+class NoSpaceError(OSError):
+    """The shared file could not be reserved: its file system (``/dev/shm``) is too full.
+    The message says how much was free and how much was needed."""
+
+
+def reserve(fd: int, size_bytes: int, directory: str, what: str) -> None:
+    """Allocate ``size_bytes`` of backing store for the file ``fd`` in ``directory`` now
+    (``posix_fallocate``), so that a later store into a mapping of it can never fault with
+    SIGBUS on a full tmpfs. Raises :class:`NoSpaceError` (``"<what> off: /dev/shm has 24 KiB
+    free, needs 82 KiB"``) when the space is not there, ``OSError`` for other failures."""
+    try:
+        os.posix_fallocate(fd, 0, size_bytes)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        free = free_bytes(directory)
+        raise NoSpaceError(
+            err.errno, f"{what} off: {directory} has {units.size(free)} free, needs "
+            f"{units.size(size_bytes)} (enlarge it, e.g. docker run --shm-size=...)") from err
+
+
 def create_area(layout: AreaLayout) -> tuple[str, mmap.mmap]:
     """Create a zero-filled shared file for ``layout``; return its path and a shared mapping.
 
-    Files left behind by killed processes are swept first. Raises ``OSError`` when the file
-    cannot be created or sized. The caller owns both: close the mapping and unlink the path
-    when done.
+    Files left behind by killed processes are swept first. The file's pages are reserved
+    (:func:`reserve`) before it is mapped. Raises :class:`NoSpaceError` when ``/dev/shm`` lacks
+    the space and ``OSError`` when the file cannot be created or sized otherwise. The caller
+    owns both: close the mapping and unlink the path when done.
     """
     directory = shared_dir()
     remove_stale_areas(directory)
     fd, path = tempfile.mkstemp(prefix=f"{AREA_PREFIX}{os.getpid()}-", suffix=".bin", dir=directory)
     try:
         os.ftruncate(fd, layout.size_bytes)
+        reserve(fd, layout.size_bytes, directory, "worker timing")
         area = mmap.mmap(fd, layout.size_bytes)
     except BaseException:
         os.close(fd)
