@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator, NamedTuple, Optional
 import numpy as np
 
 from .._clock import Clock, monotonic
+from .._locks import bounded
 from ..records import BatchTiming, ConsumerRecord, EpochTiming
 from .batches import (SampleCounter, TokenCounter, batch_nbytes, count_samples, counter_for,
                       token_counter_for)
@@ -162,6 +163,7 @@ class ConsumerProbe:
         self._count_tokens: Optional[TokenCounter] = None
         self._primed = False
         self._lock = threading.Lock()  # folds vs a concurrent snapshot()
+        self._last: Optional[ConsumerRecord] = None  # for a snapshot whose lock wait timed out
         self._capacity = timeline_capacity
         self._stride = 1
         self._rows: list[tuple] = []
@@ -311,8 +313,13 @@ class ConsumerProbe:
     # -- reading -------------------------------------------------------------------------------
 
     def snapshot(self) -> ConsumerRecord:
-        """A consistent copy of everything measured so far (buffered batches included)."""
-        with self._lock:
+        """A consistent copy of everything measured so far (buffered batches included). When
+        the lock is not free within :data:`~pipecheck._locks.SNAPSHOT_LOCK_TIMEOUT_S` (its
+        holder was stopped by a signal whose handler is saving the report), the previous
+        snapshot, or without one the data as the stopped holder left it."""
+        with bounded(self._lock) as held:
+            if not held and self._last is not None:  # holder stopped by a signal: last copy
+                return self._last
             rows = list(self._rows)
             stride = self._stride
             epoch_records = []
@@ -334,7 +341,7 @@ class ConsumerProbe:
         rows.sort()
         timeline = [BatchTiming(index=r[0], epoch=r[1], start_at_s=r[2], wait_s=r[3],
                                 compute_s=r[4], samples=r[5]) for r in rows]
-        return ConsumerRecord(
+        self._last = ConsumerRecord(
             batches=sum(e.batches for e in epoch_records),
             samples=sum(e.samples for e in epoch_records),
             tokens=self.tokens,
@@ -352,6 +359,7 @@ class ConsumerProbe:
             sampled_compute_cpu_s=self._cpu[3],
             batch_bytes=self.batch_bytes,
         )
+        return self._last
 
     def mark_interrupted(self) -> None:
         """Record a KeyboardInterrupt that happened outside ``next()`` (in the loop body), which

@@ -43,6 +43,7 @@ import time
 from collections import Counter
 from typing import Any, Callable, Optional
 
+from pipecheck._locks import bounded
 from pipecheck.records import HotFunction, StacksRecord
 
 DEFAULT_WINDOW_S = 10.0
@@ -228,9 +229,9 @@ class StackSampler:
 
     def stop(self) -> None:
         """End the window now if open, wait for py-spy and parse what it wrote. Idempotent."""
-        with self._lock:
-            if self._record is not None or self._process is None:
-                return
+        with bounded(self._lock) as held:
+            if not held or self._record is not None or self._process is None:
+                return  # not held: the holder is stopped (a signal handler saving the report)
             self._stop.set()
             if self._watcher is not None:
                 self._watcher.join(_STOP_TIMEOUT_S)
@@ -246,9 +247,11 @@ class StackSampler:
     def snapshot(self) -> StacksRecord:
         """The result once stopped; before that a ``running`` record (or ``unavailable`` when
         sampling never started)."""
-        with self._lock:
+        with bounded(self._lock) as held:
             if self._record is not None:
                 return self._record
+            if not held:
+                return self._result("running", note="the sampling window was still open")
             if self._started_at is None:
                 return self._result("unavailable", note="stack sampling was not started")
             return self._result("running", note="the sampling window is still open")

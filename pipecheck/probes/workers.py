@@ -41,6 +41,7 @@ from typing import Any, Callable, Optional
 import torch.utils.data
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from pipecheck._locks import bounded
 from pipecheck.errors import PipecheckError
 from pipecheck.probes import _ring
 from pipecheck.records import WorkerBatch, WorkerRecord
@@ -450,6 +451,7 @@ class WorkerProbe:
         self._last_good: dict[int, _ring.SlotHeader] = {}
         self._stuck_seq: dict[int, int] = {}
         self._final: Optional[list[WorkerRecord]] = None
+        self._last_records: list[WorkerRecord] = []  # what a reader gets if the lock is stuck
         # The host probe calls pid_to_worker() from its sampler thread; reads and close()
         # must not interleave (a read of an unmapped area raises).
         self._lock = threading.Lock()
@@ -487,11 +489,16 @@ class WorkerProbe:
     def snapshot(self) -> list[WorkerRecord]:
         """Exact counters for every worker id that has produced at least one batch, sorted by
         id. Safe during iteration and after a worker crash; after :meth:`close` it returns the
-        records as they were at close."""
-        with self._lock:
+        records as they were at close. Never waits more than
+        :data:`~pipecheck._locks.SNAPSHOT_LOCK_TIMEOUT_S` for a reader in another thread: then
+        it returns the previous snapshot's records."""
+        with bounded(self._lock) as held:
+            if not held:  # the holder is stopped (a signal handler saving the report)
+                return list(self._last_records)
             if self._final is not None:
                 return list(self._final)
-            return self._read_records()
+            self._last_records = self._read_records()
+            return list(self._last_records)
 
     def _read_records(self) -> list[WorkerRecord]:
         records = []
@@ -531,8 +538,8 @@ class WorkerProbe:
     def pid_to_worker(self) -> dict[int, int]:
         """Every pid that has served a worker id so far (including earlier epochs' processes)
         mapped to that id; the main process maps to -1 when ``num_workers=0``. Thread-safe."""
-        with self._lock:
-            if self._final is None:
+        with bounded(self._lock) as held:
+            if held and self._final is None:
                 self._read_pids()
             return dict(self._known_pids)
 
