@@ -195,9 +195,7 @@ class AutoSave:
         if previous == signal.SIG_IGN:
             return
         if os.getpid() == self._owner:
-            release_files = getattr(self._wrapped, "_release_files", None)
-            if release_files is not None:
-                release_files()
+            self._wrapped._release_files()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 

@@ -411,6 +411,14 @@ class WrappedLoader:
 
         return reuse_gathered(report, self._last_gathered)
 
+    def _release_files(self) -> None:
+        """Delete the probes' files in ``/dev/shm`` and the temp dir now, taking no lock: the
+        SIGTERM save calls it right before the process terminates (:mod:`pipecheck.autosave`)."""
+        for probe, remove in ((self._workers, "remove_file"), (self._stages, "remove_folder"),
+                              (self._stacks, "remove_files")):
+            if probe is not None:
+                getattr(probe, remove)()
+
     def close(self) -> None:
         """Stop the host sampler and release the worker probe's shared memory. Iterating after
         close still works but measures only the consumer side. Idempotent."""

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
-from pipecheck import units
+from pipecheck import _owned, units
 
 MAGIC = 0x31305752_4B434550  # b"PECKRW01" read as a little-endian int64, marks our files
 LAYOUT_VERSION = 1
@@ -106,40 +106,16 @@ def shared_dir() -> str:
     return tempfile.gettempdir()
 
 
-AREA_PREFIX = "pipecheck-workers-"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+AREA_PREFIX = "pipecheck-workers."
+"""Name prefix of worker timing files (a dot: files of versions before ownership locks, named
+``pipecheck-workers-PID-...``, are never swept by this one, which could not tell them live)."""
 
 
 def remove_stale_areas(directory: str) -> list[str]:
-    """Delete area files in ``directory`` whose creating process no longer exists (it was
-    killed before its finalizer ran); return their paths. The creator's pid is in the name."""
-    removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    for name in names:
-        if not (name.startswith(AREA_PREFIX) and name.endswith(".bin")):
-            continue
-        pid_text = name[len(AREA_PREFIX) :].split("-", 1)[0]
-        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
-            continue
-        path = os.path.join(directory, name)
-        try:
-            os.unlink(path)
-        except OSError:
-            continue
-        removed.append(path)
-    return removed
+    """Delete area files in ``directory`` whose owner is gone (killed before its finalizer
+    ran); return their paths. Ownership is a lock held for the file's lifetime
+    (:mod:`pipecheck._owned`), so a live run in another PID namespace is never swept."""
+    return _owned.sweep(directory, AREA_PREFIX)
 
 
 def free_bytes(directory: str) -> Optional[int]:
@@ -173,28 +149,29 @@ def reserve(fd: int, size_bytes: int, directory: str, what: str) -> None:
             f"{units.size(size_bytes)} (enlarge it, e.g. docker run --shm-size=...)") from err
 
 
-def create_area(layout: AreaLayout) -> tuple[str, mmap.mmap]:
-    """Create a zero-filled shared file for ``layout``; return its path and a shared mapping.
+def create_area(layout: AreaLayout) -> tuple[str, mmap.mmap, int]:
+    """Create a zero-filled shared file for ``layout``; return its path, a shared mapping and
+    the descriptor that holds the file's ownership lock (:mod:`pipecheck._owned`).
 
     Files left behind by killed processes are swept first. The file's pages are reserved
     (:func:`reserve`) before it is mapped. Raises :class:`NoSpaceError` when ``/dev/shm`` lacks
     the space and ``OSError`` when the file cannot be created or sized otherwise. The caller
-    owns both: close the mapping and unlink the path when done.
+    owns all three: close the mapping, then :func:`pipecheck._owned.remove` the path and
+    descriptor when done.
     """
     directory = shared_dir()
     remove_stale_areas(directory)
-    fd, path = tempfile.mkstemp(prefix=f"{AREA_PREFIX}{os.getpid()}-", suffix=".bin", dir=directory)
+    fd, path = _owned.create_file(directory, AREA_PREFIX, ".bin")
     try:
         os.ftruncate(fd, layout.size_bytes)
         reserve(fd, layout.size_bytes, directory, "worker timing")
         area = mmap.mmap(fd, layout.size_bytes)
     except BaseException:
-        os.close(fd)
-        os.unlink(path)
+        _owned.remove(fd, path)
         raise
-    os.close(fd)  # the mapping keeps the memory; workers reopen the file by path
+    # The mapping keeps the memory; workers reopen the file by path.
     struct.pack_into("=qqqq", area, 0, MAGIC, LAYOUT_VERSION, layout.num_slots, layout.ring_size)
-    return path, area
+    return path, area, fd
 
 
 class SlotWriter:

@@ -43,6 +43,7 @@ import time
 from collections import Counter
 from typing import Any, Callable, Optional
 
+from pipecheck import _owned
 from pipecheck._locks import bounded
 from pipecheck.records import HotFunction, StacksRecord
 
@@ -61,6 +62,9 @@ TOP_FUNCTIONS = 10
 """Functions listed in ``top`` / ``main_top``."""
 
 PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
+
+DIR_PREFIX = "pipecheck-stacks."
+"""Name prefix of py-spy's output folders in the temp dir."""
 
 _PR_SET_PTRACER = 0x59616D61  # "Yama" in <linux/prctl.h>
 _PR_SET_PTRACER_ANY = ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF)
@@ -175,7 +179,8 @@ class StackSampler:
         self._process: Optional[subprocess.Popen] = None
         self._main_process: Optional[subprocess.Popen] = None
         self._watcher: Optional[threading.Thread] = None
-        self._dir: Optional[tempfile.TemporaryDirectory] = None
+        self._dir: Optional[str] = None  # py-spy's output folder, owned (pipecheck._owned)
+        self._dir_fd: Optional[int] = None
         self._started_at: Optional[float] = None
         self._record: Optional[StacksRecord] = None
         self._overhead_cpu_s: Optional[float] = None
@@ -192,13 +197,19 @@ class StackSampler:
                 self._record = self._result("unavailable", note=reason)
                 return
             allow_ptrace()
-            self._dir = tempfile.TemporaryDirectory(prefix="pipecheck-stacks-")
+            try:
+                _owned.sweep(tempfile.gettempdir(), DIR_PREFIX)
+                self._dir_fd, self._dir = _owned.create_folder(tempfile.gettempdir(),
+                                                               DIR_PREFIX)
+            except OSError as error:
+                self._record = self._result("failed", note=f"no folder for py-spy: {error}")
+                return
             common = ["--format", "raw", "--function", "--full-filenames", "--nonblocking",
                       "--rate", str(self.rate_hz), "--pid", str(self.pid)]
             hot = [self._py_spy, "record", "--subprocesses", *common, "--output",
-                   os.path.join(self._dir.name, "stacks.txt")]
+                   os.path.join(self._dir, "stacks.txt")]
             idle = [self._py_spy, "record", "--idle", *common, "--output",
-                    os.path.join(self._dir.name, "main.txt")]
+                    os.path.join(self._dir, "main.txt")]
             try:
                 self._process = _launch(hot)
                 self._main_process = _launch(idle)
@@ -207,7 +218,7 @@ class StackSampler:
                 if self._process is not None:
                     self._process.kill()
                     _finish(self._process)
-                self._dir.cleanup()
+                self.remove_files()
                 self._record = self._result("failed", note=f"py-spy could not start: {error}")
                 return
             self._watcher = threading.Thread(target=self._watch, name="pipecheck-stacks",
@@ -241,8 +252,14 @@ class StackSampler:
             if self._main_process is not None:
                 _finish(self._main_process)
             self._record = self._parse_result(returncode, stderr)
-            if self._dir is not None:
-                self._dir.cleanup()
+            self.remove_files()
+
+    def remove_files(self) -> None:
+        """Delete py-spy's output folder now (idempotent; takes no lock, for a SIGTERM that
+        ends the process: :mod:`pipecheck.autosave`)."""
+        if self._dir is not None:
+            fd, self._dir_fd = self._dir_fd, None
+            _owned.remove(fd, self._dir)
 
     def snapshot(self) -> StacksRecord:
         """The result once stopped; before that a ``running`` record (or ``unavailable`` when
@@ -257,7 +274,7 @@ class StackSampler:
             return self._result("running", note="the sampling window is still open")
 
     def _parse_result(self, returncode: Optional[int], stderr: str) -> StacksRecord:
-        output = os.path.join(self._dir.name, "stacks.txt") if self._dir is not None else None
+        output = os.path.join(self._dir, "stacks.txt") if self._dir is not None else None
         text = ""
         if output is not None and os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as handle:
@@ -268,7 +285,7 @@ class StackSampler:
                 return self._result("failed", note=f"py-spy was denied ({detail}); {_ENABLE_HINT}.")
             return self._result("failed", note=f"py-spy recorded nothing ({detail}).")
         counts = parse_raw(text, self.pid)
-        main_path = os.path.join(self._dir.name, "main.txt") if self._dir is not None else None
+        main_path = os.path.join(self._dir, "main.txt") if self._dir is not None else None
         if main_path is not None and os.path.exists(main_path):
             with open(main_path, encoding="utf-8", errors="replace") as handle:
                 counts.update(parse_main_wait(handle.read()))

@@ -41,6 +41,7 @@ from typing import Any, Callable, Optional
 import torch.utils.data
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from pipecheck import _owned
 from pipecheck._locks import bounded
 from pipecheck.errors import PipecheckError
 from pipecheck.probes import _ring
@@ -410,7 +411,7 @@ class _TimedCollate:
 # ---------------------------------------------------------------------------------------------
 
 
-def _release_area(key: str, area: mmap.mmap, path: str, owner_pid: int) -> None:
+def _release_area(key: str, area: mmap.mmap, path: str, fd: int, owner_pid: int) -> None:
     """Finalizer: stop this process's writer for ``key``, unmap and delete the file. Only the
     creating process deletes it (a forked child exiting must not pull it from the workers)."""
     accumulator = _accumulators.pop(key, None)
@@ -419,10 +420,7 @@ def _release_area(key: str, area: mmap.mmap, path: str, owner_pid: int) -> None:
     if os.getpid() != owner_pid:
         return
     area.close()
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    _owned.remove(fd, path)
 
 
 class WorkerProbe:
@@ -442,7 +440,8 @@ class WorkerProbe:
         self.num_workers = num_workers
         self.run_start = run_start
         self._layout = _ring.AreaLayout(num_slots=max(1, num_workers), ring_size=ring_size)
-        path, area = _ring.create_area(self._layout)
+        path, area, fd = _ring.create_area(self._layout)
+        self._owner_pid = os.getpid()
         self.path = path
         self._area = area
         self._key = os.path.basename(path)  # unique per live file
@@ -455,7 +454,8 @@ class WorkerProbe:
         # The host probe calls pid_to_worker() from its sampler thread; reads and close()
         # must not interleave (a read of an unmapped area raises).
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _release_area, self._key, area, path, os.getpid())
+        self._finalizer = weakref.finalize(self, _release_area, self._key, area, path, fd,
+                                           os.getpid())
 
     def instrument(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
         """Return a clone of ``loader`` whose dataset and ``collate_fn`` are timed.
@@ -557,6 +557,16 @@ class WorkerProbe:
                 self._read_pids()
                 self._final = self._read_records()
             self._finalizer()
+
+    def remove_file(self) -> None:
+        """Delete the shared file now, taking no lock (for a SIGTERM that ends the process:
+        :mod:`pipecheck.autosave`). The mapping stays valid; the workers keep writing into
+        the deleted file harmlessly."""
+        if os.getpid() == self._owner_pid:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
 
     def __enter__(self) -> WorkerProbe:
         return self
