@@ -143,3 +143,23 @@ def test_a_live_file_of_a_process_in_another_pid_namespace_is_not_swept(tmp_path
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.skipif(not _namespace_usable(), reason="needs unshare -m and mount (root)")
+def test_no_leftovers_after_a_timed_out_stress_trial(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    tests = os.path.dirname(os.path.abspath(__file__))
+    target = f"{os.path.join(tests, 'stress_targets.py')}:hangs_with_one_worker"
+    listing = ("import os; print(sorted(n for d in ('/dev/shm', os.environ['TMPDIR']) "
+               "for n in os.listdir(d)))")
+    command = (f"mount -t tmpfs -o size=64m tmpfs /dev/shm && {sys.executable} -m pipecheck "
+               f"stress {target} --workers 0,1 --timeout 3 --batches 5 --quiet "
+               f"--json {tmp_path / 'run.json'} && exec {sys.executable} -c \"{listing}\"")
+    env = dict(os.environ, TMPDIR=str(tmp))
+    done = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = json.loads((tmp_path / "run.json").read_text())["stress"]["trials"]
+    assert trials[1]["error"].startswith("timed out")  # the trial was killed by the watchdog
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -28,6 +28,7 @@ import time
 from typing import Any, Iterable, Iterator, Optional
 
 from pipecheck import _owned
+from pipecheck.probes._ring import shared_dir
 
 STAGE_DIR_ENV = "PIPECHECK_STAGE_DIR"
 """Environment variable naming the folder where worker processes write their stage totals."""
@@ -380,8 +381,7 @@ def _stage_folder() -> tuple[int, str]:
     """A fresh folder for worker totals, in ``/dev/shm`` (memory) when there is one, owned by
     this process (:mod:`pipecheck._owned`; folders of killed runs are swept first): its
     descriptor and path."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) \
-        else tempfile.gettempdir()
+    base = shared_dir()
     _owned.sweep(base, FOLDER_PREFIX)
     return _owned.create_folder(base, FOLDER_PREFIX)
 
