@@ -27,6 +27,28 @@ def is_stdout(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path) == STDOUT
 
 
+def output_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be written as an output (one line), or ``None`` when it can: ``-``,
+    a writable device or pipe, or a regular file (existing and writable, or new) in a folder
+    that exists and where files can be created."""
+    text = os.fspath(path)
+    if is_stdout(text):
+        return None
+    if os.path.isdir(text):
+        return f"{text} is a directory, not a file"
+    if os.path.exists(text):
+        if not os.access(text, os.W_OK):
+            return f"{text} is not writable"
+        if not os.path.isfile(text):
+            return None  # a device or a pipe: written through, its folder does not matter
+    folder = os.path.dirname(os.path.abspath(os.path.realpath(text)))
+    if not os.path.isdir(folder):
+        return f"no such directory: {folder}"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot create files in {folder}"
+    return None
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str, what: str) -> pathlib.Path:
     """Write ``text`` (UTF-8) to ``path`` (atomically when it is a regular file or new) and
     return the path as given.

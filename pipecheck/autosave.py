@@ -38,9 +38,7 @@ import time
 import weakref
 from typing import Any
 
-# Imported here, not when the first save needs it: the saver thread must never wait on an
-# import that the frame SIGTERM interrupted is in the middle of.
-from pipecheck import _atomic  # noqa: F401
+from pipecheck import _atomic
 
 SAVE_WAIT_S = 10.0
 """Longest time (seconds) the SIGTERM handler waits for the saver thread before going on to
@@ -57,9 +55,12 @@ class AutoSave:
     raised: the program's own exit must not change.
 
     Arming builds one report (a warm-up: it imports everything saving needs) and starts the
-    saver thread ``pipecheck-autosave`` in the main thread's process."""
+    saver thread ``pipecheck-autosave`` in the main thread's process. Raises ``ValueError``
+    (one line naming ``path``) when ``path`` cannot be written: its folder is missing or not
+    writable, or it is a directory (:func:`pipecheck._atomic.output_problem`)."""
 
     def __init__(self, wrapped: Any, path: str | os.PathLike[str]) -> None:
+        self.check_path(path)
         self._wrapped = wrapped
         self.path = os.fspath(path)
         self._owner = os.getpid()
@@ -80,6 +81,14 @@ class AutoSave:
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         except (ValueError, OSError):  # not allowed here (embedded interpreters)
             self._previous = None
+
+    @staticmethod
+    def check_path(path: str | os.PathLike[str]) -> None:
+        """Raise ``ValueError`` (one line naming ``path``) when a report could not be saved
+        there (:func:`pipecheck._atomic.output_problem`)."""
+        problem = _atomic.output_problem(path)
+        if problem is not None:
+            raise ValueError(f"cannot save the report to {os.fspath(path)}: {problem}")
 
     def _warm_up(self) -> None:
         """Build one report now so that every module the saver needs (numpy's lazily loaded

@@ -29,7 +29,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, TextIO
 
-from pipecheck._atomic import is_stdout
+from pipecheck._atomic import is_stdout, output_problem
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
 from pipecheck.render.terminal import MIN_WIDTH
 
@@ -98,22 +98,11 @@ _positive = _positive_number()
 
 
 def _output_file(text: str) -> str:
-    """An argparse type: ``-`` (stdout) or a file path whose folder exists and is writable, and
-    that is not a directory nor a file we may not write (checked before a long run starts)."""
-    if is_stdout(text):
-        return text
-    folder = os.path.dirname(os.path.abspath(text))
-    if os.path.isdir(text):
-        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
-    if os.path.exists(text):
-        if not os.access(text, os.W_OK):
-            raise argparse.ArgumentTypeError(f"{text} is not writable")
-        if not os.path.isfile(text):
-            return text  # a device or a pipe: written through, its folder does not matter
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(f"no such directory: {folder}")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"cannot create files in {folder}")
+    """An argparse type: ``-`` (stdout) or a path :func:`pipecheck._atomic.output_problem`
+    accepts, checked before a long run (a stress sweep) starts."""
+    problem = output_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

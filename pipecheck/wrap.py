@@ -477,7 +477,8 @@ def wrap(
     Raises:
         TypeError: ``loader`` is not iterable (the message names what was given).
         ValueError: ``host_interval_s``, ``memory_interval_s``, ``stacks_window_s`` or
-            ``stacks_rate_hz`` is not positive.
+            ``stacks_rate_hz`` is not positive, or ``save`` cannot be written (missing or
+            read-only folder, a directory), checked now rather than at exit.
     """
     _check_iterable(loader)
     for name, value in (("host_interval_s", host_interval_s),
@@ -487,6 +488,8 @@ def wrap(
             raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
     if not stacks_rate_hz > 0:
         raise ValueError(f"stacks_rate_hz must be > 0 samples/s, got {stacks_rate_hz!r}")
+    if save is not None:
+        AutoSave.check_path(save)  # now, not at exit when the run is over
     return WrappedLoader(loader, samples=samples, tokens=tokens, host=host, workers=workers,
                          host_interval_s=host_interval_s, clock=clock, stacks=stacks,
                          stacks_window_s=stacks_window_s, stacks_rate_hz=stacks_rate_hz,
