@@ -126,6 +126,14 @@ class AutoSave:
             pass
 
     def _at_exit(self) -> None:
+        # An uncaught exception (Ctrl-C included) has been printed by now and left in
+        # sys.last_value; the loader probe saw only what happened inside next().
+        if os.getpid() == self._owner:
+            exc = getattr(sys, "last_value", None)
+            if isinstance(exc, KeyboardInterrupt):
+                self._wrapped._consumer.mark_ended("interrupted")
+            elif isinstance(exc, Exception):
+                self._wrapped._consumer.mark_ended("error", exc)
         self.save()
 
     def _disarm_in_child(self) -> None:
@@ -172,6 +180,7 @@ class AutoSave:
             return
         self._handling = True
         try:
+            self._wrapped._consumer.mark_ended("terminated")
             self._request_save()
         finally:
             self._handling = False

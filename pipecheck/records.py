@@ -115,7 +115,10 @@ class ConsumerRecord:
     ``timeline`` keeps every ``timeline_stride``-th batch (the stride doubles whenever the buffer
     fills), so it covers the whole run in bounded memory. ``sampled_*`` fields come from reading
     the main process's CPU clock around a subset of batches (``process_time``, all its threads):
-    CPU seconds spent per wall second while waiting and while computing.
+    CPU seconds spent per wall second while waiting and while computing. ``status``:
+    ``not-started``, ``in-progress``, ``complete``, ``error`` (``error`` says what: raised by
+    the loader, or uncaught in the training script), ``interrupted`` (Ctrl-C) or
+    ``terminated`` (SIGTERM; both as recorded by the exit-time save, :mod:`pipecheck.autosave`).
     """
 
     batches: int

@@ -164,6 +164,7 @@ class ConsumerProbe:
         self._primed = False
         self._lock = threading.Lock()  # folds vs a concurrent snapshot()
         self._last: Optional[ConsumerRecord] = None  # for a snapshot whose lock wait timed out
+        self._terminated = False
         self._capacity = timeline_capacity
         self._stride = 1
         self._rows: list[tuple] = []
@@ -366,11 +367,25 @@ class ConsumerProbe:
         the probe cannot see for itself; the report then says the run was interrupted."""
         self._interrupted = True
 
+    def mark_ended(self, status: str, exc: Optional[BaseException] = None) -> None:
+        """Record how the run ended where the probe cannot see it (outside ``next()``; the
+        exit-time save calls this, :mod:`pipecheck.autosave`): ``"error"`` with the uncaught
+        exception ``exc``, ``"interrupted"`` (Ctrl-C) or ``"terminated"`` (SIGTERM). An error
+        the loader itself raised is kept. Takes no lock (called from a signal handler)."""
+        if status == "error" and exc is not None and self._error is None:
+            self._error = _describe(exc)
+        elif status == "interrupted":
+            self._interrupted = True
+        elif status == "terminated":
+            self._terminated = True
+
     def _status(self, epochs: list[EpochTiming]) -> str:
         if self._error is not None:
             return "error"
         if self._interrupted:
             return "interrupted"
+        if self._terminated:
+            return "terminated"
         if not epochs:
             return "not-started"
         if any(e.ended == "running" for e in epochs):
