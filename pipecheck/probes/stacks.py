@@ -22,7 +22,8 @@ separated: it counts where the thread stood (usually the queue wait).
 Permissions (Linux): py-spy attaches with ``ptrace``/``process_vm_readv``. Launched by the
 trainer it is a *sibling* of the workers and a child of the main process, which Yama's
 ``ptrace_scope=1`` forbids unless the target opts in: :func:`allow_ptrace` calls
-``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`` in the main process, and :class:`PtracerOptIn`
+``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`` in the main process for the sampling window
+(:func:`revoke_ptrace` withdraws it when the window ends), and :class:`PtracerOptIn`
 does it in each worker from ``worker_init_fn``. ``ptrace_scope=2`` needs CAP_SYS_PTRACE, 3 forbids
 attaching altogether; containers need CAP_SYS_PTRACE (``docker run --cap-add SYS_PTRACE``). When
 sampling is impossible the record says why and how to enable it; nothing else is affected.
@@ -80,16 +81,29 @@ _ENABLE_HINT = (
 )
 
 
-def allow_ptrace() -> bool:
-    """Let any process of this user ptrace this one (Yama's opt-in); ``True`` on success. A
-    no-op returning ``False`` off Linux or where Yama is not built in (nothing to opt into)."""
+def _set_ptracer(value: ctypes.c_ulong) -> bool:
+    """``prctl(PR_SET_PTRACER, value)``; ``True`` on success, ``False`` off Linux or where
+    Yama is not built in."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0) == 0
+        return libc.prctl(_PR_SET_PTRACER, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def allow_ptrace() -> bool:
+    """Let any process of this user ptrace this one (Yama's opt-in); ``True`` on success. A
+    no-op returning ``False`` off Linux or where Yama is not built in (nothing to opt into).
+    Undo it with :func:`revoke_ptrace` when the sampling window ends."""
+    return _set_ptracer(_PR_SET_PTRACER_ANY)
+
+
+def revoke_ptrace() -> bool:
+    """Withdraw :func:`allow_ptrace`'s opt-in (``PR_SET_PTRACER 0``: Yama's default rules
+    again); ``True`` on success."""
+    return _set_ptracer(ctypes.c_ulong(0))
 
 
 class PtracerOptIn:
@@ -181,6 +195,7 @@ class StackSampler:
         self._watcher: Optional[threading.Thread] = None
         self._dir: Optional[str] = None  # py-spy's output folder, owned (pipecheck._owned)
         self._dir_fd: Optional[int] = None
+        self._ptrace_opened = False  # allow_ptrace() succeeded and is not yet revoked
         self._started_at: Optional[float] = None
         self._record: Optional[StacksRecord] = None
         self._overhead_cpu_s: Optional[float] = None
@@ -196,12 +211,13 @@ class StackSampler:
             if reason is not None:
                 self._record = self._result("unavailable", note=reason)
                 return
-            allow_ptrace()
+            self._ptrace_opened = allow_ptrace()
             try:
                 _owned.sweep(tempfile.gettempdir(), DIR_PREFIX)
                 self._dir_fd, self._dir = _owned.create_folder(tempfile.gettempdir(),
                                                                DIR_PREFIX)
             except OSError as error:
+                self._close_ptrace()
                 self._record = self._result("failed", note=f"no folder for py-spy: {error}")
                 return
             common = ["--format", "raw", "--function", "--full-filenames", "--nonblocking",
@@ -219,6 +235,7 @@ class StackSampler:
                     self._process.kill()
                     _finish(self._process)
                 self.remove_files()
+                self._close_ptrace()
                 self._record = self._result("failed", note=f"py-spy could not start: {error}")
                 return
             self._watcher = threading.Thread(target=self._watch, name="pipecheck-stacks",
@@ -253,6 +270,12 @@ class StackSampler:
                 _finish(self._main_process)
             self._record = self._parse_result(returncode, stderr)
             self.remove_files()
+            self._close_ptrace()
+
+    def _close_ptrace(self) -> None:
+        """The window is over: this process is no longer open to any tracer."""
+        if self._ptrace_opened:
+            self._ptrace_opened = not revoke_ptrace()
 
     def remove_files(self) -> None:
         """Delete py-spy's output folder now (idempotent; takes no lock, for a SIGTERM that
