@@ -3,7 +3,6 @@ the report over the parent's (they inherit the SIGTERM handler and the exit-time
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

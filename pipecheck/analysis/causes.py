@@ -3,8 +3,8 @@
 
 Each function takes the run and its producer summary and returns findings (kinds:
 ``cpu-bound-workers``, ``io-bound-workers``, ``latency-bound-workers``, ``memory-growth``,
-``shm-headroom``, ``hot-function``, ``stacks-unavailable``, ``gpu-idle``, ``probe-off``), each with the numbers
-behind it in ``evidence``. Pure: no I/O.
+``shm-headroom``, ``hot-function``, ``stacks-unavailable``, ``gpu-idle``, ``probe-off``),
+each with the numbers behind it in ``evidence``. Pure: no I/O.
 """
 
 from __future__ import annotations
