@@ -29,6 +29,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, TextIO
 
+from pipecheck._atomic import is_stdout, output_problem
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
 from pipecheck.render.inert import visible
 from pipecheck.render.terminal import MIN_WIDTH
@@ -98,23 +99,38 @@ _positive = _positive_number()
 
 
 def _output_file(text: str) -> str:
-    """An argparse type: a file path whose folder exists (checked before a long run starts)."""
-    folder = os.path.dirname(os.path.abspath(text))
-    if os.path.isdir(text):
-        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(f"no such directory: {folder}")
+    """An argparse type: ``-`` (stdout) or a path :func:`pipecheck._atomic.output_problem`
+    accepts, checked before a long run (a stress sweep) starts."""
+    problem = output_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
+
+
+_OUTPUT_OPTIONS = ("json", "html", "trace")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """At most one thing may go to stdout: one output option given as ``-``, or ``--markdown``.
+    Raises :class:`UsageError` otherwise (before any work starts)."""
+    to_stdout = [f"--{name} -" for name in _OUTPUT_OPTIONS
+                 if getattr(args, name, None) and is_stdout(getattr(args, name))]
+    if to_stdout and getattr(args, "markdown", False):
+        to_stdout.append("--markdown")
+    if len(to_stdout) > 1:
+        raise UsageError(f"only one output can go to stdout, got {' and '.join(to_stdout)}")
 
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("output")
-    group.add_argument("--json", metavar="FILE", help="save the report as JSON to FILE")
+    group.add_argument("--json", metavar="FILE", type=_output_file,
+                       help="save the report as JSON to FILE ('-': stdout)")
     group.add_argument("--html", metavar="FILE", type=_output_file,
-                       help="save a self-contained HTML report (charts inline, no network) to FILE")
+                       help="save a self-contained HTML report (charts inline, no network) to FILE "
+                       "('-': stdout)")
     group.add_argument("--trace", metavar="FILE", type=_output_file,
                        help="save a Chrome Trace Event Format timeline to FILE (open it in "
-                       "Perfetto or chrome://tracing)")
+                       "Perfetto or chrome://tracing; '-': stdout)")
     group.add_argument("--markdown", action="store_true",
                        help="print markdown (for CI logs and pull requests) instead of the "
                        "terminal summary; printed even with --quiet")
@@ -139,19 +155,22 @@ def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = Non
     ``--html`` / ``--trace`` (each atomically) and print the markdown or terminal summary."""
     from pipecheck.render.terminal import render_terminal
 
+    stdout_taken = any(getattr(args, name) and is_stdout(getattr(args, name))
+                       for name in _OUTPUT_OPTIONS)
+    quiet = args.quiet or stdout_taken  # nothing else on stdout when an output goes there
     if args.json:
         saved = report.save(args.json, per_rank=False)  # --json FILE writes FILE exactly
-        if not args.quiet:
+        if not quiet:
             _say(f"{PROG}: report saved to {saved}", sys.stderr)
     if args.html:
         saved = report.save_html(args.html)
-        if not args.quiet:
+        if not quiet:
             _say(f"{PROG}: HTML report saved to {saved}", sys.stderr)
     if args.trace:
         from pipecheck.render.trace import save_trace
 
         saved = save_trace(report, args.trace)
-        if not args.quiet:
+        if not quiet:
             _say(f"{PROG}: trace saved to {saved}", sys.stderr)
     if args.markdown:
         from pipecheck.render.markdown import render_markdown
@@ -159,7 +178,7 @@ def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = Non
         sys.stdout.write(render_markdown(report, title=title))
         sys.stdout.flush()
         return
-    if args.quiet:
+    if quiet:
         return
     if title is not None:
         _say(f"==> {title} <==", sys.stdout)
@@ -599,6 +618,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     debug = "--debug" in arguments  # known before parsing, so usage errors honour it too
     try:
         args = build_parser().parse_args(arguments)
+        _check_outputs(args)
         return args.command.run(args)
     except SystemExit as done:  # --help and --version exit through argparse
         return _exit_code(done.code)

@@ -117,7 +117,10 @@ class ConsumerRecord:
     ``timeline`` keeps every ``timeline_stride``-th batch (the stride doubles whenever the buffer
     fills), so it covers the whole run in bounded memory. ``sampled_*`` fields come from reading
     the main process's CPU clock around a subset of batches (``process_time``, all its threads):
-    CPU seconds spent per wall second while waiting and while computing.
+    CPU seconds spent per wall second while waiting and while computing. ``status``:
+    ``not-started``, ``in-progress``, ``complete``, ``error`` (``error`` says what: raised by
+    the loader, or uncaught in the training script), ``interrupted`` (Ctrl-C) or
+    ``terminated`` (SIGTERM; both as recorded by the exit-time save, :mod:`pipecheck.autosave`).
     """
 
     batches: int
@@ -425,10 +428,6 @@ class RunRecord:
     workers: list[WorkerRecord]
     worker_probe: str
     host: Optional[HostRecord]
-    worker_probe_note: Optional[str] = None
-    """Why the worker probe is off (``worker_probe == "none"``) for a DataLoader, e.g. a
-    DataPipe dataset or a loader class that builds its iterators its own way; ``None`` when it
-    is on, or when the loader is a generic iterable."""
     probed_epochs: Optional[int] = None
     """Epochs the worker probe timed (``None``: all). With ``num_workers=0`` and batches that
     take under ``pipecheck.wrap.FAST_BATCH_S`` to produce, only some epochs are timed."""
@@ -446,6 +445,11 @@ class RunRecord:
     sharding: Optional[dict[str, Any]] = None
     """The shard-assignment dry run of a WebDataset loader
     (:func:`pipecheck.analysis.sharding.analyze_sharding`)."""
+    probes_off: dict[str, str] = field(default_factory=dict)
+    """Probes that were asked for but turned themselves off, by name (``workers``,
+    ``stages``), each with the one-line reason (``/dev/shm`` too full to reserve the shared
+    file, a DataPipe dataset, a loader class that builds its iterators without torch's
+    ``_get_iterator``, ...); the ``probe-off`` finding repeats them."""
 
 
 # ---------------------------------------------------------------------------------------------

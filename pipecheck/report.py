@@ -166,17 +166,20 @@ class Report:
         rank can save to the same name without overwriting the others; ``per_rank=False``
         writes ``path`` exactly.
         The text goes to a temporary file in the same directory, is flushed to disk (``fsync``) and
-        then renamed over ``path`` (``os.replace``), so a reader never sees a half-written report.
+        then renamed over ``path`` (``os.replace``), so a reader never sees a half-written report;
+        a symlink keeps pointing at its replaced target, a device or pipe (``/dev/null``,
+        ``/dev/stdout``) is written through and ``-`` means stdout (:mod:`pipecheck._atomic`).
         Raises :class:`~pipecheck.errors.BadInputError` when the file cannot be written (missing
         directory, no permission).
         """
-        target = pathlib.Path(path)
-        if per_rank and self.rank is not None:
-            target = rank_path(target, self.rank.rank)
-        from pipecheck._atomic import write_text_atomic
+        from pipecheck._atomic import is_stdout, write_text_atomic
 
+        target = pathlib.Path(path)
+        if per_rank and self.rank is not None and not is_stdout(path):
+            target = rank_path(target, self.rank.rank)
         write_text_atomic(target, self.to_json() + "\n", "report")
-        _fsync_directory(target.parent)
+        if os.path.isfile(target):  # renamed into place: make that durable
+            _fsync_directory(pathlib.Path(os.path.realpath(target)).parent)
         return target
 
     def save_html(self, path: str | os.PathLike[str]) -> pathlib.Path:

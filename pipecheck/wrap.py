@@ -215,6 +215,18 @@ def _stop(host: Optional[HostProbe], workers: Optional[WorkerProbe],
         workers.close()
 
 
+def _start_probe(make: Callable[[], Any], name: str, what: str, off: dict[str, str]) -> Any:
+    """``make()``, or ``None`` when it fails with ``OSError`` (``/dev/shm`` too full for its
+    shared file, ...): the run goes on without that probe and ``off[name]`` says why, starting
+    with ``"<what> off: "``."""
+    try:
+        return make()
+    except OSError as err:
+        reason = err.strerror or str(err)
+        off[name] = reason if reason.startswith(f"{what} off") else f"{what} off: {reason}"
+        return None
+
+
 class WrappedLoader:
     """What :func:`wrap` returns; see the module docstring.
 
@@ -228,7 +240,7 @@ class WrappedLoader:
     """
 
     __slots__ = ("loader", "_target", "_clock", "_run_start", "_created", "_config", "_consumer",
-                 "_workers", "_worker_note", "_substitutes", "_stages", "_hol", "_stacks",
+                 "_workers", "_probes_off", "_substitutes", "_stages", "_hol", "_stacks",
                  "_device", "_shared_memory", "_containers", "_epochs", "_probed_epochs",
                  "_host", "_finalizer", "_rank", "_sharding_cache", "_last_gathered",
                  "_autosave", "_open_target", "__weakref__")
@@ -257,15 +269,17 @@ class WrappedLoader:
         own(self, "_consumer", ConsumerProbe(run_start=self._run_start, clock=clock,
                                              samples=samples, tokens=tokens))
         inner = _inner_dataloader(loader)
-        own(self, "_stages", StageProbe() if workers else None)
+        own(self, "_probes_off", {})  # probe -> why it turned itself off
+        own(self, "_stages", _start_probe(StageProbe, "stages", "stage timing", self._probes_off)
+            if workers else None)
         own(self, "_hol", HeadOfLineProbe() if workers and (self._config.num_workers or 0) >= 2
             else None)
         own(self, "_stacks", StackSampler(window_s=stacks_window_s, rate_hz=stacks_rate_hz)
             if stacks else None)
-        probe = WorkerProbe(inner.num_workers, run_start=self._run_start) \
+        probe = _start_probe(lambda: WorkerProbe(inner.num_workers, run_start=self._run_start),
+                             "workers", "worker timing", self._probes_off) \
             if workers and inner is not None else None
         own(self, "_workers", probe)
-        own(self, "_worker_note", None)
         in_place = open_target is not None
         try:
             target = _iterated_loader(loader, probe, self._stages, stacks, in_place)
@@ -274,7 +288,7 @@ class WrappedLoader:
             if probe is not None:
                 probe.close()
             own(self, "_workers", None)
-            own(self, "_worker_note", str(err))
+            self._probes_off["workers"] = f"worker timing off: {err}"
             try:
                 target = _iterated_loader(loader, None, self._stages, stacks, in_place)
             except IteratorHookUnavailable:
@@ -387,21 +401,21 @@ class WrappedLoader:
         host = self._host.snapshot() if self._host is not None else None
         consumer = self._consumer.snapshot()
         workers = self._workers.snapshot() if self._workers is not None else []
-        note = self._worker_note
+        probes_off = dict(self._probes_off)
         if self._workers is None:
             probe = "none"
         elif self._substitutes is not None and self._substitutes.calls == 0 \
                 and consumer.batches > 0:
             probe, workers = "none", []
-            note = (f"{type(_inner_dataloader(self.loader)).__qualname__} does not build its "
-                    "iterators through torch's DataLoader._get_iterator(), so pipecheck "
-                    "cannot time inside its workers")
+            probes_off["workers"] = (
+                f"worker timing off: {type(_inner_dataloader(self.loader)).__qualname__} does "
+                "not build its iterators through torch's DataLoader._get_iterator(), so "
+                "pipecheck cannot time inside its workers")
         else:
             probe = "workers" if (self._config.num_workers or 0) > 0 else "main-process"
         return RunRecord(kind="wrap", created=self._created, environment=collect_environment(),
                          loader=self._config, consumer=consumer,
-                         workers=workers, worker_probe=probe, worker_probe_note=note,
-                         host=host,
+                         workers=workers, worker_probe=probe, host=host,
                          probed_epochs=self._probed_epochs if probe == "main-process" else None,
                          shared_memory=self._shared_memory,
                          dataset_containers=list(self._containers), stacks=stacks,
@@ -409,7 +423,7 @@ class WrappedLoader:
                          rank=self._current_rank(),
                          stages=self._stages.snapshots() if self._stages is not None else [],
                          head_of_line=self._hol.summary() if self._hol is not None else None,
-                         sharding=self._sharding())
+                         sharding=self._sharding(), probes_off=probes_off)
 
     def _sharding(self) -> Optional[dict[str, Any]]:
         """The shard-assignment dry run of a webdataset loader, or of a dataset exposing
@@ -469,6 +483,14 @@ class WrappedLoader:
 
         return reuse_gathered(report, self._last_gathered)
 
+    def _release_files(self) -> None:
+        """Delete the probes' files in ``/dev/shm`` and the temp dir now, taking no lock: the
+        SIGTERM save calls it right before the process terminates (:mod:`pipecheck.autosave`)."""
+        for probe, remove in ((self._workers, "remove_file"), (self._stages, "remove_folder"),
+                              (self._stacks, "remove_files")):
+            if probe is not None:
+                getattr(probe, remove)()
+
     def close(self) -> None:
         """Stop the host sampler and release the worker probe's shared memory. Iterating after
         close still works but measures only the consumer side. Idempotent."""
@@ -527,7 +549,8 @@ def wrap(
     Raises:
         TypeError: ``loader`` is not iterable (the message names what was given).
         ValueError: ``host_interval_s``, ``memory_interval_s``, ``stacks_window_s`` or
-            ``stacks_rate_hz`` is not positive.
+            ``stacks_rate_hz`` is not positive, or ``save`` cannot be written (missing or
+            read-only folder, a directory), checked now rather than at exit.
     """
     _check_iterable(loader)
     for name, value in (("host_interval_s", host_interval_s),
@@ -537,6 +560,8 @@ def wrap(
             raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
     if not stacks_rate_hz > 0:
         raise ValueError(f"stacks_rate_hz must be > 0 samples/s, got {stacks_rate_hz!r}")
+    if save is not None:
+        AutoSave.check_path(save)  # now, not at exit when the run is over
     return WrappedLoader(loader, samples=samples, tokens=tokens, host=host, workers=workers,
                          host_interval_s=host_interval_s, clock=clock, stacks=stacks,
                          stacks_window_s=stacks_window_s, stacks_rate_hz=stacks_rate_hz,

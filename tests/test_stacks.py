@@ -281,7 +281,7 @@ def test_a_second_py_spy_that_cannot_start_leaves_no_process_or_directory(monkey
     record = sampler.snapshot()
     assert record.status == "failed" and "no more processes" in record.note
     assert launched[0].returncode is not None  # the first py-spy was stopped and reaped
-    assert not os.path.exists(sampler._dir.name)
+    assert not os.path.exists(sampler._dir)
 
 
 def test_a_rate_below_one_sample_per_second_is_refused():

@@ -30,6 +30,7 @@ from helpers_datasets import (
     UnsizedDataset,
     shard_plain_range,
 )
+from pipecheck import _owned
 from pipecheck.probes import _ring
 from pipecheck.probes.workers import WorkerProbe, WorkerProbeUnsupported
 
@@ -449,14 +450,17 @@ def test_finalizer_removes_the_file_without_close():
 
 
 def test_files_of_killed_processes_are_swept(tmp_path):
-    dead = subprocess_pid_that_has_exited()
-    stale = tmp_path / f"{_ring.AREA_PREFIX}{dead}-abc.bin"
-    live = tmp_path / f"{_ring.AREA_PREFIX}{os.getpid()}-abc.bin"
+    # A leftover has no owner holding its lock; a live file has (pipecheck._owned).
+    stale = tmp_path / f"{_ring.AREA_PREFIX}{subprocess_pid_that_has_exited()}-abc.bin"
+    stale.write_bytes(b"x")
+    fd, live = _owned.create_file(str(tmp_path), _ring.AREA_PREFIX, ".bin")
     unrelated = tmp_path / "something-else.bin"
-    for path in (stale, live, unrelated):
-        path.write_bytes(b"x")
-    assert _ring.remove_stale_areas(str(tmp_path)) == [str(stale)]
-    assert not stale.exists() and live.exists() and unrelated.exists()
+    unrelated.write_bytes(b"x")
+    try:
+        assert _ring.remove_stale_areas(str(tmp_path)) == [str(stale)]
+        assert not stale.exists() and os.path.exists(live) and unrelated.exists()
+    finally:
+        _owned.remove(fd, live)
 
 
 def subprocess_pid_that_has_exited() -> int:

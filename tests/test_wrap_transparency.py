@@ -163,7 +163,7 @@ def test_a_loader_that_builds_its_own_iterator_is_measured_from_the_consumer_sid
     wrapped = pipecheck.wrap(OwnIterLoader(Numbers(4), batch_size=1), host=False)
     assert [b.tolist() for b in wrapped] == [[0], [1], [2], [3]]
     record = wrapped.record()
-    assert record.worker_probe == "none" and "_get_iterator" in record.worker_probe_note
+    assert record.worker_probe == "none" and "_get_iterator" in record.probes_off["workers"]
     report = wrapped.report()
     assert report.consumer.batches == 4
     assert "_get_iterator" in report.producer.capacity_basis

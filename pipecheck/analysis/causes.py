@@ -2,9 +2,9 @@
 ``/dev/shm`` headroom, hot stacks (or why they could not be sampled) and GPU idle.
 
 Each function takes the run and its producer summary and returns findings (kinds:
-``contended-host``, ``cpu-bound-workers``, ``io-bound-workers``, ``latency-bound-workers``, ``memory-growth``,
-``shm-headroom``, ``hot-function``, ``stacks-unavailable``, ``gpu-idle``), each with the numbers
-behind it in ``evidence``. Pure: no I/O.
+``contended-host``, ``cpu-bound-workers``, ``io-bound-workers``, ``latency-bound-workers``,
+``memory-growth``, ``shm-headroom``, ``hot-function``, ``stacks-unavailable``, ``gpu-idle``,
+``probe-off``), each with the numbers behind it in ``evidence``. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def cause_findings(run: RunRecord, producer: ProducerSummary, verdict: str) -> l
         shm_headroom_finding(run),
         stacks_finding(run),
         gpu_idle_finding(run),
+        *probe_off_findings(run),
     ]
     return [f for f in candidates if f is not None]
 
@@ -102,6 +103,14 @@ def contended_host_finding(run: RunRecord) -> Optional[Finding]:
                   "runqueue_fraction": queued,
                   "contended_cpu_fraction": CONTENDED_CPU_FRACTION},
     )
+
+
+def probe_off_findings(run: RunRecord) -> list[Finding]:
+    """One ``probe-off`` finding per probe that turned itself off during the run, with its
+    reason (for example ``/dev/shm`` too full to reserve the worker timing file)."""
+    return [Finding(kind="probe-off", severity="warning", message=reason,
+                    evidence={"probe": probe})
+            for probe, reason in sorted(run.probes_off.items())]
 
 
 def worker_class_finding(producer: ProducerSummary, verdict: str) -> Optional[Finding]:

@@ -61,10 +61,9 @@ def summarize_producer(run: RunRecord, consumer: ConsumerSummary) -> ProducerSum
             batch_time_s=None,
             workers=[],
             probe="none",
-            capacity_basis=(f"not measured: {run.worker_probe_note}; pipecheck sees only the "
-                            "consumer side" if run.worker_probe_note else
-                            "not measured: the loader is a generic iterable, so pipecheck sees "
-                            "only the consumer side"),
+            capacity_basis=f"not measured: {run.probes_off['workers']}"
+            if "workers" in run.probes_off else "not measured: the loader is a generic "
+            "iterable, so pipecheck sees only the consumer side",
         )
     host = usable_host(run.host)
     processes = host.processes if host is not None else []

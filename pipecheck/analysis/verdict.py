@@ -110,16 +110,17 @@ def _status_finding(consumer: ConsumerSummary) -> Optional[Finding]:
         return Finding(
             kind="loader-error",
             severity="critical",
-            message=f"The loader raised an error after {consumer.batches} batches "
+            message=f"The run ended with an error after {consumer.batches} batches "
             f"({seconds(consumer.wall_s)}): {consumer.error or 'no message'}; the figures cover "
             "the run up to it.",
             evidence={**evidence, "error": consumer.error},
         )
-    if consumer.status == "interrupted":
+    if consumer.status in ("interrupted", "terminated"):
+        how = "interrupted" if consumer.status == "interrupted" else "terminated (SIGTERM)"
         return Finding(
             kind="run-interrupted",
             severity="warning",
-            message=f"The run was interrupted after {consumer.batches} batches "
+            message=f"The run was {how} after {consumer.batches} batches "
             f"({seconds(consumer.wall_s)}); the figures cover the part that ran.",
             evidence=evidence,
         )

@@ -31,6 +31,7 @@ attach under Python 3.11.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
@@ -39,6 +40,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
+
+from pipecheck import _owned, units
 
 MAGIC = 0x31305752_4B434550  # b"PECKRW01" read as a little-endian int64, marks our files
 LAYOUT_VERSION = 1
@@ -103,62 +106,72 @@ def shared_dir() -> str:
     return tempfile.gettempdir()
 
 
-AREA_PREFIX = "pipecheck-workers-"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+AREA_PREFIX = "pipecheck-workers."
+"""Name prefix of worker timing files (a dot: files of versions before ownership locks, named
+``pipecheck-workers-PID-...``, are never swept by this one, which could not tell them live)."""
 
 
 def remove_stale_areas(directory: str) -> list[str]:
-    """Delete area files in ``directory`` whose creating process no longer exists (it was
-    killed before its finalizer ran); return their paths. The creator's pid is in the name."""
-    removed: list[str] = []
+    """Delete area files in ``directory`` whose owner is gone (killed before its finalizer
+    ran); return their paths. Ownership is a lock held for the file's lifetime
+    (:mod:`pipecheck._owned`), so a live run in another PID namespace is never swept."""
+    return _owned.sweep(directory, AREA_PREFIX)
+
+
+def free_bytes(directory: str) -> Optional[int]:
+    """Bytes an unprivileged writer may still use in ``directory``'s file system (``None``
+    when ``statvfs`` fails)."""
     try:
-        names = os.listdir(directory)
+        stats = os.statvfs(directory)
     except OSError:
-        return removed
-    for name in names:
-        if not (name.startswith(AREA_PREFIX) and name.endswith(".bin")):
-            continue
-        pid_text = name[len(AREA_PREFIX) :].split("-", 1)[0]
-        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
-            continue
-        path = os.path.join(directory, name)
-        try:
-            os.unlink(path)
-        except OSError:
-            continue
-        removed.append(path)
-    return removed
+        return None
+    return stats.f_bavail * stats.f_frsize
 
 
-def create_area(layout: AreaLayout) -> tuple[str, mmap.mmap]:
-    """Create a zero-filled shared file for ``layout``; return its path and a shared mapping.
+class NoSpaceError(OSError):
+    """The shared file could not be reserved: its file system (``/dev/shm``) is too full.
+    The message says how much was free and how much was needed."""
 
-    Files left behind by killed processes are swept first. Raises ``OSError`` when the file
-    cannot be created or sized. The caller owns both: close the mapping and unlink the path
-    when done.
+
+def reserve(fd: int, size_bytes: int, directory: str, what: str) -> None:
+    """Allocate ``size_bytes`` of backing store for the file ``fd`` in ``directory`` now
+    (``posix_fallocate``), so that a later store into a mapping of it can never fault with
+    SIGBUS on a full tmpfs. Raises :class:`NoSpaceError` (``"<what> off: /dev/shm has 24 KiB
+    free, needs 82 KiB"``) when the space is not there, ``OSError`` for other failures."""
+    try:
+        os.posix_fallocate(fd, 0, size_bytes)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        free = free_bytes(directory)
+        raise NoSpaceError(
+            err.errno, f"{what} off: {directory} has {units.size(free)} free, needs "
+            f"{units.size(size_bytes)} (enlarge it, e.g. docker run --shm-size=...)") from err
+
+
+def create_area(layout: AreaLayout) -> tuple[str, mmap.mmap, int]:
+    """Create a zero-filled shared file for ``layout``; return its path, a shared mapping and
+    the descriptor that holds the file's ownership lock (:mod:`pipecheck._owned`).
+
+    Files left behind by killed processes are swept first. The file's pages are reserved
+    (:func:`reserve`) before it is mapped. Raises :class:`NoSpaceError` when ``/dev/shm`` lacks
+    the space and ``OSError`` when the file cannot be created or sized otherwise. The caller
+    owns all three: close the mapping, then :func:`pipecheck._owned.remove` the path and
+    descriptor when done.
     """
     directory = shared_dir()
     remove_stale_areas(directory)
-    fd, path = tempfile.mkstemp(prefix=f"{AREA_PREFIX}{os.getpid()}-", suffix=".bin", dir=directory)
+    fd, path = _owned.create_file(directory, AREA_PREFIX, ".bin")
     try:
         os.ftruncate(fd, layout.size_bytes)
+        reserve(fd, layout.size_bytes, directory, "worker timing")
         area = mmap.mmap(fd, layout.size_bytes)
     except BaseException:
-        os.close(fd)
-        os.unlink(path)
+        _owned.remove(fd, path)
         raise
-    os.close(fd)  # the mapping keeps the memory; workers reopen the file by path
+    # The mapping keeps the memory; workers reopen the file by path.
     struct.pack_into("=qqqq", area, 0, MAGIC, LAYOUT_VERSION, layout.num_slots, layout.ring_size)
-    return path, area
+    return path, area, fd
 
 
 class SlotWriter:

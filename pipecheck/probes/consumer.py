@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 import numpy as np
 
 from .._clock import Clock, monotonic
+from .._locks import bounded
 from ..records import BatchTiming, ConsumerRecord, EpochTiming
 from .batches import (SampleCounter, TokenCounter, batch_nbytes, count_samples, counter_for,
                       guarded, token_counter_for)
@@ -161,6 +162,8 @@ class ConsumerProbe:
         self._count_tokens: Optional[TokenCounter] = None
         self._primed = False
         self._lock = threading.Lock()  # folds vs a concurrent snapshot()
+        self._last: Optional[ConsumerRecord] = None  # for a snapshot whose lock wait timed out
+        self._terminated = False
         self._capacity = timeline_capacity
         self._stride = 1
         self._rows: list[tuple] = []
@@ -288,9 +291,15 @@ class ConsumerProbe:
     # -- reading -------------------------------------------------------------------------------
 
     def snapshot(self) -> ConsumerRecord:
-        """A consistent copy of everything measured so far (buffered batches included)."""
-        with self._lock:
-            self._close_dropped()
+        """A consistent copy of everything measured so far (buffered batches included). When
+        the lock is not free within :data:`~pipecheck._locks.SNAPSHOT_LOCK_TIMEOUT_S` (its
+        holder was stopped by a signal whose handler is saving the report), the previous
+        snapshot, or without one the data as the stopped holder left it."""
+        with bounded(self._lock) as held:
+            if not held and self._last is not None:  # holder stopped by a signal: last copy
+                return self._last
+            if held:
+                self._close_dropped()
             rows = list(self._rows)
             stride = self._stride
             epoch_records = []
@@ -313,7 +322,7 @@ class ConsumerProbe:
         rows.sort()
         timeline = [BatchTiming(index=r[0], epoch=r[1], start_at_s=r[2], wait_s=r[3],
                                 compute_s=r[4], samples=r[5]) for r in rows]
-        return ConsumerRecord(
+        self._last = ConsumerRecord(
             batches=sum(e.batches for e in epoch_records),
             samples=sum(e.samples for e in epoch_records),
             tokens=self.tokens,
@@ -332,11 +341,24 @@ class ConsumerProbe:
             sampled_compute_cpu_s=self._cpu[3],
             batch_bytes=self.batch_bytes,
         )
+        return self._last
 
     def mark_interrupted(self) -> None:
         """Record a KeyboardInterrupt that happened outside ``next()`` (in the loop body), which
         the probe cannot see for itself; the report then says the run was interrupted."""
         self._interrupted = True
+
+    def mark_ended(self, status: str, exc: Optional[BaseException] = None) -> None:
+        """Record how the run ended where the probe cannot see it (outside ``next()``; the
+        exit-time save calls this, :mod:`pipecheck.autosave`): ``"error"`` with the uncaught
+        exception ``exc``, ``"interrupted"`` (Ctrl-C) or ``"terminated"`` (SIGTERM). An error
+        the loader itself raised is kept. Takes no lock (called from a signal handler)."""
+        if status == "error" and exc is not None and self._error is None:
+            self._error = _describe(exc)
+        elif status == "interrupted":
+            self._interrupted = True
+        elif status == "terminated":
+            self._terminated = True
 
     def _status(self, epochs: list[EpochTiming]) -> str:
         # An error that the loop went on after (a skipped bad batch) does not make the run
@@ -345,6 +367,8 @@ class ConsumerProbe:
             return "error"
         if self._interrupted:
             return "interrupted"
+        if self._terminated:
+            return "terminated"
         if not epochs:
             return "not-started"
         if any(e.ended == "running" for e in epochs):

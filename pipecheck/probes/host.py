@@ -30,6 +30,7 @@ import psutil
 
 from pipecheck import _clock
 from pipecheck._clock import Clock
+from pipecheck._locks import bounded
 from pipecheck.records import CpuSample, HostRecord, HostSample, MemorySample, ProcessStats
 
 DEFAULT_MAX_SAMPLES = 2048
@@ -195,6 +196,7 @@ class HostProbe:
         self._failed = False
         self._unavailable = False
         self._note: Optional[str] = None
+        self._last_record: Optional[HostRecord] = None  # for a reader whose lock wait timed out
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -426,11 +428,17 @@ class HostProbe:
         their descendants and is ``None`` when no worker process was ever seen. Per process,
         ``read_bytes`` / ``read_chars`` are totals over the observed window (``None`` when the
         platform or permissions hide them). Status is ``unavailable`` before ``start()`` or when
-        psutil could not read the main process.
+        psutil could not read the main process. When the lock is not free within
+        :data:`~pipecheck._locks.SNAPSHOT_LOCK_TIMEOUT_S` (its holder was stopped by a signal
+        whose handler is saving the report) the previous snapshot is returned, or without one
+        the data is read as the stopped holder left it.
         """
         mapping = self._current_worker_ids()
-        with self._lock:
-            return self._build_record(mapping)
+        with bounded(self._lock) as held:
+            if held or self._last_record is None:
+                # Unheld only when the holder is stopped: read what is there rather than nothing.
+                self._last_record = self._build_record(mapping)
+            return self._last_record
 
     def _build_record(self, mapping: dict[int, int]) -> HostRecord:
         first, last = self._first_tick, self._last_tick

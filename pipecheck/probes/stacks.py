@@ -22,7 +22,8 @@ separated: it counts where the thread stood (usually the queue wait).
 Permissions (Linux): py-spy attaches with ``ptrace``/``process_vm_readv``. Launched by the
 trainer it is a *sibling* of the workers and a child of the main process, which Yama's
 ``ptrace_scope=1`` forbids unless the target opts in: :func:`allow_ptrace` calls
-``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`` in the main process, and :class:`PtracerOptIn`
+``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`` in the main process for the sampling window
+(:func:`revoke_ptrace` withdraws it when the window ends), and :class:`PtracerOptIn`
 does it in each worker from ``worker_init_fn``. ``ptrace_scope=2`` needs CAP_SYS_PTRACE, 3 forbids
 attaching altogether; containers need CAP_SYS_PTRACE (``docker run --cap-add SYS_PTRACE``). When
 sampling is impossible the record says why and how to enable it; nothing else is affected.
@@ -44,6 +45,8 @@ import time
 from collections import Counter
 from typing import Any, Callable, Optional
 
+from pipecheck import _owned
+from pipecheck._locks import bounded
 from pipecheck.records import HotFunction, StacksRecord
 
 DEFAULT_WINDOW_S = 10.0
@@ -62,6 +65,9 @@ TOP_FUNCTIONS = 10
 
 PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
 
+DIR_PREFIX = "pipecheck-stacks."
+"""Name prefix of py-spy's output folders in the temp dir."""
+
 _PR_SET_PTRACER = 0x59616D61  # "Yama" in <linux/prctl.h>
 _PR_SET_PTRACER_ANY = ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF)
 _CAP_SYS_PTRACE = 19
@@ -76,16 +82,29 @@ _ENABLE_HINT = (
 )
 
 
-def allow_ptrace() -> bool:
-    """Let any process of this user ptrace this one (Yama's opt-in); ``True`` on success. A
-    no-op returning ``False`` off Linux or where Yama is not built in (nothing to opt into)."""
+def _set_ptracer(value: ctypes.c_ulong) -> bool:
+    """``prctl(PR_SET_PTRACER, value)``; ``True`` on success, ``False`` off Linux or where
+    Yama is not built in."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0) == 0
+        return libc.prctl(_PR_SET_PTRACER, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def allow_ptrace() -> bool:
+    """Let any process of this user ptrace this one (Yama's opt-in); ``True`` on success. A
+    no-op returning ``False`` off Linux or where Yama is not built in (nothing to opt into).
+    Undo it with :func:`revoke_ptrace` when the sampling window ends."""
+    return _set_ptracer(_PR_SET_PTRACER_ANY)
+
+
+def revoke_ptrace() -> bool:
+    """Withdraw :func:`allow_ptrace`'s opt-in (``PR_SET_PTRACER 0``: Yama's default rules
+    again); ``True`` on success."""
+    return _set_ptracer(ctypes.c_ulong(0))
 
 
 class PtracerOptIn:
@@ -207,7 +226,9 @@ class StackSampler:
         self._process: Optional[subprocess.Popen] = None
         self._main_process: Optional[subprocess.Popen] = None
         self._watcher: Optional[threading.Thread] = None
-        self._dir: Optional[tempfile.TemporaryDirectory] = None
+        self._dir: Optional[str] = None  # py-spy's output folder, owned (pipecheck._owned)
+        self._dir_fd: Optional[int] = None
+        self._ptrace_opened = False  # allow_ptrace() succeeded and is not yet revoked
         self._started_at: Optional[float] = None
         self._record: Optional[StacksRecord] = None
         self._overhead_cpu_s: Optional[float] = None
@@ -224,14 +245,21 @@ class StackSampler:
                 self._record = self._result("unavailable", note=reason)
                 return
             assert self._py_spy is not None  # unavailable_reason() names a missing py-spy
-            allow_ptrace()
-            self._dir = tempfile.TemporaryDirectory(prefix="pipecheck-stacks-")
+            self._ptrace_opened = allow_ptrace()
+            try:
+                _owned.sweep(tempfile.gettempdir(), DIR_PREFIX)
+                self._dir_fd, self._dir = _owned.create_folder(tempfile.gettempdir(),
+                                                               DIR_PREFIX)
+            except OSError as error:
+                self._close_ptrace()
+                self._record = self._result("failed", note=f"no folder for py-spy: {error}")
+                return
             common = ["--format", "raw", "--function", "--full-filenames", "--nonblocking",
                       "--rate", str(self.rate_hz), "--pid", str(self.pid)]
             hot = [self._py_spy, "record", "--subprocesses", *common, "--output",
-                   os.path.join(self._dir.name, "stacks.txt")]
+                   os.path.join(self._dir, "stacks.txt")]
             idle = [self._py_spy, "record", "--idle", *common, "--output",
-                    os.path.join(self._dir.name, "main.txt")]
+                    os.path.join(self._dir, "main.txt")]
             try:
                 self._process = _launch(hot)
                 self._main_process = _launch(idle)
@@ -240,7 +268,8 @@ class StackSampler:
                 if self._process is not None:
                     self._process.kill()
                     _finish(self._process)
-                self._dir.cleanup()
+                self.remove_files()
+                self._close_ptrace()
                 self._record = self._result("failed", note=f"py-spy could not start: {error}")
                 return
             self._watcher = threading.Thread(target=self._watch, name="pipecheck-stacks",
@@ -262,9 +291,9 @@ class StackSampler:
 
     def stop(self) -> None:
         """End the window now if open, wait for py-spy and parse what it wrote. Idempotent."""
-        with self._lock:
-            if self._record is not None or self._process is None:
-                return
+        with bounded(self._lock) as held:
+            if not held or self._record is not None or self._process is None:
+                return  # not held: the holder is stopped (a signal handler saving the report)
             self._stop.set()
             if self._watcher is not None:
                 self._watcher.join(_STOP_TIMEOUT_S)
@@ -274,21 +303,35 @@ class StackSampler:
             if self._main_process is not None:
                 _finish(self._main_process)
             self._record = self._parse_result(returncode, stderr)
-            if self._dir is not None:
-                self._dir.cleanup()
+            self.remove_files()
+            self._close_ptrace()
+
+    def _close_ptrace(self) -> None:
+        """The window is over: this process is no longer open to any tracer."""
+        if self._ptrace_opened:
+            self._ptrace_opened = not revoke_ptrace()
+
+    def remove_files(self) -> None:
+        """Delete py-spy's output folder now (idempotent; takes no lock, for a SIGTERM that
+        ends the process: :mod:`pipecheck.autosave`)."""
+        if self._dir is not None:
+            fd, self._dir_fd = self._dir_fd, None
+            _owned.remove(fd, self._dir)
 
     def snapshot(self) -> StacksRecord:
         """The result once stopped; before that a ``running`` record (or ``unavailable`` when
         sampling never started)."""
-        with self._lock:
+        with bounded(self._lock) as held:
             if self._record is not None:
                 return self._record
+            if not held:
+                return self._result("running", note="the sampling window was still open")
             if self._started_at is None:
                 return self._result("unavailable", note="stack sampling was not started")
             return self._result("running", note="the sampling window is still open")
 
     def _parse_result(self, returncode: Optional[int], stderr: str) -> StacksRecord:
-        output = os.path.join(self._dir.name, "stacks.txt") if self._dir is not None else None
+        output = os.path.join(self._dir, "stacks.txt") if self._dir is not None else None
         text = ""
         if output is not None and os.path.exists(output):
             with open(output, encoding="utf-8", errors="replace") as handle:
@@ -299,7 +342,7 @@ class StackSampler:
                 return self._result("failed", note=f"py-spy was denied ({detail}); {_ENABLE_HINT}.")
             return self._result("failed", note=f"py-spy recorded nothing ({detail}).")
         counts = parse_raw(text, self.pid)
-        main_path = os.path.join(self._dir.name, "main.txt") if self._dir is not None else None
+        main_path = os.path.join(self._dir, "main.txt") if self._dir is not None else None
         if main_path is not None and os.path.exists(main_path):
             with open(main_path, encoding="utf-8", errors="replace") as handle:
                 counts.update(parse_main_wait(handle.read()))

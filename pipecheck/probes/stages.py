@@ -27,6 +27,9 @@ import threading
 import time
 from typing import Any, Iterable, Iterator, Optional
 
+from pipecheck import _owned
+from pipecheck.probes._ring import shared_dir
+
 STAGE_DIR_ENV = "PIPECHECK_STAGE_DIR"
 """Environment variable naming the folder where worker processes write their stage totals."""
 
@@ -371,10 +374,16 @@ def read_stage_files(folder: str) -> list[dict[str, Any]]:
 # -- the probe wrap() drives -----------------------------------------------------------------
 
 
-def _stage_folder() -> str:
-    """A fresh folder for worker totals: in ``/dev/shm`` (memory) when there is one."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix="pipecheck-stages-", dir=base)
+FOLDER_PREFIX = "pipecheck-stages."
+
+
+def _stage_folder() -> tuple[int, str]:
+    """A fresh folder for worker totals, in ``/dev/shm`` (memory) when there is one, owned by
+    this process (:mod:`pipecheck._owned`; folders of killed runs are swept first): its
+    descriptor and path."""
+    base = shared_dir()
+    _owned.sweep(base, FOLDER_PREFIX)
+    return _owned.create_folder(base, FOLDER_PREFIX)
 
 
 class StageProbe:
@@ -387,7 +396,8 @@ class StageProbe:
     """
 
     def __init__(self) -> None:
-        self.folder = _stage_folder()
+        self._folder_fd: Optional[int]
+        self._folder_fd, self.folder = _stage_folder()
         self._saved_env = os.environ.get(STAGE_DIR_ENV)
         os.environ[STAGE_DIR_ENV] = self.folder
         self._final: Optional[list[dict[str, Any]]] = None
@@ -425,8 +435,6 @@ class StageProbe:
 
     def close(self) -> None:
         """Keep the final totals, restore the environment variable and remove the folder."""
-        import shutil
-
         if self._final is not None:
             return
         self._final = self.snapshots()
@@ -438,4 +446,10 @@ class StageProbe:
                 os.environ[STAGE_DIR_ENV] = self._saved_env
             else:
                 os.environ.pop(STAGE_DIR_ENV, None)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self.remove_folder()
+
+    def remove_folder(self) -> None:
+        """Delete the folder now (idempotent; takes no lock, for a SIGTERM that ends the
+        process: :mod:`pipecheck.autosave`). Workers' later writes fail silently."""
+        fd, self._folder_fd = self._folder_fd, None
+        _owned.remove(fd, self.folder)

@@ -41,6 +41,8 @@ from typing import Any, Callable, Optional
 import torch.utils.data
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from pipecheck import _owned
+from pipecheck._locks import bounded
 from pipecheck._torch_compat import private_copy, substitute_while_iterating
 from pipecheck.errors import PipecheckError
 from pipecheck.probes import _ring
@@ -562,7 +564,7 @@ class _TimedCollate:
 # ---------------------------------------------------------------------------------------------
 
 
-def _release_area(key: str, area: mmap.mmap, path: str, owner_pid: int) -> None:
+def _release_area(key: str, area: mmap.mmap, path: str, fd: int, owner_pid: int) -> None:
     """Finalizer: stop this process's writer for ``key``, unmap and delete the file. Only the
     creating process deletes it (a forked child exiting must not pull it from the workers)."""
     accumulator = _accumulators.pop(key, None)
@@ -573,10 +575,7 @@ def _release_area(key: str, area: mmap.mmap, path: str, owner_pid: int) -> None:
     if os.getpid() != owner_pid:
         return
     area.close()
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    _owned.remove(fd, path)
 
 
 class WorkerProbe:
@@ -596,7 +595,8 @@ class WorkerProbe:
         self.num_workers = num_workers
         self.run_start = run_start
         self._layout = _ring.AreaLayout(num_slots=max(1, num_workers), ring_size=ring_size)
-        path, area = _ring.create_area(self._layout)
+        path, area, fd = _ring.create_area(self._layout)
+        self._owner_pid = os.getpid()
         self.path = path
         self._area = area
         self._key = os.path.basename(path)  # unique per live file
@@ -605,10 +605,12 @@ class WorkerProbe:
         self._last_good: dict[int, _ring.SlotHeader] = {}
         self._stuck_seq: dict[int, int] = {}
         self._final: Optional[list[WorkerRecord]] = None
+        self._last_records: list[WorkerRecord] = []  # what a reader gets if the lock is stuck
         # The host probe calls pid_to_worker() from its sampler thread; reads and close()
         # must not interleave (a read of an unmapped area raises).
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _release_area, self._key, area, path, os.getpid())
+        self._finalizer = weakref.finalize(self, _release_area, self._key, area, path, fd,
+                                           os.getpid())
 
     def check_supported(self, loader: torch.utils.data.DataLoader) -> None:
         """Raise unless this probe can time ``loader``: ``ValueError`` if its ``num_workers``
@@ -657,11 +659,16 @@ class WorkerProbe:
     def snapshot(self) -> list[WorkerRecord]:
         """Exact counters for every worker id that has produced at least one batch, sorted by
         id. Safe during iteration and after a worker crash; after :meth:`close` it returns the
-        records as they were at close."""
-        with self._lock:
+        records as they were at close. Never waits more than
+        :data:`~pipecheck._locks.SNAPSHOT_LOCK_TIMEOUT_S` for a reader in another thread: then
+        it returns the previous snapshot's records."""
+        with bounded(self._lock) as held:
+            if not held:  # the holder is stopped (a signal handler saving the report)
+                return list(self._last_records)
             if self._final is not None:
                 return list(self._final)
-            return self._read_records()
+            self._last_records = self._read_records()
+            return list(self._last_records)
 
     def _read_records(self) -> list[WorkerRecord]:
         records = []
@@ -701,8 +708,8 @@ class WorkerProbe:
     def pid_to_worker(self) -> dict[int, int]:
         """Every pid that has served a worker id so far (including earlier epochs' processes)
         mapped to that id; the main process maps to -1 when ``num_workers=0``. Thread-safe."""
-        with self._lock:
-            if self._final is None:
+        with bounded(self._lock) as held:
+            if held and self._final is None:
                 self._read_pids()
             return dict(self._known_pids)
 
@@ -720,6 +727,16 @@ class WorkerProbe:
                 self._read_pids()
                 self._final = self._read_records()
             self._finalizer()
+
+    def remove_file(self) -> None:
+        """Delete the shared file now, taking no lock (for a SIGTERM that ends the process:
+        :mod:`pipecheck.autosave`). The mapping stays valid; the workers keep writing into
+        the deleted file harmlessly."""
+        if os.getpid() == self._owner_pid:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
 
     def __enter__(self) -> WorkerProbe:
         return self

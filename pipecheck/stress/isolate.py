@@ -22,12 +22,20 @@ import tempfile
 import time
 from typing import Callable, Optional
 
+from pipecheck import _owned
 from pipecheck.errors import BadInputError
+from pipecheck.probes._ring import AREA_PREFIX, shared_dir
+from pipecheck.probes.stages import FOLDER_PREFIX
 from pipecheck.stress.settings import StepTime, TrialConfig
 from pipecheck.stress.trial import TrialLimits, TrialResult, failed, result_from_json
 
 POLL_S = 0.05
 """Seconds between checks of the child's progress file."""
+
+GROUP_EXIT_WAIT_S = 2.0
+"""Longest wait (seconds) for the killed trial's other processes (its DataLoader workers) to
+be gone before its shared files are swept; SIGKILL takes effect within milliseconds, so this
+bound only matters where exited processes are not reaped (pipecheck's choice)."""
 
 STARTUP_TIMEOUT_S = 60.0
 """Seconds the child may take to start (a fresh interpreter importing torch: 2-3 s on an idle
@@ -80,14 +88,17 @@ def run_child(module: str, request: dict, timeout_s: float,
         progress_path = os.path.join(folder, "progress")
         stderr_path = os.path.join(folder, "stderr.txt")
         with open(stderr_path, "wb") as stderr:
+            # The child's temp files (py-spy's folder, multiprocessing's listener sockets)
+            # go in the trial's folder, removed with it even when the child is killed.
             child = subprocess.Popen(
                 [sys.executable, "-m", module, request_path],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-                start_new_session=True)
+                start_new_session=True, env=dict(os.environ, TMPDIR=folder))
         try:
             timed_out = _watch(child, progress_path, timeout_s, on_batches)
         finally:
             _kill_group(child)
+            _sweep_shared_files()
         result_path = os.path.join(folder, "result.json")
         result = None
         if not timed_out and os.path.exists(result_path):
@@ -183,6 +194,22 @@ def _kill_group(child: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     child.wait()
+    # The workers die asynchronously; until they have, their files still look live.
+    deadline = time.monotonic() + GROUP_EXIT_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(child.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(POLL_S)
+
+
+def _sweep_shared_files() -> None:
+    """Remove the ``/dev/shm`` files of trials whose processes are all gone (a killed trial's
+    worker timing file and stages folder; live runs' files are kept, :mod:`pipecheck._owned`)."""
+    directory = shared_dir()
+    for prefix in (AREA_PREFIX, FOLDER_PREFIX):
+        _owned.sweep(directory, prefix)
 
 
 def _batches(progress_bytes: int) -> int:
