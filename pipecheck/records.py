@@ -857,10 +857,16 @@ SIGNED_FIELDS = frozenset({"worker_id", "id", "memory_growth_bytes_per_s"})
 ``num_workers=0``) and the memory growth slope (memory can shrink)."""
 
 
+PER_SECOND_FRACTIONS = frozenset({"cpu_fraction", "runqueue_fraction"})
+"""``*_fraction`` fields that are seconds per busy second, not shares of a whole: a worker
+whose dataset runs several threads (NumPy, OpenCV, torch ops) uses more than one CPU second per
+busy second, so these are only >= 0."""
+
+
 def _check_number(value: float, name: str, where: str) -> None:
     """Raise ``ValueError`` naming ``where`` when ``value``, held by field (or key) ``name``, is
     out of range (see :func:`from_jsonable`)."""
-    if name.endswith("_fraction") and not 0 <= value <= 1:
+    if name.endswith("_fraction") and name not in PER_SECOND_FRACTIONS and not 0 <= value <= 1:
         raise ValueError(f"{where} must be a 0-1 fraction, got {value!r}")
     if value < 0 and name not in SIGNED_FIELDS and not (name == "at_s"
                                                          or name.endswith("_at_s")):

@@ -117,6 +117,9 @@ def test_negative_worker_ids_and_memory_slopes_are_valid(tmp_path):
     data = sample_report().to_dict()
     data["producer"]["workers"][0]["id"] = -1  # the main process with num_workers=0
     data["producer"]["workers"][0]["memory_growth_bytes_per_s"] = -1000.0
+    # CPU seconds per busy second: a worker running several threads goes past 1
+    data["producer"]["workers"][0]["cpu_fraction"] = 1.54
+    data["producer"]["cpu_fraction"] = 1.54
     code, err = _pipecheck("report", _saved(tmp_path, data))
     assert code == 0, err
 
