@@ -173,6 +173,7 @@ class ConsumerProbe:
         self._cpu = [0.0, 0.0, 0.0, 0.0]  # wait wall, wait cpu, compute wall, compute cpu
         self._error: Optional[str] = None
         self.errors = 0  # next() calls that raised
+        self._failed = False  # the run ended by an uncaught exception (mark_ended)
         self._interrupted = False
 
     # -- hot path ------------------------------------------------------------------------------
@@ -353,8 +354,10 @@ class ConsumerProbe:
         exit-time save calls this, :mod:`pipecheck.autosave`): ``"error"`` with the uncaught
         exception ``exc``, ``"interrupted"`` (Ctrl-C) or ``"terminated"`` (SIGTERM). An error
         the loader itself raised is kept. Takes no lock (called from a signal handler)."""
-        if status == "error" and exc is not None and self._error is None:
-            self._error = _describe(exc)
+        if status == "error":
+            self._failed = True
+            if exc is not None and self._error is None:
+                self._error = _describe(exc)
         elif status == "interrupted":
             self._interrupted = True
         elif status == "terminated":
@@ -363,7 +366,7 @@ class ConsumerProbe:
     def _status(self, epochs: list[EpochTiming]) -> str:
         # An error that the loop went on after (a skipped bad batch) does not make the run
         # an error; ``errors`` and ``error`` still tell of it.
-        if any(e.ended == "error" for e in epochs):
+        if self._failed or any(e.ended == "error" for e in epochs):
             return "error"
         if self._interrupted:
             return "interrupted"
