@@ -9,7 +9,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 
+
+@pytest.mark.slow
 def test_ctrl_c_mid_demo_saves_and_prints_the_partial_report(tmp_path):
     out = tmp_path / "partial.json"
     env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -38,6 +38,7 @@ def test_every_example_is_tested():
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
+@pytest.mark.slow
 def test_wrap_dataloader_prints_and_saves_the_report(tmp_path):
     done = run_example("wrap_dataloader.py", tmp_path)
     assert done.returncode == 0, done.stderr
@@ -63,6 +64,7 @@ def test_example_prints_a_report(tmp_path, name, batches, extra):
     assert not list(tmp_path.iterdir()), "examples that do not save must leave no files behind"
 
 
+@pytest.mark.slow
 def test_stress_target_sweeps_its_own_factory(tmp_path, tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PIPECHECK_CACHE", str(tmp_path_factory.mktemp("cache")))
     done = run_example("stress_target.py", tmp_path, "--budget", "3")

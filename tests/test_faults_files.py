@@ -145,6 +145,7 @@ def test_a_live_file_of_a_process_in_another_pid_namespace_is_not_swept(tmp_path
         child.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _namespace_usable(), reason="needs unshare -m and mount (root)")
 def test_no_leftovers_after_a_timed_out_stress_trial(tmp_path):
     tmp = tmp_path / "tmp"

@@ -37,6 +37,7 @@ def _findings(report, kind):
     return [f for f in report.diagnosis.findings if f.kind == kind]
 
 
+@pytest.mark.slow
 def test_a_dataset_that_grows_per_item_is_flagged_with_its_rate():
     report = _run(GROW_BYTES, 480, objects=5000)  # 2.4 s: >= 12 readings a worker when loaded
     found = _findings(report, "memory-growth")
@@ -63,6 +64,7 @@ def _clean_runs(count):
         assert not _findings(report, "memory-growth")
 
 
+@pytest.mark.slow
 def test_a_clean_dataset_is_never_flagged():
     _clean_runs(CLEAN_RUNS)
 

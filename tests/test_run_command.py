@@ -68,7 +68,8 @@ def program(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("workers,context", [(0, "none"), (2, "fork"), (2, "spawn")])
+@pytest.mark.parametrize("workers,context", [
+    (0, "none"), (2, "fork"), pytest.param(2, "spawn", marks=pytest.mark.slow)])
 def test_an_unmodified_script_is_measured_with_its_own_exit_code(program, workers, context):
     result = _pipecheck("run", "--json", "run.json", "--quiet", "--", sys.executable, "train.py",
                         str(workers), context, "exit3", cwd=program)
@@ -94,6 +95,7 @@ def test_an_exception_in_the_script_still_gives_the_report(program):
     assert "INPUT-BOUND" in result.stdout  # the terminal summary of what was measured
 
 
+@pytest.mark.slow
 def test_sigterm_to_pipecheck_reaches_the_program_and_the_report_is_saved(program):
     process = subprocess.Popen(
         [sys.executable, "-m", "pipecheck", "run", "--json", "run.json", "--quiet", "--",

@@ -33,6 +33,7 @@ def _stderr_lines(capsys) -> list[str]:
     return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_more_workers_measure_faster_and_json_holds_the_stress_section(tmp_path, capsys):
     out = tmp_path / "run.json"
     code = main(["stress", _target("sleepy_loader"), "--workers", "0,2", "--batches", "12",
@@ -95,6 +96,7 @@ def test_bad_target_is_exit_2_with_one_line(target, fragment, capsys):
     assert fragment in lines[0]
 
 
+@pytest.mark.slow
 def test_a_hanging_trial_is_killed_and_the_sweep_goes_on(tmp_path, capsys):
     out = tmp_path / "run.json"
     code = main(["stress", _target("hangs_with_one_worker"), "--workers", "0,1",
@@ -107,6 +109,7 @@ def test_a_hanging_trial_is_killed_and_the_sweep_goes_on(tmp_path, capsys):
     assert hung["samples_per_s"] is None and hung["stall_fraction"] is None
 
 
+@pytest.mark.slow
 def test_a_loader_that_never_yields_fails_every_trial_with_exit_2(capsys):
     assert main(["stress", _target("never_yields"), "--workers", "0", "--timeout", "2"]) == 2
     (line,) = _stderr_lines(capsys)
@@ -114,6 +117,7 @@ def test_a_loader_that_never_yields_fails_every_trial_with_exit_2(capsys):
     assert "timed out" in line
 
 
+@pytest.mark.slow
 def test_a_crashing_worker_fails_its_trial_with_the_error(tmp_path, capsys):
     out = tmp_path / "run.json"
     code = main(["stress", _target("crashes_in_workers"), "--workers", "0,1", "--batches", "5",
@@ -218,6 +222,7 @@ def test_rebuild_loader_keeps_batching_and_applies_the_config():
     assert rebuilt.sampler is loader.sampler
 
 
+@pytest.mark.slow
 def test_in_process_hung_worker_fails_through_torchs_timeout():
     loader = DataLoader(SleepPerSample(hang=True), batch_size=2)
     with pytest.raises(BadInputError, match="DataLoader timed out after 2 seconds"):

@@ -162,6 +162,7 @@ def test_a_stress_report_never_says_no_recommendations_above_its_recommendations
     assert "No recommendations" not in " ".join(report.render(width=120).split())
 
 
+@pytest.mark.slow
 def test_the_budget_bounds_the_whole_run_later_trials_included():
     # Each trial runs in a child process (seconds of start-up on a busy machine); the old code
     # started the epoch-start pair and the profiling trial after the budget whatever it left.

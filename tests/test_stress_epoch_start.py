@@ -140,6 +140,7 @@ def test_epoch_start_text_states_its_numbers_and_its_limits():
     assert epoch_start_text({"status": "failed", "reason": "x"}) == "failed: x"
 
 
+@pytest.mark.slow
 def test_cli_target_file_reports_epoch_start(tmp_path, capsys):
     out = tmp_path / "stress.json"
     code = main(["stress", "tests/stress_targets.py:slow_start_loader", "--workers", "1",

@@ -37,7 +37,8 @@ def _stress(tmp_path, name: str, *options: str) -> tuple[subprocess.CompletedPro
 
 
 @pytest.mark.parametrize(("name", "what"), [
-    ("hangs_in_call", "timed out after 3 s while importing it and calling it once"),
+    pytest.param("hangs_in_call", "timed out after 3 s while importing it and calling it once",
+                 marks=pytest.mark.slow),
     ("hangs_on_import", "timed out after 3 s while importing it and calling it once"),
     ("exits", "exited with status 7 while importing it and calling it once"),
     ("kills_itself", "killed by signal SIGKILL while importing it and calling it once"),

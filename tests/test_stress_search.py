@@ -36,6 +36,7 @@ def searched():
     return search, grid
 
 
+@pytest.mark.slow
 def test_search_measures_fewer_configs_and_finds_a_good_one(searched):
     search, grid = searched
     measured = [t for t in search["trials"] if t["measured"]]

@@ -26,8 +26,9 @@ def epochs_of(loader, n_epochs: int) -> list[list]:
     return out
 
 
-@pytest.mark.parametrize("workers,context,epochs", [(0, None, 3), (2, "fork", 3),
-                                                     (2, "spawn", 2)])  # spawn: ~1.5 s a worker
+@pytest.mark.parametrize("workers,context,epochs", [
+    (0, None, 3), (2, "fork", 3),
+    pytest.param(2, "spawn", 2, marks=pytest.mark.slow)])  # spawn: ~1.5 s a worker
 def test_identical_batches_map_style(workers, context, epochs):
     kw = dict(num_workers=workers, multiprocessing_context=context)
     plain = epochs_of(seeded_loader(**kw), epochs)
@@ -91,6 +92,7 @@ def test_break_then_next_epoch():
     wrapped.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_worker_exception_reaches_user_unchanged(workers):
     def run(loader):
