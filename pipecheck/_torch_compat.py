@@ -12,6 +12,9 @@ internals, each checked here against the installed torch (2.1 to 2.13 are known 
   user or a library reads on the loader, before, during and after iteration, is their own.
 * ``DataLoader._iterator``: the persistent-workers iterator a loader keeps between epochs;
   :func:`private_copy` clears it so that a copy never shares the user's workers.
+* ``DataLoader._IterableDataset_len_called``: ``len(loader)`` over an ``IterableDataset`` sets
+  it, and from then on torch warns when the dataset yields more than that many samples;
+  :func:`quiet_len` reads the length without leaving it set.
 
 * The multi-worker iterator's ``_task_info`` (batch index -> ``(worker_id,)`` while out,
   ``(worker_id, data)`` once it arrived ahead of its turn), ``_rcvd_idx`` (the next batch to
@@ -39,6 +42,30 @@ HAS_ITERATOR_HOOK = callable(getattr(DataLoader, ITERATOR_HOOK, None))
 
 class IteratorHookUnavailable(RuntimeError):
     """This torch, or this loader class, builds no iterator through :data:`ITERATOR_HOOK`."""
+
+
+_LEN_CALLED = "_IterableDataset_len_called"
+
+
+def quiet_len(loader: Any) -> Optional[int]:
+    """``len(loader)`` (``None`` when it has none) without side effects a user could see: for
+    a DataLoader over an ``IterableDataset`` torch records that ``len()`` was called and later
+    warns when more samples come than it said; pipecheck asking must not arm that warning."""
+    state = getattr(loader, "__dict__", None)
+    if not isinstance(state, dict):
+        state = {}
+    had = _LEN_CALLED in state
+    before = state.get(_LEN_CALLED)
+    try:
+        return len(loader)
+    except Exception:  # unsized loaders raise TypeError, some raise others
+        return None
+    finally:
+        if _LEN_CALLED in state:
+            if had:
+                state[_LEN_CALLED] = before
+            else:
+                del state[_LEN_CALLED]
 
 
 def private_copy(loader: DataLoader) -> DataLoader:

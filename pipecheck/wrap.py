@@ -40,8 +40,8 @@ from .probes.hol import HeadOfLineProbe
 from .probes.host import HostProbe
 from .probes.rank_shards import rank_shards
 from .probes.stacks import DEFAULT_RATE_HZ, DEFAULT_WINDOW_S, PtracerOptIn, StackSampler
-from ._torch_compat import IteratorHookUnavailable, private_copy, register_in_place, \
-    substitute_while_iterating, substitutes_of
+from ._torch_compat import IteratorHookUnavailable, private_copy, quiet_len, \
+    register_in_place, substitute_while_iterating, substitutes_of
 from .probes.stages import StageProbe
 from .probes.workers import WorkerProbe, WorkerProbeUnsupported
 from .autosave import AutoSave
@@ -115,7 +115,7 @@ def describe_loader(loader: Any) -> LoaderConfig:
     kind = f"{type(loader).__module__}.{type(loader).__qualname__}"
     inner = _inner_dataloader(loader)
     if inner is None:
-        return LoaderConfig(type=kind, batches_per_epoch=_sized(loader))
+        return LoaderConfig(type=kind, batches_per_epoch=quiet_len(loader))
     dataset = inner.dataset
     return LoaderConfig(
         type=kind,
@@ -129,7 +129,7 @@ def describe_loader(loader: Any) -> LoaderConfig:
         multiprocessing_context=_start_method(inner),
         dataset_type=f"{type(dataset).__module__}.{type(dataset).__qualname__}",
         dataset_len=_sized(dataset),
-        batches_per_epoch=_sized(loader),
+        batches_per_epoch=quiet_len(loader),
     )
 
 

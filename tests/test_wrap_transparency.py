@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 import pipecheck
 from transparency_datasets import (BadPairs, CheckingLoader, CountingLoader, FrozenNumbers,
-                                   LoudStream, NestedBatches, NoSubclasses, Numbers,
+                                   LongerThanItSays, LoudStream, NestedBatches, NoSubclasses, Numbers,
                                    OwnIterLoader, Slotted, nested_collate, none_collate,
                                    opaque_collate, record_worker_dataset_class)
 
@@ -222,4 +222,22 @@ def test_unusual_dataset_classes_are_timed_without_changing_batches(dataset_clas
     assert [b.tolist() for b in wrapped] == [b.tolist() for b in make()]
     record = wrapped.record()
     assert sum(w.samples for w in record.workers) == 8
+    wrapped.close()
+
+
+def test_pipecheck_reading_the_length_arms_no_torch_warning():
+    def warnings_of(loader, call_len: bool) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if call_len:
+                len(loader)
+            list(loader)
+        return [str(w.message) for w in caught if "IterableDataset" in str(w.message)]
+
+    plain, wrapped = DataLoader(LongerThanItSays()), pipecheck.wrap(DataLoader(
+        LongerThanItSays()), host=False)
+    assert warnings_of(plain, call_len=False) == warnings_of(wrapped, call_len=False) == []
+    plain, wrapped = DataLoader(LongerThanItSays()), pipecheck.wrap(DataLoader(
+        LongerThanItSays()), host=False)
+    assert warnings_of(plain, call_len=True) and warnings_of(wrapped, call_len=True)
     wrapped.close()

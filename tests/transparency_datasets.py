@@ -164,3 +164,14 @@ class Slotted(Dataset):
 
     def __getitem__(self, index: int) -> int:
         return index
+
+
+class LongerThanItSays(IterableDataset):
+    """Says it has 4 samples and yields 8: torch warns about it once ``len(loader)`` was
+    called, and only then."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __iter__(self):
+        return iter(range(8))
