@@ -241,3 +241,15 @@ def test_pipecheck_reading_the_length_arms_no_torch_warning():
         LongerThanItSays()), host=False)
     assert warnings_of(plain, call_len=True) and warnings_of(wrapped, call_len=True)
     wrapped.close()
+
+
+def test_the_epoch_iterator_answers_for_torchs_iterator():
+    loader = DataLoader(Numbers(12), batch_size=4, num_workers=2)
+    wrapped = pipecheck.wrap(loader, host=False)
+    iterator = iter(wrapped)
+    assert len(iterator) == len(iter(loader)) == 3
+    assert len(iterator._workers) == 2  # torch's own iterator state, as code that joins reads it
+    assert [b.tolist() for b in iterator] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    with pytest.raises(AttributeError):
+        iterator.no_such_attribute
+    wrapped.close()

@@ -424,6 +424,16 @@ class EpochIterator:
     def __iter__(self) -> "EpochIterator":
         return self
 
+    def __len__(self) -> int:
+X
+
+    def __getattr__(self, name: str) -> Any:
+        # Only names this class lacks: the wrapped iterator's own (torch's ``_workers``,
+        # ``_num_yielded``, ...), so code that inspects its epoch's iterator still works.
+        if name in EpochIterator.__slots__ or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, "_iterator"), name)
+
     def __next__(self) -> Any:
         fast = self._fast - 1
         if fast <= 0:

@@ -206,6 +206,16 @@ class _EventTimedIterator:
     def __iter__(self) -> "_EventTimedIterator":
         return self
 
+    def __len__(self) -> int:
+        return len(self._iterator)
+
+    def __getattr__(self, name: str) -> Any:
+        # The timed iterator's own attributes (see consumer.EpochIterator.__getattr__).
+        if name in _EventTimedIterator.__slots__ or (name.startswith("__")
+                                                     and name.endswith("__")):
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, "_iterator"), name)
+
     def __next__(self) -> Any:
         probe = self._probe
         pair = probe._begin()

@@ -109,6 +109,15 @@ class _ObservedIterator:
     def __iter__(self) -> "_ObservedIterator":
         return self
 
+    def __len__(self) -> int:
+        return len(self.iterator)
+
+    def __getattr__(self, name: str) -> Any:
+        # The observed iterator's own attributes (see consumer.EpochIterator.__getattr__).
+        if name in _ObservedIterator.__slots__ or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, "iterator"), name)
+
     def __next__(self) -> Any:
         probe = self.probe
         probe.before_next()
