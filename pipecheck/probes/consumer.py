@@ -425,7 +425,8 @@ class EpochIterator:
         return self
 
     def __len__(self) -> int:
-X
+        # torch's iterators have a length; others raise TypeError, as they would unwrapped
+        return len(self._iterator)  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
         # Only names this class lacks: the wrapped iterator's own (torch's ``_workers``,

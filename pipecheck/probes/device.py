@@ -207,7 +207,7 @@ class _EventTimedIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._iterator)
+        return len(self._iterator)  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
         # The timed iterator's own attributes (see consumer.EpochIterator.__getattr__).
