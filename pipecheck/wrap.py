@@ -1,13 +1,16 @@
 """The online driver: ``pipecheck.wrap(loader)`` inside the real training loop.
 
-The wrapper is a transparent proxy. Iterating it yields the loader's batches, in the same order,
-with exceptions unchanged; ``len()``, re-iteration per epoch and attribute access (``.dataset``,
-``.sampler.set_epoch(...)``, ``.batch_size``) pass through to the original loader. Behind it:
+The wrapper is invisible: iterating it yields the loader's batches in the same order, an
+exception from a batch passes through unchanged and the same iterator goes on with the epoch,
+and everything else a user calls (``len()``, ``.dataset``, ``.sampler.set_epoch(...)``,
+``state_dict()``, attribute writes) reaches the loader that yields the batches
+(:class:`WrappedLoader`). Behind it:
 
 * the consumer probe times ``next()`` (wait) and the gaps between calls (compute);
 * for a ``DataLoader`` (also the one inside a webdataset ``WebLoader``), the worker probe times
-  fetch and collate inside each worker, on an instrumented clone of the loader: the user's
-  loader object is never modified;
+  fetch and collate inside each worker: the iterated loader is a private copy of the user's,
+  whose iterators get a timed twin of the dataset and a timed ``collate_fn``
+  (:func:`_iterated_loader`); the user's loader object is never modified;
 * the host probe samples CPU, memory and IO of the main process and its workers with psutil;
 * with ``stacks=True``, py-spy samples the hot stacks of the main process and the workers for a
   bounded window (workers opt in to being traced from a ``worker_init_fn`` wrapper);
