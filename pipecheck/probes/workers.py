@@ -1,11 +1,16 @@
 """Per-worker producer timing: how long each DataLoader worker spends fetching and collating.
 
-:class:`WorkerProbe` clones a ``DataLoader`` so that its dataset is a timing proxy and its
-``collate_fn`` a timing wrapper. Inside every worker process (or the main process when
-``num_workers=0``) the proxy adds up fetch time and sample count per batch; the collate wrapper
-times ``collate_fn`` and, when it returns, commits one batch record to that worker's slot of a
-shared file (see :mod:`pipecheck.probes._ring`). The main process reads the slots at any time
-with :meth:`WorkerProbe.snapshot`.
+:class:`WorkerProbe` gives a DataLoader's iterators a timed dataset and a timed ``collate_fn``
+(:meth:`WorkerProbe.timed_dataset`, :meth:`WorkerProbe.timed_collate`; the loader's own attributes
+stay the user's, see :mod:`pipecheck._torch_compat`). The timed dataset is a *twin*: an instance
+of a subclass of the user's dataset class that shares the dataset's ``__dict__``, so
+``isinstance`` checks and attribute writes behave as on the dataset itself (a dataset without a
+``__dict__`` gets a forwarding proxy instead). Inside every worker process (or the main process
+when ``num_workers=0``) the twin adds up fetch time and sample count per batch (a method calling
+another, e.g. ``__getitems__`` calling ``self[i]``, is timed once); the timed collate times
+``collate_fn`` and, when it returns, commits one batch record to that worker's slot of a shared
+file (see :mod:`pipecheck.probes._ring`). The main process reads the slots at any time with
+:meth:`WorkerProbe.snapshot`.
 
 What is measured, per worker id (all durations wall-clock seconds from ``time.perf_counter``):
 
@@ -17,10 +22,10 @@ What is measured, per worker id (all durations wall-clock seconds from ``time.pe
 * ``batches``/``samples``: batches returned by ``collate_fn``, and the dataset items that went
   into them (with ``batch_size=None`` every item is one "batch" of one sample).
 
-The proxy and wrapper return exactly what the wrapped objects return and let their exceptions
-through untouched; if the shared file cannot be opened in a worker the probe goes silent
-rather than disturb loading. Works with the fork, spawn and forkserver start methods: all the
-proxy carries is the wrapped object, the file path and the slot layout.
+The twin and the timed collate return exactly what the user's objects return and let their
+exceptions through untouched; if the shared file cannot be opened in a worker the probe goes
+silent rather than disturb loading. Works with the fork, spawn and forkserver start methods: the
+twin pickles as the user's object (by its own rules), the file path and the slot layout.
 
 Limits: fetch time of samples that ``drop_last`` discards at the very end of a worker's life is
 not counted; with ``num_workers=0`` the per-batch attribution assumes one thread iterates the
