@@ -263,6 +263,8 @@ def _timed_methods(base: type, acc: _BatchAccumulator) -> dict[str, Any]:
     methods: dict[str, Any] = {"__getitem__": __getitem__}
     base_getitems = getattr(base, "__getitems__", None)
     if base_getitems:  # torch's fetcher: hasattr(dataset, "__getitems__") and it is truthy
+        # The same steps as __getitem__, written out: a shared helper would cost a call per
+        # sample on the training loop's path.
 
         def __getitems__(self: Any, indices: Any) -> Any:
             if acc.busy:
