@@ -6,7 +6,9 @@ whole epochs, which include the per-epoch set-up.
     python benchmarks/first_epoch_cost.py LABEL
 """
 
-import time, torch, sys
+import time
+import torch
+import sys
 from torch.utils.data import TensorDataset, DataLoader
 import pipecheck
 torch.set_num_threads(1)
