@@ -102,7 +102,8 @@ def test_without_py_spy_the_report_says_so_and_the_rest_works(monkeypatch, tmp_p
     assert "py-spy is not installed" in finding.message
     assert report.diagnosis.verdict == "input-bound"
     assert report.producer.capacity_batches_per_s and report.producer.workers_class
-    assert report.recommendations
+    # the analysis ran to the end (whether a change is proposed depends on the machine's load)
+    assert report.diagnosis.judgement is not None and report.diagnosis.judgement.steady
     assert "stacks-unavailable" not in json.dumps(report.to_dict()["stress"] or {})
 
 
