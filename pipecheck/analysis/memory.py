@@ -19,7 +19,7 @@ PSS moves when sibling workers start or exit, so it is reported but not tested):
 
 The constants are pipecheck's choice, measured on this project's 2-core test machine: a clean
 map-style dataset's worker USS moved by under 2 MiB over 3-10 s runs, and 20 repeated clean runs
-were never flagged (``tests/test_memory_growth.py``).
+were never flagged (``tests/integration/test_memory_growth.py``).
 """
 
 from __future__ import annotations

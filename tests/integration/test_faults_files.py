@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from paths import STRESS_TARGETS
 from pipecheck import _owned
 from pipecheck.probes import _ring, stacks, stages
 
@@ -150,8 +151,7 @@ def test_a_live_file_of_a_process_in_another_pid_namespace_is_not_swept(tmp_path
 def test_no_leftovers_after_a_timed_out_stress_trial(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    tests = os.path.dirname(os.path.abspath(__file__))
-    target = f"{os.path.join(tests, 'stress_targets.py')}:hangs_with_one_worker"
+    target = f"{STRESS_TARGETS}:hangs_with_one_worker"
     listing = ("import os; print(sorted(n for d in ('/dev/shm', os.environ['TMPDIR']) "
                "for n in os.listdir(d)))")
     command = (f"mount -t tmpfs -o size=64m tmpfs /dev/shm && {sys.executable} -m pipecheck "

@@ -16,8 +16,9 @@ import subprocess
 import sys
 
 import pytest
+from paths import REPO_ROOT
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "pipecheck"
+PACKAGE = REPO_ROOT / "pipecheck"
 
 
 def _module_name(path: pathlib.Path, package: pathlib.Path) -> str:

@@ -15,6 +15,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import pipecheck
+from paths import SUPPORT
 from cause_datasets import BusyDataset, burn_in_map_stage
 from pipecheck.probes import stacks
 from pipecheck.demo_data import ensure_shards
@@ -131,7 +132,7 @@ def test_py_spy_beside_an_unactivated_venvs_python_is_found(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(_UNACTIVATED_RUN)
     env = {**os.environ, "PATH": bare_path,
-           "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__)] + sys.path)}
+           "PYTHONPATH": os.pathsep.join([str(SUPPORT)] + sys.path)}
     subprocess.run([sys.executable, str(script), str(tmp_path / "run.json")], env=env,
                    check=True, timeout=240, cwd=tmp_path)
     record = pipecheck.load(tmp_path / "run.json").stacks

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import pipecheck
+from paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 EXAMPLES = REPO / "examples"
 VERDICT_LINE = re.compile(r"^(INPUT-BOUND|COMPUTE-BOUND|BALANCED|NO-DATA): ", re.MULTILINE)
 TIMEOUT_S = 120  # each takes 5-10 s on an idle 2-core machine; the margin is for a busy one

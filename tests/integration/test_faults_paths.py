@@ -12,6 +12,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import pipecheck
+from paths import STRESS_TARGETS
 
 
 def test_wrap_save_into_a_missing_folder_fails_at_wrap_time(tmp_path):
@@ -35,8 +36,7 @@ def test_wrap_save_to_a_directory_fails_at_wrap_time(tmp_path):
 
 @pytest.mark.parametrize("option", ["--json", "--html", "--trace"])
 def test_stress_checks_its_outputs_before_the_sweep(tmp_path, option):
-    tests = os.path.dirname(os.path.abspath(__file__))
-    target = f"{os.path.join(tests, 'stress_targets.py')}:sleepy_loader"
+    target = f"{STRESS_TARGETS}:sleepy_loader"
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pipecheck", "stress", target, "--workers",
                            "0,1,2", option, str(tmp_path / "missing" / "out")],

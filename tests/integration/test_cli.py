@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -15,8 +14,8 @@ from pipecheck.cli import EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED, main
 from pipecheck.report import load
 from cli_helpers import error_line
 from report_factory import sample_report
+from paths import REPO_ROOT
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 VERDICT = ("INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%); "
            "data goodput 58.8%")
 

@@ -19,6 +19,7 @@ from pipecheck.stress.target import FirstIndices, rebuild_loader
 from stress_targets import (WORKER_START_S, long_epoch_loader, slow_start_loader,
                             slow_start_stream)
 from helpers_datasets import IndexDataset
+from paths import STRESS_TARGETS
 
 
 def _stress(factory, **options):
@@ -143,7 +144,7 @@ def test_epoch_start_text_states_its_numbers_and_its_limits():
 @pytest.mark.slow
 def test_cli_target_file_reports_epoch_start(tmp_path, capsys):
     out = tmp_path / "stress.json"
-    code = main(["stress", "tests/stress_targets.py:slow_start_loader", "--workers", "1",
+    code = main(["stress", f"{STRESS_TARGETS}:slow_start_loader", "--workers", "1",
                  "--batches", "6", "--no-stacks", "--quiet", "--json", str(out)])
     assert code == 0
     entry = json.loads(out.read_text())["stress"]["epoch_start"]

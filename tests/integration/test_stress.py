@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import pathlib
 import subprocess
 import sys
 
@@ -19,8 +18,9 @@ from pipecheck.stress.target import rebuild_loader
 from pipecheck.stress.trial import TrialLimits, measure
 from helpers_datasets import IndexDataset
 from stress_targets import SleepPerSample
+from paths import STRESS_TARGETS
 
-TARGETS = pathlib.Path(__file__).with_name("stress_targets.py")
+TARGETS = STRESS_TARGETS
 TRIAL_KEYS = {"config", "samples_per_s", "batches_per_s", "stall_fraction", "measured",
               "startup_s", "error"}
 

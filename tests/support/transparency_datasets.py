@@ -1,4 +1,4 @@
-"""Datasets and loaders for tests/test_wrap_transparency.py (importable by spawn workers)."""
+"""Datasets and loaders for tests/integration/test_wrap_transparency.py (importable by spawn workers)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ whole-run bound and the report run real loaders."""
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 import time
 
 import pytest
@@ -23,8 +22,9 @@ from pipecheck.stress.tracker import Tracker
 from pipecheck.stress.trial import TrialLimits, measure
 from helpers_datasets import IndexDataset
 from stress_targets import sleepy_loader
+from paths import STRESS_TARGETS
 
-TARGETS = pathlib.Path(__file__).with_name("stress_targets.py")
+TARGETS = STRESS_TARGETS
 
 
 class FakeClock:

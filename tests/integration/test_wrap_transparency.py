@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import warnings
-from pathlib import Path
 
 import psutil
 import pytest
@@ -20,6 +19,7 @@ from transparency_datasets import (BadPairs, CheckingLoader, CountingLoader, Fro
                                    LongerThanItSays, LoudStream, NestedBatches, NoSubclasses, Numbers,
                                    OwnIterLoader, Slotted, nested_collate, none_collate,
                                    opaque_collate, record_worker_dataset_class)
+from paths import SUPPORT
 
 WORKERS = [(0, None), (2, "fork"), (2, "spawn")]
 
@@ -185,7 +185,7 @@ def test_nothing_is_printed_at_exit_with_a_live_partly_consumed_iterator(tmp_pat
         print("done")
     """))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+        [str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                             timeout=120, env=env)
     assert result.returncode == 0, result.stderr

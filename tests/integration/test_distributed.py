@@ -17,14 +17,13 @@ from pipecheck.cli import main
 from pipecheck.check import Thresholds, check
 from pipecheck.merge import merge_reports
 from pipecheck.report import load
+from paths import REPO_ROOT, SUPPORT
 
 pytest.importorskip("torch.distributed.run")
 if not __import__("torch.distributed").distributed.is_available():
     pytest.skip("torch.distributed is not available in this torch build", allow_module_level=True)
 
-SCRIPT = pathlib.Path(__file__).with_name("dist_train.py")
-REPO_ROOT = SCRIPT.parents[1]
-sys.path.insert(0, str(SCRIPT.parent))
+SCRIPT = SUPPORT / "dist_train.py"
 import dist_train  # noqa: E402  (the job's constants)
 
 
