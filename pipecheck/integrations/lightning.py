@@ -10,11 +10,15 @@
 
 How: Lightning builds a loop's dataloader(s) in its ``setup_data`` (after it may have re-created
 them with a ``DistributedSampler``), holds them in a ``CombinedLoader`` and creates the epoch's
-iterator through its data fetcher before the epoch's first hook. At ``on_train_epoch_start`` (and
-``on_validation_epoch_start`` during ``fit``, sanity checking left out) the callback replaces each
-DataLoader in ``CombinedLoader.flattened`` with ``pipecheck.wrap(loader)`` (Lightning's own way
-to swap them) and, where Lightning will not create the epoch's iterator again itself, re-creates
-it so the wrapped loaders are the ones iterated. Loaders re-created by
+iterator through its data fetcher before the epoch's first hook. For the train loop the callback
+replaces each DataLoader in ``CombinedLoader.flattened`` with ``pipecheck.wrap(loader)``
+(Lightning's own way to swap them) inside ``setup_data``, just before Lightning loads checkpointed
+loader states and creates the first iterator (the fit loop's ``_load_combined_loader_states``,
+hooked on the instance from ``setup`` to ``teardown``): no iterator is ever created over the
+unwrapped loader, so no extra seed is drawn from the RNG (the shuffle order stays the unwrapped
+run's) and no workers start twice. Where that hook is missing, and for validation loaders (at
+``on_validation_epoch_start`` during ``fit``, sanity checking left out), the loaders are wrapped
+at the epoch's start hook and the epoch's iterator is created again over them. Loaders re-created by
 ``reload_dataloaders_every_n_epochs`` are wrapped again, and the report covers the latest one.
 A wrapped ``StatefulDataLoader`` (torchdata) keeps working with Lightning's checkpoints: Lightning
 reads ``state_dict()`` through the wrapper, which answers for the loader that yields the batches.
@@ -55,6 +59,9 @@ from pipecheck.distributed import DEFAULT_GATHER_TIMEOUT_S
 
 TRAIN = "train"
 VALIDATION = "val"
+_HOOK = "_load_combined_loader_states"
+"""The fit loop's step between building its CombinedLoader and creating the first iterator
+(Lightning 2.x ``_FitLoop.setup_data``)."""
 
 
 def loader_path(path: pathlib.Path, index: int, role: str = TRAIN) -> pathlib.Path:
@@ -140,6 +147,31 @@ class PipecheckCallback(Callback):
         self._warned = False
 
     # -- wrapping ------------------------------------------------------------------------------
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit":
+            self._hook_train_setup(trainer.fit_loop)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        # The instance attribute shadowed the class's method; deleting it restores Lightning's.
+        if _HOOK in vars(trainer.fit_loop):
+            delattr(trainer.fit_loop, _HOOK)
+
+    def _hook_train_setup(self, fit_loop: Any) -> None:
+        """Wrap the train loaders inside ``setup_data``, before Lightning loads their states
+        and creates the first iterator (see the module docstring); nothing when this Lightning
+        has no such step (the epoch-start hook then wraps them)."""
+        original = getattr(fit_loop, _HOOK, None)
+        if not callable(original) or _HOOK in vars(fit_loop):
+            return
+
+        def wrap_then_load_states() -> None:
+            combined = getattr(fit_loop, "_combined_loader", None)
+            if combined is not None and hasattr(combined, "flattened"):
+                self._train.wrap(combined, self.wrap_options)
+            original()
+
+        setattr(fit_loop, _HOOK, wrap_then_load_states)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         fit_loop = trainer.fit_loop

@@ -281,3 +281,36 @@ def test_lightning_callback_checkpoints_a_stateful_dataloader_mid_epoch(tmp_path
     assert len(epoch) == 16 and resumed == epoch[5:]  # what Lightning does without pipecheck
     epoch, resumed = epoch_and_resumed(measured=True)
     assert len(epoch) == 16 and resumed == epoch[5:]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lightning_callback_leaves_the_shuffle_and_the_worker_starts_as_they_were(tmp_path,
+                                                                                   workers):
+    """The callback wraps the train loader before Lightning creates the first epoch's iterator:
+    no extra iterator over the user's loader draws a seed from the RNG (which would reshuffle
+    every epoch) or starts its workers."""
+    pl = pytest.importorskip("lightning.pytorch")
+    from pipecheck.integrations.lightning import PipecheckCallback
+
+    iterators: list[int] = []
+
+    class Counting(DataLoader):
+        def __iter__(self):
+            iterators.append(1)
+            return super().__iter__()
+
+    def fit(callbacks):
+        iterators.clear()
+        pl.seed_everything(7, verbose=False)
+        model = _tiny_lightning_module(
+            pl, lambda: Counting(_Slow(), batch_size=BATCH_SIZE, shuffle=True,
+                                 num_workers=workers))
+        _trainer(pl, callbacks).fit(model)
+        return model.seen, len(iterators)
+
+    plain, plain_iterators = fit([])
+    measured, measured_iterators = fit([PipecheckCallback(tmp_path / "run.json")])
+    assert len(measured) == len(plain) == EPOCHS * SAMPLES // BATCH_SIZE
+    assert all(torch.equal(a, b) for a, b in zip(plain, measured))
+    assert measured_iterators == plain_iterators == EPOCHS
+    assert load(tmp_path / "run.json").consumer.batches == len(plain)
