@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, TextIO
 from pipecheck._atomic import is_stdout, output_problem
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
 from pipecheck.render.inert import visible
-from pipecheck.render.terminal import MIN_WIDTH
+from pipecheck.render.formats import FILE_FORMATS
+from pipecheck.render.markdown import MarkdownRenderer
+from pipecheck.render.terminal import MIN_WIDTH, TerminalRenderer
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -107,7 +109,7 @@ def _output_file(text: str) -> str:
     return text
 
 
-_OUTPUT_OPTIONS = ("json", "html", "trace")
+_OUTPUT_OPTIONS = ("json", *(renderer.name for renderer in FILE_FORMATS))
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -152,9 +154,8 @@ def _use_color(stream: TextIO) -> bool:
 
 def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = None) -> None:
     """Save (``--json``) first, so a rendering problem cannot lose the measurements; then write
-    ``--html`` / ``--trace`` (each atomically) and print the markdown or terminal summary."""
-    from pipecheck.render.terminal import render_terminal
-
+    each file format asked for (``--html``, ``--trace``: :data:`FILE_FORMATS`, each atomically)
+    and print the markdown or terminal summary."""
     stdout_taken = any(getattr(args, name) and is_stdout(getattr(args, name))
                        for name in _OUTPUT_OPTIONS)
     quiet = args.quiet or stdout_taken  # nothing else on stdout when an output goes there
@@ -162,28 +163,20 @@ def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = Non
         saved = report.save(args.json, per_rank=False)  # --json FILE writes FILE exactly
         if not quiet:
             _say(f"{PROG}: report saved to {saved}", sys.stderr)
-    if args.html:
-        saved = report.save_html(args.html)
-        if not quiet:
-            _say(f"{PROG}: HTML report saved to {saved}", sys.stderr)
-    if args.trace:
-        from pipecheck.render.trace import save_trace
-
-        saved = save_trace(report, args.trace)
-        if not quiet:
-            _say(f"{PROG}: trace saved to {saved}", sys.stderr)
+    for renderer in FILE_FORMATS:
+        path = getattr(args, renderer.name)
+        if path:
+            saved = renderer().save(report, path)
+            if not quiet:
+                _say(f"{PROG}: {renderer.what} saved to {saved}", sys.stderr)
     if args.markdown:
-        from pipecheck.render.markdown import render_markdown
-
-        sys.stdout.write(render_markdown(report, title=title))
-        sys.stdout.flush()
+        MarkdownRenderer(title=title).write(report, sys.stdout)
         return
     if quiet:
         return
     if title is not None:
         _say(f"==> {title} <==", sys.stdout)
-    sys.stdout.write(render_terminal(report, width=args.width, color=_use_color(sys.stdout)))
-    sys.stdout.flush()
+    TerminalRenderer(width=args.width, color=_use_color(sys.stdout)).write(report, sys.stdout)
 
 
 # -- subcommands ---------------------------------------------------------------------------------
@@ -273,7 +266,7 @@ class ReportCommand(Command):
 
             _emit(merge_reports(reports), args)
             return EXIT_OK
-        for option in ("json", "html", "trace"):
+        for option in _OUTPUT_OPTIONS:
             if getattr(args, option) and len(args.runs) > 1:
                 raise UsageError(f"--{option} takes a single report, or the rank files of one "
                                  "torch.distributed run (which are merged)")
@@ -496,7 +489,8 @@ class ShardsCommand(Command):
         import shutil
 
         from pipecheck._atomic import write_text_atomic
-        from pipecheck.render.sharding import render_sharding
+        from pipecheck.render.sections.sharding import sharding_section
+        from pipecheck.render.terminal import render_section
         from pipecheck.shards import SCHEMA, shards
         from pipecheck.stress.target import load_factory
 
@@ -514,7 +508,8 @@ class ShardsCommand(Command):
                 _say(f"{PROG}: sharding analysis saved to {saved}", sys.stderr)
         if not args.quiet:
             width = args.width or shutil.get_terminal_size(fallback=(100, 24)).columns
-            sys.stdout.write(render_sharding(section, width=max(width, MIN_WIDTH)))
+            sys.stdout.write(render_section(sharding_section(section),
+                                            width=max(width, MIN_WIDTH)))
             sys.stdout.flush()
         return EXIT_OK
 
@@ -561,8 +556,8 @@ class RunCommand(Command):
                 if not args.quiet:
                     print(f"{PROG}: {loader.label} report saved to {saved}", file=sys.stderr)
             if args.markdown or not args.quiet:
-                quiet_copy = argparse.Namespace(**{**vars(args), "json": None, "html": None,
-                                                   "trace": None})
+                quiet_copy = argparse.Namespace(**{**vars(args),
+                                                   **dict.fromkeys(_OUTPUT_OPTIONS)})
                 _emit(loader.report, quiet_copy, title=_run_title(loader))
         return code
 

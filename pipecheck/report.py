@@ -186,10 +186,9 @@ class Report:
         """Write the self-contained HTML report (:mod:`pipecheck.render.html`: inline SVG charts,
         no script, no network) to ``path`` atomically and return the path. Raises
         :class:`~pipecheck.errors.BadInputError` when the file cannot be written."""
-        from pipecheck._atomic import write_text_atomic
-        from pipecheck.render.html import render_html
+        from pipecheck.render.html import HtmlRenderer
 
-        return write_text_atomic(path, render_html(self), "HTML report")
+        return HtmlRenderer().save(self, path)
 
     # -- rendering -----------------------------------------------------------------------------
 

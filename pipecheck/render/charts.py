@@ -16,7 +16,9 @@ from __future__ import annotations
 import io
 import math
 import re
-from typing import TYPE_CHECKING, Any, Optional, Sequence, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeGuard
+
+from pipecheck.render.phrases import config_text
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -45,6 +47,14 @@ MAX_VECTOR_SHAPES = 1500
 
 RASTER_DPI = 144
 """Resolution of those embedded images, in dots per inch."""
+
+LEGEND_CHAR_PT = 5.5
+"""Width allowed per character of a legend label at font size 8, in points (DejaVu Sans
+averages about 0.6 em per character; 8 pt x 0.6 = 4.8, rounded up)."""
+
+LEGEND_HANDLE_PT = 40.0
+"""Width of a legend entry's marker and padding, in points (matplotlib's default handle length
+2 em plus the text and column padding at font size 8)."""
 
 _MIB = 1024**2
 _SVG_START = re.compile(r"<svg\b")
@@ -160,24 +170,25 @@ def workers_svg(report: "Report") -> Optional[str]:
 
 def host_cpu_svg(report: "Report") -> Optional[str]:
     """CPU over time from the host samples, in cores (psutil percent / 100): main process and
-    workers, with the system's use of all cores on a second axis (percent). ``None`` without
-    host samples."""
+    workers, with the system's use of all cores on a second axis (percent). Each sample is the
+    mean over the interval before it, so it is drawn as a step over that interval (a line
+    between two samples would show a ramp nobody measured). ``None`` without host samples."""
     samples = report.timeline.host
     if not samples:
         return None
     at = [s.at_s for s in samples]
     fig, ax = _figure(2.6)
-    ax.plot(at, [s.main_cpu_percent / 100 for s in samples], color=MAIN_COLOR, marker=".",
+    ax.plot(at, [s.main_cpu_percent / 100 for s in samples], color=MAIN_COLOR, marker=".", drawstyle="steps-pre",
             label="main process")
     if any(s.workers_cpu_percent for s in samples) or report.loader.num_workers:
         ax.plot(at, [s.workers_cpu_percent / 100 for s in samples], color=WORKERS_COLOR,
-                marker=".", label="workers (all)")
+                marker=".", drawstyle="steps-pre", label="workers (all)")
     ax.set_ylabel("CPU (cores)")
     ax.set_xlabel("time since start (s)")
     ax.set_ylim(bottom=0)
     system = ax.twinx()
     system.plot(at, [s.system_cpu_percent for s in samples], color="#777777", linestyle="--",
-                linewidth=1, label="system (all cores)")
+                linewidth=1, drawstyle="steps-pre", label="system (all cores)")
     system.set_ylabel("system CPU (% of all cores)")
     system.set_ylim(0, 105)
     _legend(fig, ax, system)
@@ -186,7 +197,8 @@ def host_cpu_svg(report: "Report") -> Optional[str]:
 
 def host_io_svg(report: "Report") -> Optional[str]:
     """Bytes read per second over time (MB/s, 10^6 bytes): from storage (``read_bytes``) and
-    including the page cache (``read_chars``). ``None`` when neither was measured."""
+    including the page cache (``read_chars``), drawn as steps over each sample's interval.
+    ``None`` when neither was measured."""
     samples = report.timeline.host
     series = [
         ("read from storage", [s.read_bytes_per_s for s in samples], FETCH_COLOR),
@@ -200,7 +212,7 @@ def host_io_svg(report: "Report") -> Optional[str]:
     fig, ax = _figure(2.4)
     for label, values, color in series:
         ax.plot(at, [math.nan if v is None else v / 1e6 for v in values], color=color,
-                marker=".", label=label)
+                marker=".", drawstyle="steps-pre", label=label)
     ax.set_ylabel("read (MB/s)")
     ax.set_xlabel("time since start (s)")
     ax.set_ylim(bottom=0)
@@ -210,27 +222,29 @@ def host_io_svg(report: "Report") -> Optional[str]:
 
 def host_memory_svg(report: "Report") -> Optional[str]:
     """Memory over time (MiB): main RSS, workers' RSS and PSS (when measured), and the system's
-    available memory on a second axis (GiB). ``None`` without host samples."""
+    available memory on a second axis (GiB), each value held until the next sample (steps).
+    ``None`` without host samples."""
     samples = report.timeline.host
     if not samples:
         return None
     at = [s.at_s for s in samples]
     fig, ax = _figure(2.6)
-    ax.plot(at, [s.main_rss_bytes / _MIB for s in samples], color=MAIN_COLOR, marker=".",
+    ax.plot(at, [s.main_rss_bytes / _MIB for s in samples], color=MAIN_COLOR, marker=".", drawstyle="steps-post",
             label="main RSS")
     if report.loader.num_workers or any(s.workers_rss_bytes for s in samples):
         ax.plot(at, [s.workers_rss_bytes / _MIB for s in samples], color=WORKERS_COLOR,
-                marker=".", label="workers RSS (sum)")
+                marker=".", drawstyle="steps-post", label="workers RSS (sum)")
         if any(s.workers_pss_bytes is not None for s in samples):
             ax.plot(at, [math.nan if s.workers_pss_bytes is None else s.workers_pss_bytes / _MIB
-                         for s in samples], color=WORKERS_COLOR, linestyle="--", marker=".",
+                         for s in samples], color=WORKERS_COLOR, linestyle="--", marker=".", drawstyle="steps-post",
                     label="workers PSS (sum)")
     ax.set_ylabel("memory (MiB)")
     ax.set_xlabel("time since start (s)")
     ax.set_ylim(bottom=0)
     available = ax.twinx()
     available.plot(at, [s.available_memory_bytes / 1024**3 for s in samples], color="#777777",
-                   linestyle=":", linewidth=1, label="system available")
+                   linestyle=":", linewidth=1, drawstyle="steps-post",
+                   label="system available")
     available.set_ylabel("available (GiB)")
     available.set_ylim(bottom=0)
     _legend(fig, ax, available)
@@ -426,7 +440,8 @@ def _worker_spans(ax: "Axes", batches: Sequence["WorkerBatch"], ids: list[int]) 
 
 
 def _legend(fig: "Figure", *axes: "Axes") -> None:
-    """One legend for ``axes``, above the plot area (outside it, so it never hides data)."""
+    """One legend for ``axes``, above the plot area (outside it, so it never hides data), with
+    as many columns as fit the figure's width (a legend wider than the figure is cut off)."""
     handles: list[Any] = []
     labels: list[str] = []
     for ax in axes:
@@ -434,8 +449,10 @@ def _legend(fig: "Figure", *axes: "Axes") -> None:
         handles += more_handles
         labels += more_labels
     if handles:
+        widest = max(len(label) for label in labels)
+        fits = int(WIDTH_IN * 72 // (widest * LEGEND_CHAR_PT + LEGEND_HANDLE_PT))
         fig.legend(handles, labels, loc="outside upper left", fontsize=8, frameon=False,
-                   ncol=min(4, len(handles)))
+                   ncol=max(1, min(4, len(handles), fits)))
 
 
 def _stress_points(trials: Sequence[dict[str, Any]],
@@ -467,11 +484,11 @@ def _stress_axis(ax: "Axes", configs: Sequence[dict[str, Any]]) -> Any:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("num_workers")
         return lambda config: config["num_workers"]
-    labels = list(dict.fromkeys(_config_label(c) for c in configs))
+    labels = list(dict.fromkeys(config_text(c) for c in configs))
     ax.set_xticks(range(len(labels)), [_plain(t) for t in labels], rotation=20, ha="right",
                   fontsize=7)
     ax.set_xlabel("configuration")
-    return lambda config: labels.index(_config_label(config))
+    return lambda config: labels.index(config_text(config))
 
 
 def _varying_settings(configs: Sequence[dict[str, Any]]) -> list[str]:
@@ -491,5 +508,15 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _config_label(config: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v!r}" for k, v in config.items()) or "(default)"
+CHARTS: dict[str, Callable[["Report"], Optional[str]]] = {
+    "step_timeline": step_timeline_svg,
+    "rates": rates_svg,
+    "workers": workers_svg,
+    "host_cpu": host_cpu_svg,
+    "host_io": host_io_svg,
+    "host_memory": host_memory_svg,
+    "stress": lambda report: stress_svg(report.stress),
+    "stages": lambda report: stages_svg(report.producer.stages or []),
+}
+"""The charts a :class:`~pipecheck.render.model.Chart` block can name, each a function of the
+report returning ``<svg>`` text or ``None`` when the report lacks its data."""

@@ -1,8 +1,9 @@
-"""The report as GitHub-flavoured markdown, for CI logs and pull-request comments.
+"""The report as GitHub-flavoured markdown, for CI logs and pull-request comments, serialized
+from the render model (:mod:`pipecheck.render.sections`).
 
 :func:`render_markdown` returns: the verdict (bold), the run context, a table of key numbers,
-the findings, the recommendations with their expected effect, and the stress sweep's trials
-when the report has one. Every number carries its unit (:mod:`pipecheck.units`).
+then every section the terminal shows as a level-3 heading (facts as lines, tables as markdown
+tables, findings as a list). Charts and detail blocks are left to the HTML page.
 
 Strings from the run (type names, messages, config values) are made inert: ``&`` and ``<``
 become HTML entities (GitHub renders raw HTML tags in markdown, so a repr such as
@@ -13,110 +14,74 @@ text are written as visible escapes (:func:`pipecheck.render.inert.visible`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
-from pipecheck import units as fmt
-from pipecheck.render import stress_rows
+from pipecheck.render.base import Renderer
 from pipecheck.render.inert import visible
-from pipecheck.render.terminal import (_why_no_recommendations, capacity_phrase, effect_text,
-                                       recommendations_caption, verdict_line)
+from pipecheck.render.model import Block, Chart, Facts, Items, Note, Table
+from pipecheck.render.sections import build_document
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
 
 
+class MarkdownRenderer(Renderer):
+    """Markdown text ending in a newline; ``title`` (e.g. the report's file name) becomes a
+    level-2 heading above it."""
+
+    name = "markdown"
+    what = "markdown"
+
+    def __init__(self, title: Optional[str] = None) -> None:
+        self.title = title
+
+    def render(self, report: "Report") -> str:
+        document = build_document(report)
+        lines: list[str] = []
+        if self.title is not None:
+            lines += [f"## {_text(self.title)}", ""]
+        lines += [f"**{_text(document.verdict)}**", ""]
+        lines += [f"<sub>{_text(document.context)}</sub>", ""]
+        for note in document.notes:
+            lines += [_note(note), ""]
+        lines += _table(Table(("metric", "value"),
+                              tuple((f.label, f.value) for f in document.headline),
+                              right=frozenset({1})))
+        for section in document.sections:
+            lines += ["", f"### {_text(section.title)}"]
+            for block in section.blocks:
+                if not block.detail and not isinstance(block, Chart):
+                    lines += ["", *_block(block)]
+        return visible("\n".join(lines).rstrip("\n") + "\n")
+
+
 def render_markdown(report: "Report", title: Optional[str] = None) -> str:
-    """The report as markdown text ending in a newline. ``title`` (e.g. the report's file name)
-    becomes a level-2 heading above it. Raises nothing for any report that
+    """The report as markdown (:class:`MarkdownRenderer`). Raises nothing for any report that
     :meth:`pipecheck.Report.from_dict` accepts."""
-    consumer, producer = report.consumer, report.producer
-    lines: list[str] = []
-    if title is not None:
-        lines += [f"## {_text(title)}", ""]
-    lines += [f"**{_text(verdict_line(report))}**", ""]
-    lines += [f"<sub>{_text(_context(report))}</sub>", ""]
-    if consumer.status != "complete":
-        detail = f": {consumer.error}" if consumer.error else ""
-        lines += [f"> The run did not complete (status {_text(consumer.status)}"
-                  f"{_text(detail)}); the numbers cover what ran.", ""]
-    demand, capacity = consumer.demand_batches_per_s, producer.capacity_batches_per_s
-    ratio = capacity_phrase(report) or fmt.NOT_MEASURED
-    numbers = [
-        ("throughput", f"{fmt.rate(consumer.samples_per_s, 'samples')} · "
-                       f"{fmt.rate(consumer.batches_per_s, 'batches')}"),
-        ("data stall", f"{fmt.percent(consumer.stall_fraction)} (steady state "
-                       f"{fmt.percent(consumer.steady_stall_fraction)})"),
-        ("waited / computed", f"{fmt.seconds(consumer.wait_s)} / "
-                              f"{fmt.seconds(consumer.compute_s)}"),
-        ("wait per batch", fmt.duration_quantiles(consumer.wait_time_s)),
-        ("step per batch", fmt.duration_quantiles(consumer.compute_time_s)),
-        ("consumer demand", fmt.rate(demand, "batches")),
-        ("producer capacity", fmt.rate(capacity, "batches")),
-        ("capacity / demand", ratio),
-        ("first batch after", fmt.seconds(consumer.first_batch_s)),
-        ("measured", f"{fmt.count(consumer.batches, 'batch', 'batches')} · "
-                     f"{fmt.count(consumer.samples, 'sample')} · "
-                     f"{fmt.count(consumer.epochs, 'epoch')} · "
-                     f"wall {fmt.seconds(consumer.wall_s)}"),
-    ]
-    if consumer.tokens_per_s is not None:
-        numbers.insert(1, ("tokens", fmt.rate(consumer.tokens_per_s, "tokens")))
-    lines += _table(["metric", "value"], [list(row) for row in numbers], right=[1])
-    judgement = report.diagnosis.judgement
-    if judgement is not None and judgement.capacity_note:
-        lines += ["", f"> {_text(judgement.capacity_note)}"]
-    if report.ranks is not None:  # a multi-rank run: every rank, the straggler marked
-        from pipecheck.render.ranks import rank_table
-
-        headers, right, rows = rank_table(report.ranks)
-        lines += ["", "### Ranks", ""]
-        lines += _table(headers, rows, right=right)
-        if report.rank is not None:
-            lines += ["", f"The metrics table above is rank {report.rank.rank}'s own."]
-    lines += ["", "### Findings", ""]
-    if report.diagnosis.findings:
-        order = {"critical": 0, "warning": 1, "info": 2}
-        for finding in sorted(report.diagnosis.findings,
-                              key=lambda f: order.get(f.severity, 3)):
-            lines.append(f"- **{_text(finding.severity)}**: {_text(finding.message)}")
-    else:
-        lines.append("None.")
-    lines += ["", "### Recommendations", ""]
-    lines += _recommendations(report)
-    if report.stress:
-        lines += ["", "### Stress sweep", ""]
-        lines += _stress(report.stress)
-    return visible("\n".join(lines).rstrip("\n") + "\n")
+    return MarkdownRenderer(title).render(report)
 
 
-def _recommendations(report: "Report") -> list[str]:
-    if not report.recommendations:
-        return [_text(_why_no_recommendations(report))]
-    rows = []
-    for number, rec in enumerate(report.recommendations, start=1):
-        note = f" ({rec.expected.note})" if rec.expected.note else ""
-        rows.append([f"{number}.", f"`{rec.setting}`",
-                     f"{fmt.setting_value(rec.current)} -> {fmt.setting_value(rec.proposed)}",
-                     fmt.rate(rec.expected.samples_per_s, "samples"),
-                     fmt.percent(rec.expected.stall_fraction),
-                     effect_text(rec) or fmt.NOT_MEASURED, f"{rec.reason}{note}"])
-    return [_text(recommendations_caption(report)), "",
-            *_table(["#", "setting", "current -> proposed", "expected throughput",
-                     "expected stall", "effect", "why"], rows, right=[3, 4], raw=[1])]
+def _block(block: Block) -> list[str]:
+    if isinstance(block, Facts):
+        return [" · ".join(f"**{_text(f.label)}** {_text(f.value)}" if f.label else _text(f.value)
+                           for f in block.facts)]
+    if isinstance(block, Note):
+        return [_note(block)]
+    if isinstance(block, Items):
+        return [f"- **{_text(item.severity)}**: {_text(item.text)}" for item in block.items]
+    if isinstance(block, Table):
+        if block.grid and not block.headers:  # numbered paragraphs
+            return [line for row in block.rows for line in (" ".join(_text(c) for c in row), "")][:-1]
+        return _table(block)
+    return []
 
 
-def _stress(stress: dict[str, Any]) -> list[str]:
-    lines: list[str] = []
-    headers, rows = stress_rows.trial_table(stress)
-    if rows:
-        numeric = ("samples/s", "predicted before measuring", "batches/s", "stall")
-        lines += _table(headers, rows, right=[i for i, h in enumerate(headers) if h in numeric])
-    for label, text in stress_rows.summary_facts(stress):
-        lines += ["", f"**{_text(label)}** {_text(text)}"]
-    return lines or ["No trials recorded."]
-
-
-# -- helpers -------------------------------------------------------------------------------------
+def _note(note: Note) -> str:
+    if note.tone == "alert":
+        return f"> {_text(note.text)}"
+    if note.tone in ("bold", "warning"):
+        return f"**{_text(note.text)}**"
+    return _text(note.text)
 
 
 def _text(value: Any) -> str:
@@ -126,30 +91,16 @@ def _text(value: Any) -> str:
     return " ".join(str(value).replace("&", "&amp;").replace("<", "&lt;").splitlines())
 
 
-def _cell(value: Any) -> str:
-    return " ".join(_text(value).replace("|", "\\|").split())
+def _cell(value: Any, code: bool = False) -> str:
+    text = " ".join(_text(value).replace("|", "\\|").split())
+    return f"`{text}`" if code and text else text
 
 
-def _table(headers: list[str], rows: list[list[str]], right: Sequence[int] = (),
-           raw: Sequence[int] = ()) -> list[str]:
-    """Markdown table lines; ``right`` columns are right-aligned, ``raw`` columns are markdown
-    the caller built (only their ``|`` is escaped)."""
-    aligns = ["---:" if i in right else "---" for i in range(len(headers))]
+def _table(block: Table) -> list[str]:
+    """Markdown table lines; ``right`` columns are right-aligned, ``code`` ones in backticks."""
+    headers = block.headers or tuple("" for _ in block.rows[0])
+    aligns = ["---:" if i in block.right else "---" for i in range(len(headers))]
     out = ["| " + " | ".join(_cell(h) for h in headers) + " |", "| " + " | ".join(aligns) + " |"]
-    for row in rows:
-        cells = [c.replace("|", "\\|") if i in raw else _cell(c) for i, c in enumerate(row)]
-        out.append("| " + " | ".join(cells) + " |")
+    for row in block.rows:
+        out.append("| " + " | ".join(_cell(c, i in block.code) for i, c in enumerate(row)) + " |")
     return out
-
-
-
-def _context(report: "Report") -> str:
-    env, loader = report.environment, report.loader
-    names = ("num_workers", "prefetch_factor", "batch_size", "pin_memory", "persistent_workers")
-    settings = " ".join(f"{n}={fmt.setting_value(getattr(loader, n))}" for n in names
-                        if getattr(loader, n) is not None)
-    cuda = "CUDA" if env.cuda else "no CUDA"
-    torch = f"torch {env.torch}" if env.torch else "no torch"
-    return (f"{report.kind} report, {report.created} · {loader.type} {settings} · "
-            f"{env.cpu_count} CPUs ({env.usable_cpus} usable), {cuda} · Python {env.python}, "
-            f"{torch}")

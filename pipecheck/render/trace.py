@@ -31,7 +31,7 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any, Optional
 
-from pipecheck._atomic import write_text_atomic
+from pipecheck.render.base import Renderer
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -93,7 +93,18 @@ def render_trace(report: "Report") -> str:
 def save_trace(report: "Report", path: str | os.PathLike[str]) -> pathlib.Path:
     """Write :func:`render_trace` to ``path`` atomically and return the path. Raises
     :class:`~pipecheck.errors.BadInputError` when the file cannot be written."""
-    return write_text_atomic(path, render_trace(report), "trace")
+    return TraceRenderer().save(report, path)
+
+
+class TraceRenderer(Renderer):
+    """The Chrome Trace Event Format timeline (:func:`render_trace`)."""
+
+    name = "trace"
+    what = "trace"
+    to_file = True
+
+    def render(self, report: "Report") -> str:
+        return render_trace(report)
 
 
 # -- events --------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pipecheck.distributed import GatherFailed, gather_summaries, rank_path
 from pipecheck.errors import BadInputError
 from pipecheck.merge import merge_reports
 from pipecheck.records import RankInfo
-from pipecheck.render.ranks import rank_table
+from pipecheck.render.sections.ranks import rank_table
 from pipecheck.report import Report, load
 from report_factory import replace_consumer, sample_report
 

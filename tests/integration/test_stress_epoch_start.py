@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, RandomSampler
 import pipecheck
 from pipecheck.cli import main
 from pipecheck.recommend import PERSISTENT_START_SHARE
-from pipecheck.render.stress_rows import epoch_start_text
+from pipecheck.render.sections.stress import epoch_start_text
 from pipecheck.stress.epoch_start import RESTART_EPOCHS, SHORT_EPOCH_BATCHES, apply
 from pipecheck.stress.settings import TrialConfig
 from pipecheck.stress.target import FirstIndices, rebuild_loader

@@ -41,23 +41,26 @@ def test_verdict_numbers_findings_and_recommendations():
     assert findings[0].startswith("- **critical**: the loop waited for data 41.2%")
     recommendations = _table_after(lines, "### Recommendations")
     assert recommendations[0] == ["#", "setting", "current -> proposed", "expected throughput",
-                                  "expected stall", "effect", "why"]
-    assert recommendations[1] == [
-        "1.", "`num_workers`", "2 -> 4", "410 samples/s", "6.0%", "n/a",
-        "each worker delivers 4.8 batches/s; the step takes 13.6 (capped by 2 usable CPUs)"]
+                                  "expected stall"]
+    assert recommendations[1] == ["1.", "`num_workers`", "2 -> 4", "410 samples/s", "6.0%"]
+    assert ("1. num_workers: each worker delivers 4.8 batches/s; the step takes 13.6 (capped by "
+            "2 usable CPUs)") in lines  # the reason, as the terminal numbers it
     assert text.endswith("\n") and not text.endswith("\n\n")
 
 
 def test_stress_sweep_table():
     lines = render_markdown(stress_report()).splitlines()
     table = _table_after(lines, "### Stress sweep")
-    assert table[0][:3] == ["config", "samples/s", "predicted before measuring"]
-    by_config = {row[0]: row for row in table[1:]}
-    measured = by_config["num_workers=2 prefetch_factor=2 persistent_workers=False"]
-    assert measured[1:3] == ["400 samples/s", "420 samples/s"] and measured[5] == "measured"
-    assert by_config["num_workers=4 prefetch_factor=2 persistent_workers=False"][5] == "predicted"
-    failed = by_config["num_workers=3 prefetch_factor=2 persistent_workers=False"]
-    assert failed[5:] == ["failed", "ValueError: corrupt sample 7"]
+    # one column per setting that varies (the constant ones are named once above the table)
+    assert table[0] == ["num_workers", "prefetch_factor", "samples/s", "predicted samples/s",
+                        "batches/s", "stall", "source"]
+    assert "**every trial:** persistent_workers=False" in lines
+    by_workers = {row[0]: row for row in table[1:]}
+    assert by_workers["2"][2:4] == ["400", "420"] and by_workers["2"][6] == "measured"
+    assert by_workers["4"][6] == "predicted"
+    assert by_workers["3"][6] == "failed"
+    assert ("**failed:** num_workers=3 prefetch_factor=2 persistent_workers=False: ValueError: "
+            "corrupt sample 7") in lines
     assert any(line.startswith("**expected gain over the baseline:** 3.33x") for line in lines)
     (epoch,) = [line for line in lines if line.startswith("**epoch start:**")]
     assert "2.10 s longer" in epoch and "1.50 s for new workers" in epoch
@@ -69,10 +72,10 @@ def test_user_strings_are_inert():
     assert "<script" not in text
     assert SCRIPT.replace("<", "&lt;") in text  # shown as <script>... by any markdown viewer
     piped = sample_report()
-    rec = dataclasses.replace(piped.recommendations[0], reason="a | b")
+    rec = dataclasses.replace(piped.recommendations[0], setting="a | b")
     lines = render_markdown(dataclasses.replace(piped, recommendations=[rec])).splitlines()
     row = next(line for line in lines if line.startswith("| 1. |"))
-    assert row.endswith(r"| a \| b (capped by 2 usable CPUs) |")
+    assert row.startswith(r"| 1. | `a \| b` | 2 -> 4 |")  # the cell is not split
 
 
 def test_title_becomes_a_heading():
@@ -87,6 +90,6 @@ def test_grid_sweep_leaves_out_empty_columns():
         for w in (0, 2)]}
     lines = render_markdown(sample_report(kind="stress", stress=stress)).splitlines()
     table = _table_after(lines, "### Stress sweep")
-    assert table == [["config", "samples/s", "batches/s", "stall", "source"],
-                     ["num_workers=0", "100 samples/s", "n/a", "50.0%", "measured"],
-                     ["num_workers=2", "300 samples/s", "n/a", "50.0%", "measured"]]
+    assert table == [["num_workers", "samples/s", "batches/s", "stall", "source"],
+                     ["0", "100", "n/a", "50.0%", "measured"],
+                     ["2", "300", "n/a", "50.0%", "measured"]]

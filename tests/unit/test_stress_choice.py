@@ -3,7 +3,7 @@ ties go to in-order delivery, fewer workers, a smaller prefetch_factor."""
 
 from __future__ import annotations
 
-from pipecheck.render.stress_rows import tie_note
+from pipecheck.render.sections.stress import tie_note
 from pipecheck.stress.choice import cheapest_within_noise
 from pipecheck.stress.search import MIN_WORTHWHILE_GAIN
 from pipecheck.stress.settings import TrialConfig

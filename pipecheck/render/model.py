@@ -1,0 +1,151 @@
+"""The format-neutral render model: a report as a document of titled sections of blocks.
+
+Built once from a :class:`~pipecheck.report.Report` by :mod:`pipecheck.render.sections`; the
+terminal (:mod:`~pipecheck.render.terminal`), markdown (:mod:`~pipecheck.render.markdown`) and
+HTML (:mod:`~pipecheck.render.html`) renderers only serialize it. Every value is finished plain
+text with its unit (:mod:`pipecheck.units`); strings from the run are kept as they are, and each
+renderer makes them inert for its format at its own boundary (:mod:`pipecheck.render.inert`,
+HTML escaping). Blocks marked ``detail`` (epoch and process tables, evidence) are shown only by
+formats with room for them (HTML); :class:`Chart` is drawn only by HTML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, Optional, Union
+
+Tone = Literal["plain", "dim", "bold", "warning", "alert"]
+"""How a note reads: ``dim`` an aside, ``warning`` (yellow) something to check, ``alert`` a
+caveat on the numbers (the run did not complete, the capacity estimate is contradicted)."""
+
+Severity = Literal["critical", "warning", "info"]
+"""A finding's severity, most severe first (:data:`SEVERITY_ORDER`)."""
+
+SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
+"""Sort key of a severity; unknown severities sort last (3)."""
+
+
+def by_severity(severity: str) -> int:
+    """Sort key for ``severity``: critical 0, warning 1, info 2, anything else 3."""
+    return SEVERITY_ORDER.get(severity, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fact:
+    """One ``label value`` pair; ``label`` may be empty (the value says what it is)."""
+
+    label: str
+    value: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """One line of facts, shown ``label value · label value``."""
+
+    facts: tuple[Fact, ...]
+    detail: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Note:
+    """A sentence on its own line."""
+
+    text: str
+    tone: Tone = "plain"
+    detail: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """Rows of finished cells under ``headers``.
+
+    ``right``: indexes of right-aligned (numeric) columns; ``no_wrap``: columns a terminal must
+    not break; ``code``: columns holding identifiers (markdown backticks, HTML ``<code>``).
+    ``grid``: no rules and no header rule (the header row, if any, is dim). ``narrow``: the
+    same facts as lines, for a terminal too narrow to show the table without breaking numbers
+    from their units. ``title``: a sub-heading above it."""
+
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    right: frozenset[int] = frozenset()
+    no_wrap: frozenset[int] = frozenset()
+    code: frozenset[int] = frozenset()
+    grid: bool = False
+    narrow: tuple[Facts, ...] = ()
+    title: Optional[str] = None
+    detail: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """A finding: severity, message, kind, and the evidence behind it (a JSON object)."""
+
+    severity: str
+    text: str
+    kind: str = ""
+    evidence: Optional[dict[str, Any]] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Items:
+    """A list of findings, most severe first."""
+
+    items: tuple[Item, ...]
+    detail: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Chart:
+    """A reference to a chart of the report's data: ``name`` is a key of
+    :data:`pipecheck.render.charts.CHARTS`; ``caption`` explains it; ``missing`` is said
+    instead when the report has no data for it."""
+
+    name: str
+    caption: str
+    missing: str
+    detail: bool = True
+
+
+Block = Union[Facts, Note, Table, Items, Chart]
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """A titled part of the report; ``key`` names it for renderers and tests."""
+
+    key: str
+    title: str
+    blocks: tuple[Block, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """The whole report: verdict, context, key numbers, then the sections in order.
+
+    ``verdict`` is the verdict line, ``verdict_kind`` the verdict (``input-bound`` ...);
+    ``notes`` are caveats shown under the context line; ``headline`` the key numbers (markdown
+    and HTML show them up front, the terminal in its sections)."""
+
+    verdict: str
+    verdict_kind: str
+    context: str
+    notes: tuple[Note, ...]
+    headline: tuple[Fact, ...]
+    sections: tuple[Section, ...]
+    footer: str = ""
+
+
+def line(*pairs: tuple[str, str], detail: bool = False) -> Facts:
+    """``Facts`` from ``(label, value)`` pairs."""
+    return Facts(tuple(Fact(label, value) for label, value in pairs), detail=detail)
+
+
+def table(headers: "list[str] | tuple[str, ...]", rows: "list[list[str]]", **options: Any) -> Table:
+    """A :class:`Table` from lists (options as :class:`Table`'s fields, index sets as any
+    iterable)."""
+    for key in ("right", "no_wrap", "code"):
+        if key in options:
+            options[key] = frozenset(options[key])
+    if "narrow" in options:
+        options["narrow"] = tuple(options["narrow"])
+    return Table(tuple(headers), tuple(tuple(row) for row in rows), **options)

@@ -1,0 +1,239 @@
+"""Sentences and labels every format shares: the verdict line, the run's context line, the
+capacity / demand phrase, a recommendation's effect, why there are no recommendations, and a
+trial configuration as text. Plain, unescaped text with units (:mod:`pipecheck.units`); each
+renderer makes it inert for its format."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from pipecheck import units as fmt
+
+if TYPE_CHECKING:
+    from pipecheck.records import Recommendation
+    from pipecheck.report import Report
+
+CONTEXT_SETTINGS = ("num_workers", "prefetch_factor", "batch_size", "pin_memory",
+                    "persistent_workers", "in_order")
+"""Loader settings named in the context line (those not ``None``), in this order."""
+
+
+def number(value: Any) -> Optional[float]:
+    """A JSON number as a float; ``None`` for anything else (null, text, booleans)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def config_text(config: Any) -> str:
+    """A trial configuration as typed in Python, ``num_workers=2 prefetch_factor=4``; settings
+    left unset (``None``) are left out; ``{}`` is ``the target's own settings``."""
+    if isinstance(config, dict):
+        return " ".join(f"{k}={fmt.setting_value(v)}" for k, v in config.items()
+                        if v is not None) or "the target's own settings"
+    return fmt.NOT_MEASURED if config is None else str(config)
+
+
+def context_line(report: "Report") -> str:
+    """What was measured and where: report kind (and rank), time, loader and its settings, the
+    dataset type, CPUs, CUDA, Python, torch and the platform, joined by `` · ``."""
+    env, loader = report.environment, report.loader
+    settings = [f"{name}={fmt.setting_value(getattr(loader, name))}"
+                for name in CONTEXT_SETTINGS if getattr(loader, name, None) is not None]
+    cuda = "no CUDA" if not env.cuda else " ".join(filter(None, ("CUDA", env.cuda_device)))
+    torch = f"torch {env.torch}" if env.torch else "no torch"
+    where = (f", rank {report.rank.rank} of {report.rank.world_size}"
+             if report.rank is not None else "")
+    parts = [f"{report.kind} report{where}, {report.created}", " ".join([loader.type, *settings])]
+    if loader.dataset_type:
+        parts.append(f"dataset {loader.dataset_type}")
+    parts += [f"{env.cpu_count} CPUs ({env.usable_cpus} usable), {cuda}",
+              f"Python {env.python}, {torch}"]
+    if env.platform:
+        parts.append(env.platform)
+    return " · ".join(parts)
+
+
+def ended_line(report: "Report") -> Optional[str]:
+    """``the run did not complete (status ...)...`` for an unfinished run, else ``None``."""
+    consumer = report.consumer
+    if consumer.status == "complete":
+        return None
+    detail = f": {consumer.error}" if consumer.error else ""
+    return f"the run did not complete (status {consumer.status}{detail}); numbers cover what ran"
+
+
+def verdict_line(report: "Report") -> str:
+    """One sentence: the verdict in capitals, the stall behind it and the threshold it was judged
+    against, e.g. ``INPUT-BOUND: the training loop waited for data 41.2% of the time
+    (threshold 10%)``. Thresholds come from ``report.diagnosis.thresholds``."""
+    diagnosis = report.diagnosis
+    verdict = diagnosis.verdict
+    label = verdict.upper()
+    if verdict == "no-data":
+        return f"{label}: no batches were measured, so there is no verdict"
+    stall, steady = _verdict_stall(report)
+    scope = " in steady state" if steady else ""
+    if verdict == "compute-bound":
+        sentence = f"the training loop waited for data only {fmt.percent(stall)} of the time{scope}"
+    else:
+        sentence = f"the training loop waited for data {fmt.percent(stall)} of the time{scope}"
+    judgement = diagnosis.judgement
+    wait_s = judgement.wait_per_batch_s if judgement is not None else None
+    if verdict == "compute-bound" and judgement is not None and wait_s is not None \
+            and wait_s < judgement.min_wait_per_batch_s:
+        # Compute-bound on the floor, not the stall: say so instead of "only 22%".
+        sentence = (f"the training loop waited for data {fmt.percent(stall)} of the time{scope} "
+                    f"but only {fmt.seconds(wait_s)} per batch, under the "
+                    f"{fmt.seconds(judgement.min_wait_per_batch_s)} that can hold a step back")
+        threshold = ""
+    else:
+        threshold = _threshold_phrase(verdict, diagnosis.thresholds)
+    goodput = judgement.goodput_fraction if judgement is not None else (
+        None if stall is None else 1.0 - stall)
+    return f"{label}: {sentence}{threshold}; data goodput {fmt.percent(goodput)}"
+
+
+def capacity_phrase(report: "Report") -> Optional[str]:
+    """The capacity / demand figure with the report's one conclusion about it, e.g.
+    ``1.56x estimated, but the loader does not keep up with the step (measured stall)``;
+    ``None`` when capacity or demand was not measured. The conclusion comes from
+    ``diagnosis.judgement`` (it follows the measured stall, like the verdict); reports written
+    before it existed fall back to the ratio alone."""
+    diagnosis = report.diagnosis
+    judgement = diagnosis.judgement
+    demand = report.consumer.demand_batches_per_s
+    capacity = report.producer.capacity_batches_per_s
+    ratio = judgement.capacity_demand_ratio if judgement is not None else (
+        capacity / demand if demand and capacity is not None else None)
+    if ratio is None:
+        return None
+    if judgement is None or judgement.loader_keeps_up is None:
+        side = "cannot keep up with" if ratio < 1 else "can keep up with"
+        return f"{ratio:.2f}x (the loader {side} the step)"
+    if diagnosis.verdict == "balanced":
+        conclusion = "the loader nearly keeps up with the step"
+    elif judgement.loader_keeps_up:
+        conclusion = "the loader keeps up with the step"
+    else:
+        conclusion = "the loader does not keep up with the step"
+    if judgement.capacity_note:
+        return f"{ratio:.2f}x estimated, but {conclusion} by the measured stall, which wins"
+    return f"{ratio:.2f}x ({conclusion})"
+
+
+def effect_text(rec: "Recommendation") -> Optional[str]:
+    """A recommendation's effect in the units users plan with: the gain in samples/s (and
+    tokens/s when counted) and the wall time saved per 10,000 steps and per epoch (when the
+    loader's ``len()`` is known); ``None`` when it has no such figures (e.g. ``pin_memory``)."""
+    expected = rec.expected
+    parts = []
+    if expected.gain_samples_per_s is not None:
+        gain = f"{'+' if expected.gain_samples_per_s >= 0 else ''}" \
+               f"{fmt.rate(expected.gain_samples_per_s, 'samples')}"
+        if expected.gain_tokens_per_s is not None:
+            gain += (f" ({'+' if expected.gain_tokens_per_s >= 0 else ''}"
+                     f"{fmt.rate(expected.gain_tokens_per_s, 'tokens')})")
+        parts.append(gain)
+    saved = []
+    if expected.saved_s_per_10k_steps is not None:
+        saved.append(f"{fmt.seconds(expected.saved_s_per_10k_steps)} per 10,000 steps")
+    if expected.saved_s_per_epoch is not None:
+        saved.append(f"{fmt.seconds(expected.saved_s_per_epoch)} per epoch")
+    if saved:
+        parts.append("saves " + ", ".join(saved))
+    return "; ".join(parts) if parts else None
+
+
+def recommendations_caption(report: "Report") -> str:
+    """How to read the recommendations' figures: measured together (stress) or cumulative."""
+    if report.kind == "stress":
+        return ("Measured by the stress sweep: each figure is the recommended configuration's, "
+                "every change together.")
+    return "Cumulative: each figure assumes the changes above it."
+
+
+def why_no_recommendations(report: "Report") -> str:
+    """The sentence shown instead of recommendations when there are none: the baseline was the
+    fastest (stress), too little data, compute-bound, a contradicted capacity estimate, no
+    capacity measured, or no change predicted to help."""
+    consumer, diagnosis = report.consumer, report.diagnosis
+    recommended = (report.stress or {}).get("recommended") if report.kind == "stress" else None
+    if isinstance(recommended, dict) and recommended.get("config") is not None:
+        expected = (recommended.get("expected") or {}).get("samples_per_s")
+        return ("No recommendations: the baseline was the fastest configuration measured "
+                f"({config_text(recommended.get('baseline'))}, "
+                f"{fmt.rate(number(expected), 'samples')}).")
+    if diagnosis.verdict == "no-data" or consumer.batches == 0:
+        measured = fmt.count(consumer.batches, "batch", "batches")
+        return f"No recommendations: insufficient data ({measured} measured); run more steps."
+    if any(finding.kind == "insufficient-data" for finding in diagnosis.findings):
+        return (
+            "No recommendations: the measurements are insufficient to predict the effect of a "
+            "change (see Findings)."
+        )
+    if diagnosis.verdict == "compute-bound":
+        return (
+            "No recommendations: the loop is compute-bound, so no loader change is predicted "
+            "to help."
+        )
+    judgement = diagnosis.judgement
+    if diagnosis.verdict == "input-bound" and judgement is not None and judgement.capacity_note:
+        return (
+            "No recommendations: the measured stall says the loop is input-bound, but the "
+            "what-if model is built on the capacity estimate "
+            f"({judgement.capacity_demand_ratio:.2f}x the demand) that the stall contradicts "
+            "(see Producer vs consumer), so it predicts no gain from any loader change; "
+            "`pipecheck stress` measures the alternatives instead of predicting them."
+        )
+    if report.producer.capacity_batches_per_s is None:
+        return (
+            "No recommendations: producer capacity was not measured, so the effect of a change "
+            "cannot be predicted."
+        )
+    return "No recommendations: no change is predicted to help."
+
+
+# -- verdict helpers -----------------------------------------------------------------------------
+
+
+def _verdict_stall(report: "Report") -> tuple[Optional[float], bool]:
+    """The stall fraction the verdict was judged on: the verdict finding's evidence when it names
+    one (so the line agrees with the verdict), else the steady-state stall (the verdict's basis,
+    see README), else the whole-run stall. Second item: whether it is the steady-state stall."""
+    for finding in report.diagnosis.findings:
+        if finding.kind != report.diagnosis.verdict:
+            continue
+        for key, steady in (("steady_stall_fraction", True), ("stall_fraction", False)):
+            value = finding.evidence.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value), steady
+    if report.consumer.steady_stall_fraction is not None:
+        return report.consumer.steady_stall_fraction, True
+    return report.consumer.stall_fraction, False
+
+
+def _threshold_phrase(verdict: str, thresholds: dict[str, float]) -> str:
+    """`` (threshold 10%)`` for the key naming this verdict, else all thresholds, else nothing."""
+    if not thresholds:
+        return ""
+    wanted = verdict.replace("-", "_")
+    own = [value for key, value in thresholds.items() if wanted in key.replace("-", "_")]
+    if len(own) == 1:
+        return f" (threshold {_short_percent(own[0])})"
+    listed = ", ".join(f"{_threshold_name(k)} {_short_percent(v)}" for k, v in thresholds.items())
+    return f" (thresholds: {listed})"
+
+
+def _threshold_name(key: str) -> str:
+    for suffix in ("_stall_fraction", "_fraction"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+    return key.replace("_", " ")
+
+
+def _short_percent(fraction: float) -> str:
+    """``0.1 -> "10%"``, ``0.125 -> "12.5%"``: thresholds are round numbers, print them so."""
+    as_percent = fraction * 100
+    decimals = 0 if abs(as_percent - round(as_percent)) < 1e-9 else 1
+    return f"{as_percent:.{decimals}f}%"

@@ -1,0 +1,95 @@
+"""Builds the render model (:class:`~pipecheck.render.model.Document`) of a Report, once, for
+every format.
+
+:data:`SECTIONS` is the section-builder registry: ``(key, builder)`` in display order; a builder
+takes the :class:`~pipecheck.report.Report` and returns a
+:class:`~pipecheck.render.model.Section`, or ``None`` when the report has nothing for it
+(optional probes, stress, sharding, ranks). A new report section is one builder module here and
+one entry in :data:`SECTIONS`; every renderer then shows it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Optional
+
+from pipecheck import units as fmt
+from pipecheck.render.model import Document, Fact, Note, Section
+from pipecheck.render.phrases import capacity_phrase, context_line, ended_line, verdict_line
+from pipecheck.render.sections import advice, probes, ranks, run, sharding, stress
+
+if TYPE_CHECKING:
+    from pipecheck.report import Report
+
+SectionBuilder = Callable[["Report"], Optional[Section]]
+
+SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
+    ("ranks", ranks.ranks),  # a multi-rank run: every rank first, then one rank's detail
+    ("throughput", run.throughput),
+    ("stall", run.stall),
+    ("producer", run.producer),
+    ("host", run.host),
+    ("stages", probes.stages),
+    ("sharding", sharding.sharding),
+    ("stacks", probes.stacks),
+    ("device", probes.device),
+    ("findings", advice.findings),
+    ("recommendations", advice.recommendations),
+    ("stress", stress.stress),
+)
+"""The section builders in display order."""
+
+RENDERED_FIELDS = frozenset({
+    "kind", "created", "environment", "loader", "consumer", "producer", "host", "diagnosis",
+    "recommendations", "timeline", "stress", "schema", "rank", "ranks", "sharding", "stacks",
+    "device",
+})
+"""Report fields the document shows; HTML renders any other non-empty field generically."""
+
+
+def build_document(report: "Report") -> Document:
+    """The report's document: verdict, context, caveats, key numbers and every section."""
+    notes = []
+    ended = ended_line(report)
+    if ended is not None:
+        notes.append(Note(ended, "alert"))
+    sections = tuple(section for _, build in SECTIONS
+                     if (section := build(report)) is not None)
+    version = report.environment.pipecheck or "unknown version"
+    return Document(
+        verdict=verdict_line(report), verdict_kind=report.diagnosis.verdict,
+        context=context_line(report), notes=tuple(notes), headline=headline(report),
+        sections=sections,
+        footer=f"pipecheck {version} · schema {report.schema}",
+    )
+
+
+def headline(report: "Report") -> tuple[Fact, ...]:
+    """The key numbers: throughput, data goodput, stall, wait and step per batch, demand,
+    capacity and their ratio, the first batch, what was measured, the bottleneck."""
+    consumer, producer = report.consumer, report.producer
+    judgement = report.diagnosis.judgement
+    numbers = [
+        ("throughput", f"{fmt.rate(consumer.samples_per_s, 'samples')} · "
+                       f"{fmt.rate(consumer.batches_per_s, 'batches')}"),
+        ("data stall", f"{fmt.percent(consumer.stall_fraction)} (steady state "
+                       f"{fmt.percent(consumer.steady_stall_fraction)})"),
+        ("waited / computed", f"{fmt.seconds(consumer.wait_s)} / "
+                              f"{fmt.seconds(consumer.compute_s)}"),
+        ("wait per batch", fmt.duration_quantiles(consumer.wait_time_s)),
+        ("step per batch", fmt.duration_quantiles(consumer.compute_time_s)),
+        ("consumer demand", fmt.rate(consumer.demand_batches_per_s, "batches")),
+        ("producer capacity", fmt.rate(producer.capacity_batches_per_s, "batches")),
+        ("capacity / demand", capacity_phrase(report) or fmt.NOT_MEASURED),
+        ("first batch after", fmt.seconds(consumer.first_batch_s)),
+        ("measured", f"{fmt.count(consumer.batches, 'batch', 'batches')} · "
+                     f"{fmt.count(consumer.samples, 'sample')} · "
+                     f"{fmt.count(consumer.epochs, 'epoch')} · "
+                     f"wall {fmt.seconds(consumer.wall_s)}"),
+    ]
+    if consumer.tokens_per_s is not None:
+        numbers.insert(1, ("tokens", fmt.rate(consumer.tokens_per_s, "tokens")))
+    if judgement is not None and judgement.goodput_fraction is not None:
+        numbers.insert(1, ("data goodput", fmt.percent(judgement.goodput_fraction)))
+    if report.diagnosis.bottleneck:
+        numbers.append(("bottleneck", report.diagnosis.bottleneck))
+    return tuple(Fact(label, value) for label, value in numbers)

@@ -1,0 +1,116 @@
+"""Sections of the optional probes, present only when the run has them: pipeline stages, hot
+stacks (py-spy) and the GPU (CUDA events)."""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+from typing import TYPE_CHECKING, Optional
+
+from pipecheck import units as fmt
+from pipecheck.render.model import Block, Chart, Note, Section, line, table
+
+if TYPE_CHECKING:
+    from pipecheck.report import Report
+
+STAGE_ROWS = 6
+"""Pipeline stages listed in the terminal, most exclusive time first (the JSON has them all)."""
+
+STACK_ROWS = 5
+"""Hottest functions listed, by share of on-CPU samples."""
+
+
+def stages(report: "Report") -> Optional[Section]:
+    """Exclusive time per stage: where it ran, seconds, share of that place's stage time, items
+    in and out (a filter shows as fewer out than in), and a bar chart."""
+    rows = report.producer.stages
+    if not rows:
+        return None
+    cells = [[str(row.get("name")), str(row.get("where")), fmt.seconds(row.get("exclusive_s")),
+              fmt.percent(row.get("fraction")),
+              "-" if row.get("samples_in") is None else f"{row['samples_in']:,}",
+              f"{row.get('samples_out') or 0:,}"] for row in rows[:STAGE_ROWS]]
+    blocks: list[Block] = [table(["stage", "runs in", "exclusive", "share", "in", "out"], cells,
+                                 right=range(2, 6))]
+    if len(rows) > STAGE_ROWS:
+        blocks.append(Note(f"{len(rows) - STAGE_ROWS} more stages in the JSON report", "dim"))
+    blocks.append(Chart("stages", "Exclusive time per pipeline stage (its own work, not the "
+                        "stages it pulls from); blue ran in the workers, purple in the main "
+                        "process.", "No stage was timed."))
+    return Section("stages", "Pipeline stages", tuple(blocks))
+
+
+def stacks(report: "Report") -> Optional[Section]:
+    """Status and the hottest functions by share of on-CPU worker samples."""
+    record = report.stacks
+    if record is None:
+        return None
+    title = "Hot stacks (py-spy)"
+    if record.status != "ok":
+        return Section("stacks", title, (
+            Note(f"not sampled ({record.status}): {record.note}", "dim"),))
+    overhead = ("py-spy overhead", fmt.NOT_MEASURED if record.overhead_cpu_s is None
+                else f"{fmt.seconds(record.overhead_cpu_s)} CPU")
+    blocks: list[Block] = [
+        line(("worker samples", f"{record.worker_samples:,}"),
+             ("start-up/shutdown", f"{record.worker_other_samples:,}"),
+             ("main", f"{record.main_samples:,}")),
+        line(("window", fmt.seconds(record.window_s)), ("rate", f"{record.rate_hz} Hz"),
+             overhead),
+    ]
+    if record.main_wait:
+        split = [(name, fmt.percent(share)) for name, share in record.main_wait.items()]
+        split[0] = (f"main thread in next(): {split[0][0]}", split[0][1])
+        split[-1] = (split[-1][0], f"{split[-1][1]} ({record.main_wait_samples:,} samples)")
+        blocks.append(line(*split))
+    if record.stages:
+        shares = [(name, fmt.percent(share)) for name, share in list(record.stages.items())[:5]]
+        shares[0] = (f"worker stages: {shares[0][0]}", shares[0][1])
+        blocks.append(line(*shares))
+    if record.pin_memory_busy_fraction is not None:
+        blocks.append(line(("pin-memory thread busy",
+                            fmt.percent(record.pin_memory_busy_fraction))))
+    if not record.top:
+        blocks.append(Note("no on-CPU samples", "dim"))
+        return Section("stacks", title, tuple(blocks))
+    scope = "worker" if record.worker_samples else "main-process"
+    rows = []
+    for hot in record.top[:STACK_ROWS]:
+        where = _short_path(hot.file) + (f":{hot.line}" if hot.line is not None else "")
+        stage = f"  [{hot.stage}]" if hot.stage else ""
+        rows.append([fmt.percent(hot.fraction), fmt.percent(hot.inclusive_fraction),
+                     f"{hot.function}{stage}  {where}"])
+    blocks.append(table(["self", "total", f"function (share of {scope} samples)"], rows,
+                        right=(0, 1), no_wrap=(0, 1), grid=True))
+    return Section("stacks", title, tuple(blocks))
+
+
+def _short_path(path: str) -> str:
+    """``path`` from its package on for installed code (``.../site-packages/torch/x.py`` ->
+    ``torch/x.py``) and the standard library (``threading.py``), relative to the working
+    directory below it; the JSON keeps it whole."""
+    marker = "site-packages/"
+    if marker in path:
+        return path.split(marker, 1)[1]
+    stdlib = sysconfig.get_paths()["stdlib"] + os.sep
+    if path.startswith(stdlib):
+        return path[len(stdlib):]
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if relative.startswith("..") else relative
+
+
+def device(report: "Report") -> Optional[Section]:
+    """GPU idle caused by data and the batches behind it."""
+    record = report.device
+    if record is None:
+        return None
+    return Section("device", "GPU (CUDA events)", (
+        line(("GPU idle waiting for data", fmt.seconds(record.idle_s)),
+             ("share of stream time", fmt.percent(record.idle_fraction))),
+        line(("batches timed", f"{record.batches:,}"), ("pending", f"{record.unresolved:,}"),
+             ("not timed (pool full)", f"{record.dropped:,}"),
+             ("pinned batches", fmt.percent(record.pinned_fraction))),
+    ))
