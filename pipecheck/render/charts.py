@@ -178,8 +178,8 @@ def host_cpu_svg(report: "Report") -> Optional[str]:
         return None
     at = [s.at_s for s in samples]
     fig, ax = _figure(2.6)
-    ax.plot(at, [s.main_cpu_percent / 100 for s in samples], color=MAIN_COLOR, marker=".", drawstyle="steps-pre",
-            label="main process")
+    ax.plot(at, [s.main_cpu_percent / 100 for s in samples], color=MAIN_COLOR, marker=".",
+            drawstyle="steps-pre", label="main process")
     if any(s.workers_cpu_percent for s in samples) or report.loader.num_workers:
         ax.plot(at, [s.workers_cpu_percent / 100 for s in samples], color=WORKERS_COLOR,
                 marker=".", drawstyle="steps-pre", label="workers (all)")
@@ -229,15 +229,15 @@ def host_memory_svg(report: "Report") -> Optional[str]:
         return None
     at = [s.at_s for s in samples]
     fig, ax = _figure(2.6)
-    ax.plot(at, [s.main_rss_bytes / _MIB for s in samples], color=MAIN_COLOR, marker=".", drawstyle="steps-post",
-            label="main RSS")
+    ax.plot(at, [s.main_rss_bytes / _MIB for s in samples], color=MAIN_COLOR, marker=".",
+            drawstyle="steps-post", label="main RSS")
     if report.loader.num_workers or any(s.workers_rss_bytes for s in samples):
         ax.plot(at, [s.workers_rss_bytes / _MIB for s in samples], color=WORKERS_COLOR,
                 marker=".", drawstyle="steps-post", label="workers RSS (sum)")
         if any(s.workers_pss_bytes is not None for s in samples):
             ax.plot(at, [math.nan if s.workers_pss_bytes is None else s.workers_pss_bytes / _MIB
-                         for s in samples], color=WORKERS_COLOR, linestyle="--", marker=".", drawstyle="steps-post",
-                    label="workers PSS (sum)")
+                         for s in samples], color=WORKERS_COLOR, linestyle="--", marker=".",
+                    drawstyle="steps-post", label="workers PSS (sum)")
     ax.set_ylabel("memory (MiB)")
     ax.set_xlabel("time since start (s)")
     ax.set_ylim(bottom=0)

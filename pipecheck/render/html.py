@@ -60,7 +60,7 @@ td.n,th.n{text-align:right;white-space:nowrap}
 ul.facts{list-style:none;padding:0;margin:4px 0}
 ul.facts li{display:inline-block;margin:2px 22px 2px 0}
 ul.findings{padding-left:0;list-style:none;margin:4px 0}ul.findings li{margin:3px 0}
-table.grid td{border:none;padding:1px 8px 1px 0}.bold{font-weight:600}
+table.grid{background:none}table.grid td{border:none;padding:1px 8px 1px 0}.bold{font-weight:600}
 .dim{color:#667}.sev{display:inline-block;min-width:62px;font-weight:600}
 .sev.critical{color:#b3261e}.sev.warning{color:#b26a00}.sev.info{color:#1565c0}
 dl.kv{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:4px 0}

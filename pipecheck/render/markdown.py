@@ -70,8 +70,9 @@ def _block(block: Block) -> list[str]:
     if isinstance(block, Items):
         return [f"- **{_text(item.severity)}**: {_text(item.text)}" for item in block.items]
     if isinstance(block, Table):
-        if block.grid and not block.headers:  # numbered paragraphs
-            return [line for row in block.rows for line in (" ".join(_text(c) for c in row), "")][:-1]
+        if block.grid and not block.headers:  # numbered paragraphs, a blank line between
+            paragraphs = [" ".join(_text(cell) for cell in row) for row in block.rows]
+            return [line for text in paragraphs for line in ("", text)][1:]
         return _table(block)
     return []
 
