@@ -228,3 +228,47 @@ def test_stack_shares_are_shown_as_percentages():
     report = sample_report(timeline=Timeline(), host=None)
     words = _Page(render_html(dataclasses.replace(report, stacks=stacks))).visible_text()
     assert "queue-empty 70.0%" in words and "map 80.0%" in words and "0.700" not in words
+
+
+def _path_vertices(svg: str, color: str) -> list[list[tuple[float, float]]]:
+    """The vertices of each stroked line of ``color`` in ``svg`` (markers are <use> elements)."""
+    lines = []
+    for d, style in re.findall(r'<path d="([^"]*)"[^>]*style="([^"]*)"', svg):
+        if f"stroke: {color}" in style and "fill: none" in style:
+            numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", d)]
+            lines.append(list(zip(numbers[::2], numbers[1::2])))
+    return lines
+
+
+def test_host_charts_draw_steps_between_samples_not_diagonals():
+    from pipecheck.render import charts
+
+    report = sample_report()
+    first, last = report.timeline.host[0], report.timeline.host[-1]
+    two = [dataclasses.replace(first, main_cpu_percent=20.0, main_rss_bytes=100 * 2**20),
+           dataclasses.replace(last, at_s=1.0, main_cpu_percent=90.0,
+                               main_rss_bytes=300 * 2**20)]
+    report = dataclasses.replace(report, timeline=dataclasses.replace(report.timeline, host=two))
+    for svg in (charts.host_cpu_svg(report), charts.host_memory_svg(report)):
+        main = _path_vertices(svg, charts.MAIN_COLOR)[0]  # the data line (then its legend key)
+        assert len(main) == 3  # one step: across, then up (or up, then across)
+        for (x0, y0), (x1, y1) in zip(main, main[1:]):
+            assert x0 == x1 or y0 == y1, main  # no segment is a slope nobody measured
+
+
+def test_legend_fits_the_chart_width():
+    from pipecheck.render import charts
+
+    fig, ax = charts._figure(3.0)
+    for i in range(6):
+        ax.plot([0, 1], [i, i], label=f"measured, prefetch_factor={i} pin_memory=True "
+                                      f"in_order=False")
+    charts._legend(fig, ax)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width  # not cut off at the right edge

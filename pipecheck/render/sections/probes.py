@@ -103,14 +103,15 @@ def _short_path(path: str) -> str:
 
 
 def device(report: "Report") -> Optional[Section]:
-    """GPU idle caused by data and the batches behind it."""
+    """GPU idle caused by data and the batches behind it (the pinned share only when known)."""
     record = report.device
     if record is None:
         return None
+    pinned = ([("pinned batches", fmt.percent(record.pinned_fraction))]
+              if record.pinned_fraction is not None else [])
     return Section("device", "GPU (CUDA events)", (
         line(("GPU idle waiting for data", fmt.seconds(record.idle_s)),
              ("share of stream time", fmt.percent(record.idle_fraction))),
         line(("batches timed", f"{record.batches:,}"), ("pending", f"{record.unresolved:,}"),
-             ("not timed (pool full)", f"{record.dropped:,}"),
-             ("pinned batches", fmt.percent(record.pinned_fraction))),
+             ("not timed (pool full)", f"{record.dropped:,}"), *pinned),
     ))
