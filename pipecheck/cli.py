@@ -34,7 +34,8 @@ from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
 from pipecheck.render.inert import visible
 from pipecheck.render.formats import FILE_FORMATS
 from pipecheck.render.markdown import MarkdownRenderer
-from pipecheck.render.terminal import MIN_WIDTH, TerminalRenderer
+from pipecheck.render.sections.sharding import sharding_section
+from pipecheck.render.terminal import MIN_WIDTH, TerminalRenderer, render_section
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -489,8 +490,6 @@ class ShardsCommand(Command):
         import shutil
 
         from pipecheck._atomic import write_text_atomic
-        from pipecheck.render.sections.sharding import sharding_section
-        from pipecheck.render.terminal import render_section
         from pipecheck.shards import SCHEMA, shards
         from pipecheck.stress.target import load_factory
 
