@@ -18,6 +18,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeGuard
 
+from pipecheck.render.inert import visible
 from pipecheck.render.phrases import config_text
 
 if TYPE_CHECKING:
@@ -353,8 +354,9 @@ def _to_svg(fig: "Figure", name: str) -> str:
 
 
 def _plain(text: str) -> str:
-    """``text`` for a matplotlib label, shown literally: ``$`` would start mathtext."""
-    return text.replace("$", r"\$")
+    """``text`` for a matplotlib label, shown literally: ``$`` would start mathtext; control
+    characters as escapes (:func:`pipecheck.render.inert.visible`)."""
+    return visible(text, keep_newlines=False).replace("$", r"\$")
 
 
 def _finite(value: Optional[float]) -> TypeGuard[float]:

@@ -10,7 +10,9 @@ section shows (from later versions) are rendered generically from their JSON.
 
 Safety: every string that comes from the run (dataset and loader type names, exception text,
 paths, config values, finding messages) goes through :func:`html.escape`; chart text is escaped
-by matplotlib's SVG writer. A Content-Security-Policy meta tag forbids scripts and every
+by matplotlib's SVG writer. The finished page then passes :func:`pipecheck.render.inert.visible`
+(control characters and bidirectional overrides as visible escapes, as in the terminal), so a
+string cannot reorder the page's text. A Content-Security-Policy meta tag forbids scripts and every
 network fetch, so the page cannot load anything even if a string slipped through.
 """
 
@@ -24,6 +26,7 @@ from pipecheck.records import to_jsonable
 from pipecheck.render import charts
 from pipecheck.render.base import Renderer
 from pipecheck.render.generic import to_html as generic_html
+from pipecheck.render.inert import visible
 from pipecheck.render.model import Block, Chart, Document, Facts, Items, Note, Table
 from pipecheck.render.sections import RENDERED_FIELDS, build_document
 
@@ -55,7 +58,8 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bott
 .chart svg{width:100%;height:auto;display:block}
 .caption{font-size:12px;color:#556;margin:2px 4px}
 table{border-collapse:collapse;background:#fff;margin:6px 0;font-size:13px}
-th,td{border:1px solid #dde;padding:3px 8px;text-align:left;vertical-align:top}
+th,td{border:1px solid #dde;padding:3px 8px;text-align:left;vertical-align:top;
+ overflow-wrap:anywhere}
 td.n,th.n{text-align:right;white-space:nowrap}
 ul.facts{list-style:none;padding:0;margin:4px 0}
 ul.facts li{display:inline-block;margin:2px 22px 2px 0}
@@ -89,7 +93,7 @@ class HtmlRenderer(Renderer):
                                  [generic_html(value, name)]))
         body.append(f"<footer>{_e(document.footer)} · self-contained page: no script, no "
                     "network</footer>\n")
-        return (
+        return visible(
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'
             '<meta name="viewport" content="width=device-width,initial-scale=1">'

@@ -135,3 +135,16 @@ def test_colour_output_has_only_rich_own_escape_codes(tmp_path):
     buffer = io.StringIO()  # rich.print(report) on a console with markup on
     Console(file=buffer, width=120, force_terminal=True, color_system="standard").print(report)
     _assert_inert(SGR.sub("", buffer.getvalue()))
+
+
+def test_html_shows_control_and_bidi_characters_as_escapes(tmp_path):
+    """A right-to-left override in a string would reverse the page's text (the verdict, the
+    context line) in a browser: the page shows it as an escape, like the terminal does."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_hostile_json(tmp_path)), encoding="utf-8")
+    page_path = tmp_path / "run.html"
+    done = _cli("report", str(path), "--html", str(page_path), "--quiet")
+    assert done.returncode == 0, done.stderr
+    page = page_path.read_text(encoding="utf-8")
+    _assert_inert(page.replace("\n", " "))
+    assert "\\u202e" in page and "\\x1b]52;c;" in page
