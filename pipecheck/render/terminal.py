@@ -96,10 +96,19 @@ def renderables(report: "Report") -> list[RenderableType]:
 
 
 def section_renderables(section: Section) -> list[RenderableType]:
-    """A section's body as rich objects (no title): the blocks a terminal shows."""
-    out = [_block(block) for block in section.blocks
-           if not block.detail and not isinstance(block, Chart)]
-    return [part for part in out if part is not None]
+    """A section's body as rich objects (no title): the blocks a terminal shows. Paragraphs (a
+    grid without headers) right after a table are set off from it by a blank line."""
+    shown = [block for block in section.blocks
+             if not block.detail and not isinstance(block, Chart)]
+    out: list[RenderableType] = []
+    for previous, block in zip([None, *shown], shown):
+        if isinstance(block, Table) and block.grid and not block.headers \
+                and isinstance(previous, Table) and not previous.grid:
+            out.append(Text(""))
+        part = _block(block)
+        if part is not None:
+            out.append(part)
+    return out
 
 
 def render_section(section: Section, width: Optional[int] = None) -> str:
