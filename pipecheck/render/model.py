@@ -18,11 +18,8 @@ Tone = Literal["plain", "dim", "bold", "warning", "alert"]
 """How a note reads: ``dim`` an aside, ``warning`` (yellow) something to check, ``alert`` a
 caveat on the numbers (the run did not complete, the capacity estimate is contradicted)."""
 
-Severity = Literal["critical", "warning", "info"]
-"""A finding's severity, most severe first (:data:`SEVERITY_ORDER`)."""
-
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
-"""Sort key of a severity; unknown severities sort last (3)."""
+"""Sort key of a finding's severity, most severe first; unknown severities sort last (3)."""
 
 
 def by_severity(severity: str) -> int:

@@ -4,8 +4,12 @@ every format.
 :data:`SECTIONS` is the section-builder registry: ``(key, builder)`` in display order; a builder
 takes the :class:`~pipecheck.report.Report` and returns a
 :class:`~pipecheck.render.model.Section`, or ``None`` when the report has nothing for it
-(optional probes, stress, sharding, ranks). A new report section is one builder module here and
-one entry in :data:`SECTIONS`; every renderer then shows it.
+(optional probes, stress, sharding, ranks). A new report section is one builder module here,
+one entry in :data:`SECTIONS` and, when it shows a Report field of its own, that field's name
+in :data:`RENDERED_FIELDS` (else HTML would also dump the field generically); every renderer
+then shows it: the terminal and markdown its facts, notes, tables and findings, HTML those and
+its charts (a :class:`~pipecheck.render.model.Chart` names an entry of
+:data:`pipecheck.render.charts.CHARTS`).
 """
 
 from __future__ import annotations
