@@ -103,7 +103,7 @@ def _parts(report: "Report") -> list[RenderableType]:
 
         sections.append(("Ranks", ranks_lines(report.ranks, report.rank)))
     sections += [
-        ("Throughput", _throughput(report.consumer)),
+        ("Throughput", _throughput(report.consumer, report.stress)),
         ("Data wait (stall)", _stall(report.consumer)),
         ("Producer vs consumer", _producer_vs_consumer(report)),
         ("Host", _host(report)),
@@ -326,14 +326,28 @@ def _line(*pairs: tuple[str, str]) -> Text:
 
 
 
-def _throughput(consumer: "ConsumerSummary") -> list[RenderableType]:
+def _throughput(consumer: "ConsumerSummary",
+                stress: Optional[dict[str, Any]] = None) -> list[RenderableType]:
+    """The rates; a stress report's first line is its headline trial's steady rate (the
+    sweep's figure), labelled, and the whole-run rate below it is labelled as such."""
+    headline = stress.get("headline") if isinstance(stress, dict) else None
+    steady = _number(headline.get("steady_samples_per_s")) if isinstance(headline, dict) else None
+    lines: list[RenderableType] = []
+    if isinstance(headline, dict) and steady is not None:
+        lines.append(_line(
+            ("steady", fmt.rate(steady, "samples")),
+            ("", fmt.rate(_number(headline.get("steady_batches_per_s")), "batches")),
+            ("", "(the recommended configuration's sweep trial; each epoch's first batch "
+                 "left out, as in the sweep)")))
     rates = [
-        ("", fmt.rate(consumer.samples_per_s, "samples")),
+        ("whole run" if lines else "", fmt.rate(consumer.samples_per_s, "samples")),
         ("", fmt.rate(consumer.batches_per_s, "batches")),
     ]
     if consumer.tokens_per_s is not None:
         rates.append(("", fmt.rate(consumer.tokens_per_s, "tokens")))
-    return [
+    if lines:
+        rates.append(("", "(worker start-up included)"))
+    return lines + [
         _line(*rates),
         _line(
             ("wall", fmt.seconds(consumer.wall_s)),
