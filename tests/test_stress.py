@@ -247,7 +247,8 @@ def test_headline_is_the_recommended_sweep_trials_steady_rate_with_the_whole_run
     text = report.render(width=200)
     steady_line, whole_line = text.split("Throughput\n", 1)[1].splitlines()[:2]
     assert steady_line.startswith(f"  steady {rate(trial['samples_per_s'], 'samples')} · ")
-    assert whole_line.startswith(f"  whole run {rate(report.consumer.samples_per_s, 'samples')} · ")
+    whole = rate(report.consumer.samples_per_s, "samples")
+    assert whole_line.startswith(f"  whole run {whole} · ")
     assert "start-up included" in whole_line
     # A report saved before the headline key existed still loads, and reads as before.
     saved = tmp_path / "old.json"
