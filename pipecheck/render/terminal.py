@@ -337,7 +337,7 @@ def _throughput(consumer: "ConsumerSummary",
         lines.append(_line(
             ("steady", fmt.rate(steady, "samples")),
             ("", fmt.rate(_number(headline.get("steady_batches_per_s")), "batches")),
-            ("", "(the recommended configuration's sweep trial; each epoch's first batch "
+            ("", "(the sweep's recommended trial; each epoch's first batch "
                  "left out, as in the sweep)")))
     rates = [
         ("whole run" if lines else "", fmt.rate(consumer.samples_per_s, "samples")),
