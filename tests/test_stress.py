@@ -250,6 +250,9 @@ def test_headline_is_the_recommended_sweep_trials_steady_rate_with_the_whole_run
     whole = rate(report.consumer.samples_per_s, "samples")
     assert whole_line.startswith(f"  whole run {whole} · ")
     assert "start-up included" in whole_line
+    sweep = text.split("Stress sweep\n", 1)[1]
+    assert "rates over steady batches: each epoch's first batch (worker start-up) left out" \
+        in " ".join(sweep.split())
     # A report saved before the headline key existed still loads, and reads as before.
     saved = tmp_path / "old.json"
     report.save(saved)

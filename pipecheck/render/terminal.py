@@ -759,6 +759,8 @@ def _stress(stress: dict[str, Any]) -> list[RenderableType]:
                            if trial.get("measured") and predicted is not None else "")
             table.add_row(*row)
         lines.append(table)
+        lines.append(Text("rates over steady batches: each epoch's first batch (worker start-up) "
+                          "left out", style=_DIM))
     hidden = len(predicted_only) - PREDICTED_ROWS
     if hidden > 0:
         lines.append(Text(f"{hidden} more predicted, unmeasured configurations are listed in "
