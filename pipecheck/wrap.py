@@ -64,6 +64,16 @@ CPU on a torch worker (measured here), so reading 3 processes at 1 Hz took ~1% o
 new workers are not read on first sight, which without persistent_workers cost 2 reads per worker
 per epoch (half of the sampler's CPU in ``benchmarks/overhead.py``)."""
 
+EARLY_PSS_INTERVAL_S = 2.0
+"""Seconds between PSS/USS reads during the first :data:`EARLY_PSS_WINDOW_S` of a run, so the
+memory-growth test (7 readings: 5 after its warm-up third) can judge a run from about 15 s.
+One read cost 1.0 ms of CPU on a 218 MiB torch process and 3.0 ms on a 1 GiB one (``python
+benchmarks/memory.py uss-cost``): 3 such processes every 2 s take under 0.5% of a core."""
+
+EARLY_PSS_WINDOW_S = 30.0
+"""Seconds from the first ``iter()`` during which USS is read every :data:`EARLY_PSS_INTERVAL_S`
+(then every ``memory_interval_s``)."""
+
 FAST_BATCH_EPOCH_STRIDE = 8
 """For such fast batches, time one epoch in this many (always the first)."""
 
@@ -309,6 +319,10 @@ class WrappedLoader:
             pids = self._workers.pid_to_worker if self._workers is not None else None
             own(self, "_host", HostProbe(run_start=self._run_start, interval_s=host_interval_s,
                                          pss_interval_s=max(memory_interval_s, host_interval_s),
+                                         early_pss_interval_s=max(
+                                             min(memory_interval_s, EARLY_PSS_INTERVAL_S),
+                                             host_interval_s),
+                                         early_pss_window_s=EARLY_PSS_WINDOW_S,
                                          pss_on_first_sight=False,
                                          worker_ids=pids, clock=clock))
         own(self, "_finalizer", weakref.finalize(self, _stop, self._host, self._workers,
@@ -536,9 +550,11 @@ def wrap(
             window early. ``stacks_rate_hz`` (> 0): samples per second and process. When
             py-spy is missing or not permitted the report says why (finding
             ``stacks-unavailable``) and everything else is measured as usual.
-        memory_interval_s: seconds (> 0) between USS/PSS reads of every process (about 5 ms of
-            CPU per process per read; default :data:`PSS_INTERVAL_S`); the memory-growth test
-            needs 9 or more reads, so shorten it for runs under a minute.
+        memory_interval_s: seconds (> 0) between USS/PSS reads of every process (1-3 ms of CPU
+            per process per read; default :data:`PSS_INTERVAL_S`); during the first
+            :data:`EARLY_PSS_WINDOW_S` seconds they are read every :data:`EARLY_PSS_INTERVAL_S`
+            (or ``memory_interval_s`` when shorter), so the memory-growth test, which needs 7
+            readings of a worker (5 after its warm-up third), can judge a run from about 15 s.
         device: when CUDA is available, time GPU idle around ``next()`` with CUDA events.
         save: a JSON path the report is also written to when the process exits (normally, by
             an exception, or on SIGTERM as torchrun sends to the surviving ranks when one rank

@@ -11,19 +11,33 @@ PSS moves when sibling workers start or exit, so it is reported but not tested):
    regression coefficient based on Kendall's tau", JASA 63, 1968), robust to the allocator's
    step changes and to outliers;
 3. significance: Sen's distribution-free confidence interval for that slope at
-   :data:`CONFIDENCE_Z` (95% two-sided), from the variance of Kendall's S with no ties,
-   ``n(n-1)(2n+5)/18`` (as in R. O. Gilbert, "Statistical Methods for Environmental Pollution
-   Monitoring", 1987, section 16.5); growth needs its lower bound above 0;
+   :data:`CONFIDENCE_Z` (95% two-sided): up to :data:`EXACT_MAX_POINTS` readings from the exact
+   null distribution of Kendall's statistic (M. Hollander and D. A. Wolfe, "Nonparametric
+   Statistical Methods", 2nd ed., 1999, section 9.3), beyond that from its normal approximation
+   with variance ``n(n-1)(2n+5)/18`` with no ties (R. O. Gilbert, "Statistical Methods for
+   Environmental Pollution Monitoring", 1987, section 16.5); growth needs its lower bound
+   above 0;
 4. materiality: the slope times the tested span must reach :data:`MIN_GROWTH_BYTES` and
-   :data:`MIN_GROWTH_FRACTION` of the starting USS, so a one-off allocation step is not a leak.
+   :data:`MIN_GROWTH_FRACTION` of the starting USS, so a one-off allocation step is not a leak;
+5. persistence: the Theil-Sen slope of the later half of the tested readings must be at least
+   :data:`PERSIST_FRACTION` of the whole slope. A leak grows at a steady rate, so both halves
+   agree; memory that rose once and levelled off (a cache filled at start-up, a file's pages
+   mapped in) has a later slope near 0, even when its rise falls inside the tested readings.
 
 The constants are pipecheck's choice, measured on this project's 2-core test machine: a clean
 map-style dataset's worker USS moved by under 2 MiB over 3-10 s runs, and 20 repeated clean runs
-were never flagged (``tests/integration/test_memory_growth.py``).
+were never flagged (``tests/integration/test_memory_growth.py``). With USS read every 2 s (the wrapper's
+first 30 s; ``python benchmarks/memory.py growth``, 2 fork workers at about 10 batches/s each):
+leaks of 128 and 512 KiB per batch were flagged from 15 s on, their rate estimated within 1%;
+32 KiB per batch (0.3 MiB/s a worker) not within 30 s, as 8 MiB takes 26 s to grow; clean,
+allocator/page-cache-noise and 48 MiB-in-5-s warm-up datasets never. A rise still under way
+when the readings are taken cannot be told from a leak: a 12 s warm-up was flagged at 15-16 s,
+until two readings after its end, and not after.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, cast
@@ -33,8 +47,22 @@ from pipecheck.records import MemorySample, ProcessStats
 WARMUP_FRACTION = 1.0 / 3.0
 """Share of a process's earliest memory readings left out of the growth test (warm-up)."""
 
-MIN_READINGS = 6
-"""Fewest readings (after warm-up) the test runs on; Sen's interval is undefined below ~5."""
+MIN_READINGS = 5
+"""Fewest readings (after warm-up) the test runs on: the exact 95% interval needs 5 (with 4,
+all 6 pairs concordant happens by chance 1 time in 24, more than 2.5%); with 5 its lower bound
+is the smallest of the 10 pairwise slopes, so growth then means USS rose between every pair of
+readings."""
+
+PERSIST_FRACTION = 0.5
+"""Least ratio of the later half's slope to the whole slope for growth to count as ongoing
+(pipecheck's choice: a steady leak gives about 1, a plateau reached inside the window about 0)."""
+
+EXACT_MAX_POINTS = 30
+"""Up to this many points Sen's interval takes its ranks from the exact null distribution of
+Kendall's statistic (:func:`_exact_rank`); beyond, from its normal approximation with variance
+``n(n-1)(2n+5)/18``. The approximation is too wide for a handful of points: with 5 it gives no
+lower bound, while exactly, 5 readings each higher than the one before are significant at 95%
+(the chance is 1/120 for each direction)."""
 
 CONFIDENCE_Z = 1.96
 """Standard normal quantile of the slope's confidence interval (95% two-sided)."""
@@ -65,7 +93,8 @@ class Slope:
 class Growth:
     """Memory growth of one process: USS slope in bytes/s with its 95% interval, over
     ``span_s`` seconds of ``readings`` readings starting at ``start_bytes``; ``significant``
-    when the interval excludes 0 and the growth is material (see the module docstring)."""
+    when the interval excludes 0, the growth is material and still going on (``late_bytes_per_s``,
+    the slope of the later half of the readings; see the module docstring)."""
 
     pid: int
     slope_bytes_per_s: float
@@ -75,11 +104,13 @@ class Growth:
     span_s: float
     start_bytes: int
     significant: bool
+    late_bytes_per_s: Optional[float] = None
 
 
 def theil_sen(xs: Sequence[float], ys: Sequence[float], z: float = CONFIDENCE_Z) -> Optional[Slope]:
     """Theil-Sen slope of ``ys`` against ``xs`` with Sen's confidence interval at normal
-    quantile ``z``. ``None`` with fewer than 2 distinct x values. When the interval's ranks fall
+    quantile ``z`` (exact ranks up to :data:`EXACT_MAX_POINTS` points with distinct x).
+    ``None`` with fewer than 2 distinct x values. When the interval's ranks fall
     outside the pairwise slopes (few points), ``low`` is ``-inf`` / ``high`` ``+inf``. Raises
     ``ValueError`` when the sequences differ in length. O(n^2) in time and memory: callers keep
     n in the hundreds."""
@@ -97,12 +128,46 @@ def theil_sen(xs: Sequence[float], ys: Sequence[float], z: float = CONFIDENCE_Z)
     middle = count // 2
     median = slopes[middle] if count % 2 else 0.5 * (slopes[middle - 1] + slopes[middle])
     n = len(xs)
-    spread = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
-    lower_rank = math.floor((count - spread) / 2.0)  # 1-based rank M1
-    upper_rank = math.ceil((count + spread) / 2.0) + 1  # 1-based rank M2 + 1
+    if n <= EXACT_MAX_POINTS and count == n * (n - 1) // 2:
+        lower_rank = _exact_rank(n, 0.5 * math.erfc(z / math.sqrt(2.0)))
+        upper_rank = count + 1 - lower_rank
+    else:
+        spread = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+        lower_rank = math.floor((count - spread) / 2.0)  # 1-based rank M1
+        upper_rank = math.ceil((count + spread) / 2.0) + 1  # 1-based rank M2 + 1
     low = slopes[lower_rank - 1] if lower_rank >= 1 else -math.inf
     high = slopes[upper_rank - 1] if upper_rank <= count else math.inf
     return Slope(slope=median, low=low, high=high, points=n)
+
+
+@functools.lru_cache(maxsize=64)
+def _exact_rank(n: int, tail: float) -> int:
+    """The 1-based rank ``r`` of the lower bound of the distribution-free interval
+    ``[S(r), S(N + 1 - r)]`` over the ``N = n(n-1)/2`` ordered pairwise slopes, each end missed
+    with probability at most ``tail``; 0 when even ``[S(1), S(N)]`` misses more often.
+
+    The true slope lies below ``S(r)`` exactly when at least ``N - r + 1`` pairs of the
+    residuals ``y - slope x`` are concordant, i.e. at most ``r - 1`` are discordant; with no
+    ties the discordant-pair count is distributed as the inversions of a uniformly random
+    permutation of ``n`` (Kendall's null distribution; M. Hollander and D. A. Wolfe,
+    "Nonparametric Statistical Methods", 2nd ed., 1999, section 9.3). So ``r - 1`` is the
+    largest ``d`` with ``P(inversions <= d) <= tail``."""
+    counts = [1]  # permutations of the first k items by inversion count (Mahonian numbers)
+    for k in range(2, n + 1):
+        widened = [0] * (len(counts) + k - 1)
+        for inversions, ways in enumerate(counts):
+            for extra in range(k):
+                widened[inversions + extra] += ways
+        counts = widened
+    total = math.factorial(n)
+    cumulative = 0
+    rank = 0
+    for inversions, ways in enumerate(counts):
+        cumulative += ways
+        if cumulative / total > tail:
+            break
+        rank = inversions + 1
+    return rank
 
 
 def process_growth(pid: int, series: Sequence[MemorySample]) -> Optional[Growth]:
@@ -119,6 +184,10 @@ def process_growth(pid: int, series: Sequence[MemorySample]) -> Optional[Growth]
     assert start is not None  # readings keeps only samples with uss_bytes
     grown = fit.slope * span_s
     material = grown >= MIN_GROWTH_BYTES and grown >= MIN_GROWTH_FRACTION * start
+    late_points = tested[len(tested) // 2:]
+    late = theil_sen([s.at_s for s in late_points],
+                     [float(cast(int, s.uss_bytes)) for s in late_points])
+    ongoing = late is not None and late.slope >= PERSIST_FRACTION * fit.slope
     return Growth(
         pid=pid,
         slope_bytes_per_s=fit.slope,
@@ -127,7 +196,8 @@ def process_growth(pid: int, series: Sequence[MemorySample]) -> Optional[Growth]
         readings=len(tested),
         span_s=span_s,
         start_bytes=start,
-        significant=fit.low > 0 and material,
+        significant=fit.low > 0 and material and ongoing,
+        late_bytes_per_s=None if late is None else late.slope,
     )
 
 

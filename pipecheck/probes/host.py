@@ -3,9 +3,12 @@ their children, plus system-wide CPU, iowait and available memory.
 
 A daemon thread reads psutil every ``interval_s`` seconds. CPU percents are computed from
 ``cpu_times()`` deltas (psutil's own ``cpu_percent()`` returns a meaningless 0 on its first call).
-PSS (``memory_full_info``, ~5-7 ms of CPU per process) is read at most every ``pss_interval_s``,
-plus, with ``pss_on_first_sight``, once when a process is first seen so that short-lived workers
-get a value (without persistent workers that is two reads per worker per epoch).
+PSS and USS (``memory_full_info``, which walks the process's page tables: its CPU cost grows with
+the resident size, see ``benchmarks/memory.py uss-cost``) are read at most every
+``early_pss_interval_s`` during the first ``early_pss_window_s`` seconds (so a short run gets
+enough readings for the memory-growth test) and every ``pss_interval_s`` after that, plus, with
+``pss_on_first_sight``, once when a process is first seen so that short-lived workers get a
+value (without persistent workers that is two reads per worker per epoch).
 ``read_bytes`` counts reads that hit storage; ``read_chars`` also counts page-cache hits.
 On Linux each tick also reads ``/proc/<pid>/schedstat`` (about 15 us): the time a process's main
 thread spent runnable but waiting for a core, which tells CPU contention from waiting on sleep,
@@ -135,7 +138,10 @@ class HostProbe:
 
     ``run_start``: a ``clock()`` value; sample times (``at_s``) are seconds since it.
     ``interval_s`` (> 0): seconds between ticks. ``pss_interval_s`` (> 0): least seconds between
-    PSS reads; ``pss_on_first_sight``: also read a process's PSS at its first tick.
+    PSS reads; ``early_pss_interval_s`` (> 0, default ``pss_interval_s``): the same during the
+    first ``early_pss_window_s`` seconds (>= 0, default 0) after :meth:`start`, so a short run
+    gets enough readings for the growth test; ``pss_on_first_sight``: also read a process's PSS
+    at its first tick.
     ``worker_ids``: returns pid -> DataLoader worker id (called from the sampler thread,
     so it must be thread-safe); when it is ``None`` or returns ``{}``, every direct child of the
     main process counts as a worker with ``worker_id`` ``None``. ``pid``: the main process
@@ -155,6 +161,8 @@ class HostProbe:
         run_start: float,
         interval_s: float = 0.5,
         pss_interval_s: float = 1.0,
+        early_pss_interval_s: Optional[float] = None,
+        early_pss_window_s: float = 0.0,
         pss_on_first_sight: bool = True,
         worker_ids: Optional[WorkerIds] = None,
         clock: Clock = _clock.monotonic,
@@ -165,11 +173,19 @@ class HostProbe:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         if not pss_interval_s > 0:
             raise ValueError(f"pss_interval_s must be > 0, got {pss_interval_s!r}")
+        if early_pss_interval_s is not None and not early_pss_interval_s > 0:
+            raise ValueError(f"early_pss_interval_s must be > 0, got {early_pss_interval_s!r}")
+        if not early_pss_window_s >= 0:
+            raise ValueError(f"early_pss_window_s must be >= 0, got {early_pss_window_s!r}")
         if max_samples < 2:
             raise ValueError(f"max_samples must be >= 2, got {max_samples!r}")
         self._run_start = run_start
         self._interval_s = float(interval_s)
         self._pss_interval_s = float(pss_interval_s)
+        self._early_pss_interval_s = float(
+            pss_interval_s if early_pss_interval_s is None else early_pss_interval_s)
+        self._early_pss_window_s = float(early_pss_window_s)
+        self._started_elapsed_s: Optional[float] = None  # perf_counter at the first tick
         self._pss_on_first_sight = pss_on_first_sight
         self._worker_ids = worker_ids
         self._clock = clock
@@ -290,9 +306,13 @@ class HostProbe:
     def _read(self) -> _Tick:
         assert self._main is not None
         elapsed_s = time.perf_counter()
+        if self._started_elapsed_s is None:
+            self._started_elapsed_s = elapsed_s
+        early = elapsed_s - self._started_elapsed_s < self._early_pss_window_s
         pss_due = (
             self._last_pss_elapsed_s is None
-            or elapsed_s - self._last_pss_elapsed_s >= self._pss_interval_s
+            or elapsed_s - self._last_pss_elapsed_s
+            >= (self._early_pss_interval_s if early else self._pss_interval_s)
         )
         if pss_due:
             self._last_pss_elapsed_s = elapsed_s

@@ -199,7 +199,22 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
     if unprofiled is None and not extra.fits(limits):
         unprofiled = extra.shortfall(limits)
     record, section["profile"] = _profile(unprofiled, stacks, extra, chosen, limits)
+    section["headline"] = headline(chosen)
     return stress_report(record, section)
+
+
+def headline(chosen: TrialResult) -> dict[str, Any]:
+    """The stress section's ``headline``: the sweep trial whose record gives the report's
+    ``consumer``, ``producer`` and ``host`` sections (the recommended configuration's, never the
+    profiling trial), with its steady rates (each epoch's first batch left out: the figures the
+    sweep compares, ``steady_samples_per_s`` / ``steady_batches_per_s``) and its whole-run
+    rates (worker start-up included: the report's ``consumer`` figures, ``run_samples_per_s``
+    / ``run_batches_per_s``), all per second."""
+    return {"config": chosen.config.to_dict(), "source": "sweep",
+            "steady_samples_per_s": chosen.samples_per_s,
+            "steady_batches_per_s": chosen.batches_per_s,
+            "run_samples_per_s": chosen.run_samples_per_s,
+            "run_batches_per_s": chosen.run_batches_per_s}
 
 
 def stress_report(record: Any, section: dict[str, Any]) -> Any:

@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, cast
 
-from pipecheck.analysis.consumer import steady_stall_fraction
+from pipecheck.analysis.consumer import steady_stall_fraction, summarize_consumer
 from pipecheck.records import RunRecord, from_jsonable, to_jsonable
 from pipecheck.stress.settings import StepTime, TrialConfig
 
@@ -49,10 +49,14 @@ class TrialLimits:
 
 @dataclass(frozen=True)
 class TrialResult:
-    """What one trial measured. Rates exclude each epoch's first batch (warm-up); ``startup_s``
-    is the first epoch's first-batch latency in seconds. ``stall_fraction`` (0-1) is the steady
-    data wait over loop time. Failed trials have ``error`` set and ``None`` rates.
-    ``record`` (the wrap record, kind ``stress``) stays out of :meth:`to_dict`."""
+    """What one trial measured. ``samples_per_s`` and ``batches_per_s`` are steady rates: each
+    epoch's first batch (worker start-up) is left out of the count and the time; they are what
+    trials are compared on. ``run_samples_per_s`` / ``run_batches_per_s`` are the whole run's
+    (every batch over the loop time, start-ups included: the wrapped run's ``consumer`` figures,
+    lower by the start-up share). ``startup_s`` is the first epoch's first-batch latency in
+    seconds. ``stall_fraction`` (0-1) is the steady data wait over loop time. Failed trials have
+    ``error`` set and ``None`` rates. ``record`` (the wrap record, kind ``stress``) stays out of
+    :meth:`to_dict`."""
 
     config: TrialConfig
     samples_per_s: Optional[float]
@@ -63,6 +67,8 @@ class TrialResult:
     wall_s: float
     error: Optional[str] = None
     record: Optional[RunRecord] = None
+    run_samples_per_s: Optional[float] = None
+    run_batches_per_s: Optional[float] = None
 
     @property
     def ok(self) -> bool:
@@ -73,7 +79,9 @@ class TrialResult:
         return {"config": self.config.to_dict(), "samples_per_s": self.samples_per_s,
                 "batches_per_s": self.batches_per_s, "stall_fraction": self.stall_fraction,
                 "measured": True, "startup_s": self.startup_s, "batches": self.batches,
-                "wall_s": self.wall_s, "error": self.error}
+                "wall_s": self.wall_s, "error": self.error,
+                "run_samples_per_s": self.run_samples_per_s,
+                "run_batches_per_s": self.run_batches_per_s}
 
 
 def failed(config: TrialConfig, error: str, wall_s: float = 0.0) -> TrialResult:
@@ -175,6 +183,7 @@ def summarize(config: TrialConfig, record: RunRecord, wall_s: float,
     if rate is None and error is None:
         error = (f"too few batches to measure: {consumer.batches} delivered "
                  f"(at least 2 per epoch needed)")
+    whole = summarize_consumer(consumer)
     return TrialResult(
         config=config,
         samples_per_s=rate * per_batch if rate is not None and per_batch is not None else None,
@@ -185,6 +194,8 @@ def summarize(config: TrialConfig, record: RunRecord, wall_s: float,
         wall_s=wall_s,
         error=error,
         record=record,
+        run_samples_per_s=whole.samples_per_s if rate is not None else None,
+        run_batches_per_s=whole.batches_per_s if rate is not None else None,
     )
 
 
@@ -203,6 +214,8 @@ def result_from_json(data: dict[str, Any]) -> TrialResult:
         samples_per_s=data["samples_per_s"], batches_per_s=data["batches_per_s"],
         stall_fraction=data["stall_fraction"], startup_s=data["startup_s"],
         batches=data["batches"], wall_s=data["wall_s"], error=data["error"],
+        run_samples_per_s=data.get("run_samples_per_s"),
+        run_batches_per_s=data.get("run_batches_per_s"),
         record=from_jsonable(RunRecord, record, "record") if record is not None else None)
 
 

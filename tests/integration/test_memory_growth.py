@@ -12,10 +12,11 @@ import pytest
 from torch.utils.data import DataLoader
 
 import pipecheck
-from cause_datasets import GrowingDataset
+from cause_datasets import GrowingDataset, WarmingDataset
 from fake_pipeline import FakeRun, simulate
 from pipecheck.analysis import analyze
 from pipecheck.analysis.memory import process_growth, shm_needed_bytes, theil_sen
+from pipecheck.probes.host import HostProbe
 from pipecheck.probes.dataset_memory import largest_containers, shared_memory_record
 from pipecheck.records import MemorySample, SharedMemoryRecord
 
@@ -118,7 +119,95 @@ def test_warm_up_and_one_step_are_not_growth():
     growth = process_growth(1, _series(leak))
     assert growth.significant and growth.slope_bytes_per_s == pytest.approx(2 * mib)
     assert process_growth(1, _series(leak[:8])).readings == 6  # the first 2 of 8 are warm-up
-    assert process_growth(1, _series(leak[:7])) is None  # 5 readings after warm-up: too few
+    assert process_growth(1, _series(leak[:7])).significant  # 5 after warm-up: enough
+    assert process_growth(1, _series(leak[:6])) is None  # 4 readings after warm-up: too few
+
+
+def test_five_rising_readings_are_significant_exactly_and_one_fall_is_not():
+    # Exactly, 5 readings each above the last happen by chance 1 time in 120 per direction
+    # (inside 2.5%): the interval's lower end is the smallest pairwise slope. The normal
+    # approximation gave no lower bound at all with 5 points.
+    xs = [0.0, 2.0, 4.0, 6.0, 8.0]
+    ys = [0.0, 2.5, 4.9, 7.6, 10.0]
+    fit = theil_sen(xs, ys)
+    pairwise = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(5) for j in range(i + 1, 5)]
+    assert fit.low == min(pairwise) and fit.high == max(pairwise)
+    assert fit.low > 0
+    assert theil_sen(xs, [0.0, 2.5, 2.4, 7.6, 10.0]).low < 0  # one reading lower than before
+    assert math.isinf(theil_sen(xs[:4], [0.0, 1.0, 2.0, 3.0]).low)  # 4 points: 1 in 24, too likely
+
+
+def test_memory_that_rose_and_levelled_off_inside_the_window_is_not_growth():
+    mib = 2**20
+    # Read every 2 s: a cache filled over the first 14 s, flat (+-0.2 MiB) afterwards; the
+    # warm-up third (4 readings) leaves half of the rise inside the tested readings.
+    values = [10, 20, 30, 40, 52, 64, 76, 80, 80.3, 80.1, 80.4, 80.2]
+    growth = process_growth(1, _series([int(v * mib) for v in values], step_s=2.0))
+    # Rising in every pair and material, so without the persistence test it would be flagged;
+    # its later half is flat.
+    assert growth.low_bytes_per_s > 0 and growth.slope_bytes_per_s * growth.span_s > 8 * mib
+    assert growth.late_bytes_per_s < 0.5 * growth.slope_bytes_per_s
+    assert not growth.significant
+    steady = [10 + 6 * i for i in range(12)]  # the same rise, kept up: a leak
+    assert process_growth(1, _series([int(v * mib) for v in steady], step_s=2.0)).significant
+
+
+def test_host_probe_reads_memory_faster_in_its_early_window():
+    probe = HostProbe(run_start=time.monotonic(), interval_s=0.05, pss_interval_s=0.5,
+                      early_pss_interval_s=0.1, early_pss_window_s=1.0)
+    probe.start()
+    time.sleep(2.0)
+    probe.stop()
+    (main,) = [p for p in probe.snapshot().processes if p.role == "main"]
+    times = [m.at_s - main.memory[0].at_s for m in main.memory]
+    early = [t for t in times if t < 1.0]
+    late = [t for t in times if t >= 1.1]
+    # Every 0.1 s for the first second (ticks slip on a loaded machine: at least 4), then
+    # every 0.5 s (at most 3 in the next 0.9 s, the last reading at stop() included).
+    assert len(early) >= 4
+    assert all(b - a >= 0.09 for a, b in zip(early, early[1:]))
+    assert 1 <= len(late) <= 3
+    assert all(b - a >= 0.45 for a, b in zip(late, late[1:]))
+
+
+def _flagged_within(dataset, seconds: float):
+    """Seconds from iter() until report() would first flag memory growth (checked every second
+    with the wrapper's default memory cadence), or None if not within ``seconds``."""
+    loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=2,
+                        multiprocessing_context="fork")
+    with pipecheck.wrap(loader) as wrapped:
+        start, next_check, checks = time.perf_counter(), 1.0, 0
+        for _ in wrapped:
+            now = time.perf_counter() - start
+            if now >= seconds:
+                break
+            if now >= next_check:
+                next_check += 1.0
+                checks += 1
+                run = wrapped.record()
+                if any(f.kind == "memory-growth" for f in analyze(run).diagnosis.findings):
+                    return now, run
+        assert checks >= seconds - 2  # the loop ran the whole time
+        return None, wrapped.record()
+
+
+@pytest.mark.slow
+def test_a_leak_of_128_kib_per_batch_is_flagged_within_20_s_at_the_default_cadence():
+    # 4 samples of 25 ms per batch: about 10 batches/s per worker, 1.25 MiB/s leaked each.
+    dataset = GrowingDataset(10_000, 0.025, 128 * 1024 // BATCH_SIZE)
+    at_s, run = _flagged_within(dataset, 20.0)
+    assert at_s is not None, [(p.role, [m.uss_bytes for m in p.memory])
+                              for p in run.host.processes]
+
+
+@pytest.mark.slow
+def test_a_cache_warmed_at_start_up_is_not_flagged_in_20_s():
+    # 48 MiB per worker over its first 200 samples (about 5 s), then flat.
+    dataset = WarmingDataset(10_000, 0.025, 48 * 2**20, 200)
+    at_s, run = _flagged_within(dataset, 20.0)
+    assert at_s is None, at_s
+    workers = [p for p in run.host.processes if p.role == "worker"]
+    assert workers and all(len(p.memory) >= 7 for p in workers)  # the test did run on them
 
 
 # -- /dev/shm headroom ---------------------------------------------------------------------------

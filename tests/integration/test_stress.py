@@ -16,6 +16,7 @@ from pipecheck.recommend import PERSISTENT_START_SHARE
 from pipecheck.stress.settings import StepTime, TrialConfig, parse_step_time, sweep_configs
 from pipecheck.stress.target import rebuild_loader
 from pipecheck.stress.trial import TrialLimits, measure
+from pipecheck.units import rate
 from helpers_datasets import IndexDataset
 from stress_targets import SleepPerSample
 from paths import STRESS_TARGETS
@@ -227,3 +228,40 @@ def test_in_process_hung_worker_fails_through_torchs_timeout():
     loader = DataLoader(SleepPerSample(hang=True), batch_size=2)
     with pytest.raises(BadInputError, match="DataLoader timed out after 2 seconds"):
         pipecheck.stress(loader, workers=[1], timeout_s=2)
+
+
+def test_headline_is_the_recommended_sweep_trials_steady_rate_with_the_whole_run_labelled(
+        tmp_path):
+    # 16 batches an epoch: the trial runs several epochs, each restarting its worker, so the
+    # whole-run rate (start-ups included) is below the steady rate the sweep compares.
+    loader = DataLoader(SleepPerSample(n=64, sleep_s=0.002), batch_size=4)
+    report = pipecheck.stress(loader, workers=[1], trial_s=1.5, persistent_workers=False,
+                              stacks=False)
+    (trial,) = report.stress["trials"]
+    headline = report.stress["headline"]
+    assert headline["config"] == trial["config"] == report.stress["recommended"]["config"]
+    assert headline["steady_samples_per_s"] == trial["samples_per_s"]
+    assert headline["run_samples_per_s"] == trial["run_samples_per_s"] \
+        == pytest.approx(report.consumer.samples_per_s)
+    assert trial["epochs"] >= 2 and headline["run_samples_per_s"] < trial["samples_per_s"]
+    text = report.render(width=200)
+    steady_line, whole_line = text.split("Throughput\n", 1)[1].splitlines()[:2]
+    assert steady_line.startswith(f"  steady {rate(trial['samples_per_s'], 'samples')} · ")
+    whole = rate(report.consumer.samples_per_s, "samples")
+    assert whole_line.startswith(f"  whole run {whole} · ")
+    assert "start-up included" in whole_line
+    sweep = text.split("Stress sweep\n", 1)[1]
+    assert "rates over steady batches: each epoch's first batch (worker start-up) left out" \
+        in " ".join(sweep.split())
+    # A report saved before the headline key existed still loads, and reads as before.
+    saved = tmp_path / "old.json"
+    report.save(saved)
+    data = json.loads(saved.read_text())
+    del data["stress"]["headline"]
+    for entry in data["stress"]["trials"]:
+        del entry["run_samples_per_s"], entry["run_batches_per_s"]
+    saved.write_text(json.dumps(data))
+    old_text = pipecheck.load(saved).render(width=200)
+    assert "whole run" not in old_text
+    assert old_text.split("Throughput\n", 1)[1].startswith(
+        f"  {rate(report.consumer.samples_per_s, 'samples')} · ")

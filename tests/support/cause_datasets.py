@@ -92,6 +92,26 @@ class GrowingDataset(Dataset):
         return torch.tensor([index])
 
 
+class WarmingDataset(Dataset):
+    """Each sample sleeps ``cost_s``; each process's first ``warm_items`` samples fill a cache
+    of ``warm_bytes`` in all (written, so resident), then memory stays flat: a cache warmed at
+    start-up, not a leak."""
+
+    def __init__(self, n: int, cost_s: float, warm_bytes: int, warm_items: int) -> None:
+        self.n, self.cost_s = n, cost_s
+        self.warm_bytes, self.warm_items = warm_bytes, warm_items
+        self.cache: list[bytes] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(self.cost_s)
+        if len(self.cache) < self.warm_items:
+            self.cache.append(bytes([index % 251]) * (self.warm_bytes // self.warm_items))
+        return torch.tensor([index])
+
+
 class DirectReadDataset(Dataset):
     """Each sample reads ``chunk_bytes`` of ``path`` with O_DIRECT (bypassing the page cache, so
     every read hits storage), into one page-aligned buffer per process."""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Optional
 
 from pipecheck import units as fmt
 from pipecheck.render.model import Block, Chart, Note, Section, line, table
-from pipecheck.render.phrases import capacity_phrase
+from pipecheck.render.phrases import capacity_phrase, number
 
 if TYPE_CHECKING:
     from pipecheck.records import ProducerSummary
@@ -14,13 +14,27 @@ if TYPE_CHECKING:
 
 
 def throughput(report: "Report") -> Section:
-    """Samples, batches (and tokens) per second; wall time, batches, samples, epochs."""
+    """Samples, batches (and tokens) per second; wall time, batches, samples, epochs. A stress
+    report's first line is its headline trial's steady rate (the sweep's figure), labelled, and
+    the whole-run rate below it is labelled as such."""
     consumer = report.consumer
-    rates = [("", fmt.rate(consumer.samples_per_s, "samples")),
+    headline = report.stress.get("headline") if isinstance(report.stress, dict) else None
+    steady = number(headline.get("steady_samples_per_s")) if isinstance(headline, dict) else None
+    blocks: list[Block] = []
+    if isinstance(headline, dict) and steady is not None:
+        blocks.append(line(
+            ("steady", fmt.rate(steady, "samples")),
+            ("", fmt.rate(number(headline.get("steady_batches_per_s")), "batches")),
+            ("", "(the sweep's recommended trial; each epoch's first batch left out, as in "
+                 "the sweep)")))
+    rates = [("whole run" if blocks else "", fmt.rate(consumer.samples_per_s, "samples")),
              ("", fmt.rate(consumer.batches_per_s, "batches"))]
     if consumer.tokens_per_s is not None:
         rates.append(("", fmt.rate(consumer.tokens_per_s, "tokens")))
+    if blocks:
+        rates.append(("", "(worker start-up included)"))
     return Section("throughput", "Throughput", (
+        *blocks,
         line(*rates),
         line(("wall", fmt.seconds(consumer.wall_s)),
              ("", fmt.count(consumer.batches, "batch", "batches")),

@@ -53,6 +53,8 @@ def stress_blocks(stress: dict[str, Any]) -> list[Block]:
     shown = measured + predicted_only[:PREDICTED_ROWS]
     if shown:
         blocks.append(_trial_table(shown, configs, varying))
+        blocks.append(Note("rates over steady batches: each epoch's first batch (worker "
+                           "start-up) left out", "dim"))
     hidden = len(predicted_only) - PREDICTED_ROWS
     if hidden > 0:
         blocks.append(Note(f"{hidden} more predicted, unmeasured configurations are listed in "
