@@ -213,6 +213,17 @@ def capacity_phrase(report: "Report") -> Optional[str]:
     return f"{ratio:.2f}x ({conclusion})"
 
 
+def expected_rate_text(rec: "Recommendation") -> str:
+    """The expected samples/s with its 90% interval beside it when the report gives one, e.g.
+    ``1,200 samples/s (1,050-1,330)``."""
+    expected = rec.expected
+    text = fmt.rate(expected.samples_per_s, "samples")
+    low, high = expected.samples_per_s_low, expected.samples_per_s_high
+    if expected.samples_per_s is not None and low is not None and high is not None:
+        text += f" ({low:,.0f}-{high:,.0f})"
+    return text
+
+
 def effect_text(rec: "Recommendation") -> Optional[str]:
     """A recommendation's effect in the units users plan with: the gain in samples/s (and
     tokens/s when counted) and the wall time saved per 10,000 steps and per epoch (when the
@@ -542,7 +553,7 @@ def _recommendations(report: "Report") -> list[RenderableType]:
     reasons.add_column()
     for number, rec in enumerate(report.recommendations, start=1):
         change = f"{fmt.setting_value(rec.current)} -> {fmt.setting_value(rec.proposed)}"
-        expected_rate = fmt.rate(rec.expected.samples_per_s, "samples")
+        expected_rate = expected_rate_text(rec)
         expected_stall = fmt.percent(rec.expected.stall_fraction)
         table.add_row(f"{number}.", rec.setting, change, expected_rate, expected_stall)
         summary = _line(
