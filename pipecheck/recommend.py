@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 from pipecheck.analysis import Analysis
 from pipecheck.analysis.bound import CPU_BOUND, CPU_BOUND_FRACTION, IO_BOUND, LATENCY_BOUND
+from pipecheck.analysis.causes import CONTENDED_CPU_FRACTION
 from pipecheck.analysis.consumer import mean_epoch_wall_s
 from pipecheck.analysis.memory import SHM_HEADROOM_FACTOR
 from pipecheck.analysis.model import (
@@ -287,6 +288,7 @@ def _more_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
         return None
     prediction = model.predict(proposed)
     reason = _more_workers_reason(context, settings, workers, capacity, prediction)
+    reason += contention_words(model, settings, proposed)
     if shm_most is not None and workers == shm_most and shm_most < most:
         reason += (f" Capped at {count(workers, 'worker')}: /dev/shm holds "
                    f"{count(in_flight, 'batch', 'batches')} with the headroom pipecheck keeps "
@@ -334,9 +336,36 @@ def _settle_with_stress(
             "(a function that builds your DataLoader) measures them on this host.")
 
 
+STEP_SLOWDOWN_WORDS_FRACTION = 0.05
+"""A predicted step slowdown is named in a reason from 5% up (the same margin as
+:data:`MIN_GAIN_FRACTION`)."""
+
+
+def contention_words(
+    model: ThroughputModel, before: LoaderSettings, after: LoaderSettings
+) -> str:
+    """Sentences on what the change costs in cores (empty without host data or cost): the
+    step's predicted slowdown as the workers take cores from it, and the other processes'
+    load the prediction assumes continues."""
+    load = model.load
+    if load is None:
+        return ""
+    words = ""
+    step_before = model.step_s(before.num_workers)
+    step_after = model.step_s(after.num_workers)
+    if step_after > step_before * (1.0 + STEP_SLOWDOWN_WORDS_FRACTION):
+        words += (f" The step is predicted to slow from {seconds(step_before)} to "
+                  f"{seconds(step_after)} as the workers take cores from it (its threads, the "
+                  "workers and other processes share the cores fairly).")
+    if load.others_cpus >= CONTENDED_CPU_FRACTION * load.usable_cpus:
+        words += (f" Other processes used {load.others_cpus:.1f} of the {load.usable_cpus:g} "
+                  "usable cores during the run; the prediction assumes they go on doing so.")
+    return words
+
+
 def _limit_note(model: ThroughputModel, prediction: Prediction) -> str:
     note = f"then limited by {_LIMIT_WORDS[prediction.limit]}"
-    if prediction.limit == "cpu":
+    if prediction.limit == "cpu" and model.load is None:
         # Measured on the demo (2 CPUs, 0 -> 1 worker): throughput came within 8% of the
         # prediction, but the contention showed as longer steps rather than as data wait.
         note += (f"; the step and the workers share {model.usable_cpus} CPUs, so part of the "

@@ -57,6 +57,7 @@ def test_cpu_bound_workers_are_charged_for_the_cores_they_take_from_the_step():
     assert model.step_s(1) > 1.2 * model.step_s(0)
     rec = recommendations_for(heavy_step)["num_workers"]
     assert rec.proposed == 1
+    assert "The step is predicted to slow from 200 ms to 250 ms" in rec.reason
 
 
 def test_a_second_cpu_bound_worker_is_proposed_when_the_step_leaves_room():

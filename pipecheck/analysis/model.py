@@ -6,10 +6,22 @@ The model, per steady batch (every batch but each epoch's first):
 * demand ``D = 1 / mean step time`` (the consumer's ceiling);
 * the consumer's floor per batch with workers: the step plus the main process's CPU time to
   receive a batch inside ``next()`` (unpickling, shared memory), paid even when it is ready;
-* producer capacity with ``N >= 1`` workers: ``min(N x r, CPU cap)``, ``r`` the measured
-  per-worker rate (batches / busy time) and the CPU cap from the measured worker and main-process
-  CPU per batch (:func:`pipecheck.analysis.producer.cpu_cap_batches_per_s`), never below the
-  steady rate the measured run sustained (its CPUs demonstrably managed that);
+* with host data (the usual case), the cores are shared fairly (max-min fairness,
+  :mod:`pipecheck.analysis.contention`) among the step's threads (its measured CPU per wall
+  second over the share it got), the workers and other processes' threads (their measured load
+  over the same share). With ``N`` workers each worker takes ``CPU per batch / its share +
+  off-CPU time per batch`` (off-CPU: busy time less CPU and run-queue wait), and the step takes
+  its measured time x (the share its threads got when measured / the share they get beside
+  ``N`` workers); a worker is runnable only while it has a batch to make, so both are found by
+  a damped fixed-point iteration. Producer capacity is ``N / worker time``. With
+  ``num_workers=0`` measured, a worker's CPU per batch is the main process's CPU time per batch
+  while producing (all threads; a worker runs one intra-op thread), never its contended wall
+  time;
+* without host data, producer capacity with ``N >= 1`` workers is ``min(N x r, CPU cap)``,
+  ``r`` the measured per-worker rate (batches / busy time) and the CPU cap from the measured
+  worker and main-process CPU per batch
+  (:func:`pipecheck.analysis.producer.cpu_cap_batches_per_s`), never below the steady rate the
+  measured run sustained, and the step keeps its measured time;
 * the batch-time tail: a batch is requested ``prefetch_factor x N`` batches ahead, i.e.
   ``lead = prefetch_factor x N x max(floor, 1 / capacity)`` seconds before the step needs it
   (about ``prefetch_factor x N / D`` whenever the producer keeps up); replaying the sampled batch
@@ -23,6 +35,11 @@ The model, per steady batch (every batch but each epoch's first):
 
 ``batches/s = batches / total time`` and ``stall = 1 - (1 / D) / (1 / batches/s)``, over a run
 shaped like the measured one (same batches per epoch, same epoch count unless told otherwise).
+
+:meth:`ThroughputModel.interval` gives each prediction a 90% interval from the run's own noise:
+the prediction at the other processes' low and high load (10th and 90th percentiles of the host
+ticks), widened on each side by the batch-means spread of the loop time per batch
+(:func:`pipecheck.analysis.stats.batch_means_spread`).
 
 Assumptions (also listed on each model): inter-process costs other than the measured receive
 CPU, and how worker start-up grows with N, are not modeled; batch times have no jitter beyond
@@ -401,7 +418,7 @@ class ThroughputModel:
         """90% interval of the predicted batches/s from the run's own noise: the prediction
         at the other processes' low and high load (:data:`contention.OTHERS_PERCENTILES` of
         the host ticks), widened by :attr:`noise_fraction` (batch means) on each side."""
-        loads = [None]
+        loads: list[Optional[float]] = [None]
         if self.load is not None:
             loads = [self.load.others_low, self.load.others_high]
         rates = [self.predict(settings, epochs=epochs, others_cpus=k).batches_per_s
@@ -409,13 +426,6 @@ class ThroughputModel:
         rates.append(self.predict(settings, epochs=epochs).batches_per_s)
         return (min(rates) * max(1.0 - self.noise_fraction, 0.0),
                 max(rates) * (1.0 + self.noise_fraction))
-
-    def workers_to_reach(self, target_batches_per_s: float) -> int:
-        """Smallest worker count (>= 1) whose capacity reaches ``target_batches_per_s``,
-        ignoring the CPU cap (callers bound the target by it)."""
-        needed = target_batches_per_s / self.per_worker_batches_per_s
-        # The tolerance keeps float noise (4.0000000001) from adding a worker.
-        return max(1, math.ceil(needed - 1e-9))
 
 
 def measured_settings(run: RunRecord) -> LoaderSettings:
@@ -490,16 +500,18 @@ def build_model(
         warm = 1.0 / per_worker
         assumptions.append("first batch with live workers: one batch's production time")
     batch_times = tuple(b.fetch_s + b.collate_s for w in run.workers for b in w.recent)
-    load = host_load(run, ratio(record.sampled_compute_cpu_s, record.sampled_compute_wall_s))
+    load: Optional[HostLoad] = host_load(
+        run, ratio(record.sampled_compute_cpu_s, record.sampled_compute_wall_s))
     if run.host is None or run.host.status != "ok":
         load = None
         assumptions.append("no host data: other processes' load, the step's threads and the "
                            "run-queue wait are unknown, so the older CPU cap is used")
     else:
         assumptions.extend(_contention_assumptions(settings.num_workers))
+    # Loop time per steady batch (each epoch's first and any unmeasured step left out).
     noise = batch_means_spread(
         b.wait_s + b.compute_s for i, b in enumerate(record.timeline)
-        if i > 0 and b.epoch == record.timeline[i - 1].epoch)
+        if i > 0 and b.epoch == record.timeline[i - 1].epoch and b.compute_s is not None)
     model = ThroughputModel(
         measured=settings,
         demand_batches_per_s=demand,
