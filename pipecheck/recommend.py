@@ -355,11 +355,12 @@ def contention_words(
     step_after = model.step_s(after.num_workers)
     if step_after > step_before * (1.0 + STEP_SLOWDOWN_WORDS_FRACTION):
         words += (f" The step is predicted to slow from {seconds(step_before)} to "
-                  f"{seconds(step_after)} as the workers take cores from it (its threads, the "
-                  "workers and other processes share the cores fairly).")
+                  f"{seconds(step_after)} as the workers take cores from it (its threads and "
+                  "the workers share the cores left to this run fairly).")
     if load.others_cpus >= CONTENDED_CPU_FRACTION * load.usable_cpus:
         words += (f" Other processes used {load.others_cpus:.1f} of the {load.usable_cpus:g} "
-                  "usable cores during the run; the prediction assumes they go on doing so.")
+                  "usable cores during the run; the prediction assumes they keep them (their "
+                  "load's low and high over the run bound the interval).")
     return words
 
 

@@ -131,3 +131,38 @@ def test_an_uncertain_proposal_names_the_stress_command_that_settles_it():
     quiet = simulate(SERIAL)
     certain = [r for r in recommend(quiet, analyze(quiet)) if r.setting == "num_workers"][0]
     assert "pipecheck stress" not in certain.reason
+
+
+def with_own_child(run, cpus):
+    """``run`` with a child process of its own (not a worker) busy ``cpus`` cores' worth,
+    counted in the machine's busy CPU as well."""
+    host = run.host
+    child = dataclasses.replace(host.processes[0], pid=4242, role="child", worker_id=None,
+                                cpu_s=cpus * host.duration_s)
+    busy = host.system_cpu_percent_mean + 100.0 * cpus / run.environment.cpu_count
+    return dataclasses.replace(run, host=dataclasses.replace(
+        host, processes=[*host.processes, child], system_cpu_percent_mean=busy))
+
+
+LIGHT_STEP = dataclasses.replace(SERIAL, main_step_cpu_fraction=0.1)
+
+
+def test_processes_outside_the_run_keep_their_cores():
+    # One core taken by another session's process: the workers share the one core left, so a
+    # second CPU-bound worker adds nothing (it cannot take the neighbour's core).
+    model = analyze(with_host(simulate(LIGHT_STEP), others_cpus=1.0)).model
+    assert model.load.cores_left() == pytest.approx(1.0)
+    one, two = (model.predict(LoaderSettings(num_workers=n)).steady_batches_per_s
+                for n in (1, 2))
+    assert two == pytest.approx(one, rel=0.05)
+
+
+def test_the_runs_own_children_share_cores_thread_by_thread():
+    # The same core's worth used by a child of the run (same scheduling group): a second
+    # worker takes a fair part of it, so two workers beat one.
+    model = analyze(with_own_child(simulate(LIGHT_STEP), 1.0)).model
+    assert model.load.others_cpus == pytest.approx(0.0, abs=1e-9)
+    assert model.load.children_cpus == pytest.approx(1.0)
+    one, two = (model.predict(LoaderSettings(num_workers=n)).steady_batches_per_s
+                for n in (1, 2))
+    assert two > 1.2 * one

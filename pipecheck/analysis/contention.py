@@ -1,18 +1,21 @@
 """CPU contention: how many cores a run's processes actually got, who else wanted them, and the
 share of a core each runnable thread would get under other settings.
 
-The scheduler is modelled as **processor sharing**: when ``R`` threads are runnable on ``C``
-usable cores, each gets ``min(1, C / R)`` of a core (Linux's CFS is designed to approximate it:
-"an ideal, precise multi-tasking CPU", kernel ``Documentation/scheduler/sched-design-CFS``).
-The runnable threads are:
+Two levels of fairness, as Linux schedules them:
 
-* other processes': ``K`` cores' worth measured (the machine's busy CPU less this run's), each
-  getting the same share as ours, so ``K / share`` threads wanted a core;
-* the main process during the step: its CPU per wall second of step (torch's intra-op threads
-  included) over the share it got;
-* the workers, each runnable for the part of a batch it is not sleeping or reading.
+* **between scheduling groups** (sessions under ``kernel.sched_autogroup_enabled``, on by
+  default on desktop distributions and on this project's machine; cgroups for containers,
+  systemd services and batch jobs): processes outside this run's process tree are taken to be
+  in other groups, so they **keep the cores they used** whatever this run adds. The cores left
+  to this run are ``usable CPUs - other processes' load on them`` (never below what the run
+  itself used). More workers therefore take cores from the step, not from the neighbours;
+* **within this run's group**, max-min fairness among runnable threads (CFS, kernel
+  ``Documentation/scheduler/sched-design-CFS``: "an ideal, precise multi-tasking CPU"): the
+  step's threads (its CPU per wall second of step over the share it got), the workers (each
+  runnable for the part of a batch it is not sleeping or reading) and this run's own other
+  child processes (not workers: e.g. a process the training script started).
 
-The share this run's processes got is measured, not assumed: ``1 - run-queue fraction`` (time
+The share this run's threads got is measured, not assumed: ``1 - run-queue fraction`` (time
 runnable but waiting for a core, ``/proc/<pid>/schedstat``, over the time they ran or waited),
 or 1 where the kernel does not report it.
 """
@@ -35,10 +38,11 @@ load seen in 80% of the host sampler's ticks (pipecheck's choice)."""
 @dataclass(frozen=True)
 class HostLoad:
     """The CPU contention a run measured. ``usable_cpus``: cores this process may use;
-    ``others_cpus``: cores' worth other processes used on them (mean, and ``others_low`` /
-    ``others_high`` at :data:`OTHERS_PERCENTILES` of the host ticks); ``share``: the fraction
-    of a core a runnable thread of this run got (0-1]; ``step_cores``: main-process CPU per
-    wall second of step (cores, > 1 with intra-op threads), or ``None`` when not sampled."""
+    ``others_cpus``: cores' worth processes outside this run's tree used on them (mean, and
+    ``others_low`` / ``others_high`` at :data:`OTHERS_PERCENTILES` of the host ticks);
+    ``share``: the fraction of a core a runnable thread of this run got (0-1];
+    ``step_cores``: main-process CPU per wall second of step (cores, > 1 with intra-op
+    threads), or ``None`` when not sampled."""
 
     usable_cpus: float
     others_cpus: float
@@ -46,12 +50,22 @@ class HostLoad:
     others_high: float
     share: float
     step_cores: Optional[float]
+    own_cpus: float = 0.0
+    """Cores' worth this run's main process and workers used on average."""
+    children_cpus: float = 0.0
+    """Cores' worth this run's other child processes (not workers) used on average."""
 
-    def others_runnable(self, others_cpus: Optional[float] = None) -> float:
-        """Threads of other processes that wanted a core: the cores they used over the share
-        every runnable thread got (processor sharing gives them the same share as ours)."""
+    def cores_left(self, others_cpus: Optional[float] = None) -> float:
+        """Cores left to this run: the usable CPUs less what processes outside its tree use
+        (``others_cpus``, default the measured mean), never below what the run itself used
+        (it demonstrably got those) nor below a hundredth of a core."""
         used = self.others_cpus if others_cpus is None else others_cpus
-        return used / self.share
+        return max(self.usable_cpus - used, self.own_cpus + self.children_cpus, 0.01)
+
+    def group_runnable(self) -> float:
+        """Runnable threads of this run's own non-worker children: the cores they used over
+        the share every runnable thread of the group got."""
+        return self.children_cpus / self.share
 
     def step_threads(self) -> float:
         """Threads the step keeps runnable on average: its cores over the share it got, at
@@ -88,17 +102,6 @@ def fair_shares(groups: list[tuple[float, float]], cpus: float) -> list[float]:
     return [1.0 if want <= level or want == 0 else level / want for _, want in groups]
 
 
-def core_share(runnable: float, cpus: float) -> float:
-    """Fraction of a core each of ``runnable`` threads gets on ``cpus`` cores under processor
-    sharing: ``min(1, cpus / runnable)``; 1 when nothing is runnable. ``ValueError`` for
-    ``cpus <= 0`` or a negative ``runnable``."""
-    if cpus <= 0:
-        raise ValueError(f"cpus must be > 0, got {cpus}")
-    if runnable < 0:
-        raise ValueError(f"runnable must be >= 0, got {runnable}")
-    return 1.0 if runnable <= cpus else cpus / runnable
-
-
 def other_processes_cpus(run: RunRecord) -> Optional[float]:
     """CPUs (cores' worth, >= 0) that processes other than this run's used on average while the
     host sampler ran: the whole machine's busy share (``system_cpu_percent_mean`` of
@@ -118,9 +121,20 @@ def others_per_tick(run: RunRecord) -> list[float]:
     if host is None:
         return []
     cpus = run.environment.cpu_count
+    children = children_cpus(run) or 0.0
     return [max(s.system_cpu_percent / 100.0 * cpus
-                - (s.main_cpu_percent + s.workers_cpu_percent) / 100.0, 0.0)
+                - (s.main_cpu_percent + s.workers_cpu_percent) / 100.0 - children, 0.0)
             for s in host.timeline]
+
+
+def children_cpus(run: RunRecord) -> Optional[float]:
+    """Cores' worth this run's child processes outside the workers' trees used on average
+    (role ``child`` without a worker id); ``None`` without host data."""
+    host = _usable(run.host)
+    if host is None or not host.duration_s > 0:
+        return None
+    return sum(p.cpu_s for p in host.processes
+               if p.role == "child" and p.worker_id is None) / host.duration_s
 
 
 def measured_share(run: RunRecord) -> Optional[float]:
@@ -141,7 +155,13 @@ def host_load(run: RunRecord, step_cores: Optional[float]) -> HostLoad:
     usable = float(run.environment.usable_cpus)
     # Other processes spread over the whole machine; only their part on our cores competes.
     on_ours = usable / max(run.environment.cpu_count, 1)
-    mean = (other_processes_cpus(run) or 0.0) * on_ours
+    children = children_cpus(run) or 0.0
+    # other_processes_cpus() counts this run's non-worker children too: they are in its group.
+    mean = max((other_processes_cpus(run) or 0.0) - children, 0.0) * on_ours
+    host = _usable(run.host)
+    own = 0.0
+    if host is not None and host.duration_s > 0:
+        own = ((host.main_cpu_s or 0.0) + (host.workers_cpu_s or 0.0)) / host.duration_s
     ticks = others_per_tick(run)
     if ticks:
         low, high = (float(v) * on_ours for v in np.percentile(ticks, OTHERS_PERCENTILES))
@@ -155,6 +175,8 @@ def host_load(run: RunRecord, step_cores: Optional[float]) -> HostLoad:
         others_high=max(high, mean),
         share=1.0 if share is None or share <= 0 else min(share, 1.0),
         step_cores=step_cores,
+        own_cpus=own,
+        children_cpus=children,
     )
 
 

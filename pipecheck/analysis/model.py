@@ -6,10 +6,10 @@ The model, per steady batch (every batch but each epoch's first):
 * demand ``D = 1 / mean step time`` (the consumer's ceiling);
 * the consumer's floor per batch with workers: the step plus the main process's CPU time to
   receive a batch inside ``next()`` (unpickling, shared memory), paid even when it is ready;
-* with host data (the usual case), the cores are shared fairly (max-min fairness,
+* with host data (the usual case), processes outside the run keep the cores they used (other
+  scheduling groups) and the cores left are shared fairly (max-min fairness,
   :mod:`pipecheck.analysis.contention`) among the step's threads (its measured CPU per wall
-  second over the share it got), the workers and other processes' threads (their measured load
-  over the same share). With ``N`` workers each worker takes ``CPU per batch / its share +
+  second over the share it got), the workers and the run's own other children. With ``N`` workers each worker takes ``CPU per batch / its share +
   off-CPU time per batch`` (off-CPU: busy time less CPU and run-queue wait), and the step takes
   its measured time x (the share its threads got when measured / the share they get beside
   ``N`` workers); a worker is runnable only while it has a batch to make, so both are found by
@@ -264,24 +264,23 @@ class ThroughputModel:
         load = self.load
         assert load is not None
         step_meas_s = 1.0 / self.demand_batches_per_s
-        others = load.others_runnable(others_cpus)
+        others = load.group_runnable()
+        cpus = load.cores_left(others_cpus)
         step_threads = load.step_threads()
         measured = self.measured.num_workers
         if measured == 0:
-            reference_share = step_alone_share(step_threads, load.others_runnable(),
-                                               load.usable_cpus)
+            reference_share = step_alone_share(step_threads, others, load.cores_left())
             scale = 1.0
         else:
             at_measured = _cycle(measured, step_meas_s, None, self.worker_cpu_per_batch_s,
                                  self.worker_off_s, 1.0, self.receive_s, step_threads,
-                                 load.others_runnable(), load.usable_cpus,
+                                 others, load.cores_left(),
                                  worker_fixed_s=1.0 / self.per_worker_batches_per_s)
             reference_share = at_measured.step_share
             solo_s = self.worker_cpu_per_batch_s / at_measured.worker_share + self.worker_off_s
             scale = (1.0 / self.per_worker_batches_per_s) / solo_s if solo_s > 0 else 1.0
         return _cycle(num_workers, step_meas_s, reference_share, self.worker_cpu_per_batch_s,
-                      self.worker_off_s, scale, self.receive_s, step_threads, others,
-                      load.usable_cpus)
+                      self.worker_off_s, scale, self.receive_s, step_threads, others, cpus)
 
     def step_s(self, num_workers: int, others_cpus: Optional[float] = None) -> float:
         """Predicted step time in seconds with ``num_workers`` workers: the measured one,
@@ -295,10 +294,10 @@ class ThroughputModel:
             if self.measured.num_workers == 0 and others_cpus is None:
                 return step_meas_s
             threads = load.step_threads()
-            reference = (step_alone_share(threads, load.others_runnable(), load.usable_cpus)
+            reference = (step_alone_share(threads, load.group_runnable(), load.cores_left())
                          if self.measured.num_workers == 0
                          else self.shares(self.measured.num_workers).step_share)
-            now = step_alone_share(threads, load.others_runnable(others_cpus), load.usable_cpus)
+            now = step_alone_share(threads, load.group_runnable(), load.cores_left(others_cpus))
             return step_meas_s * reference / now
         return self.shares(num_workers, others_cpus).step_s
 
@@ -328,13 +327,13 @@ class ThroughputModel:
         if self.measured.num_workers == 0:
             # Only the other processes' load changes: the producing threads keep their count.
             threads = max(self.worker_cpu_fraction / load.share, 1.0)
-            before = step_alone_share(threads, load.others_runnable(), load.usable_cpus)
-            after = step_alone_share(threads, load.others_runnable(others_cpus),
-                                     load.usable_cpus)
+            before = step_alone_share(threads, load.group_runnable(), load.cores_left())
+            after = step_alone_share(threads, load.group_runnable(),
+                                     load.cores_left(others_cpus))
             cpu_s = self.worker_cpu_per_batch_s
             wall_s = 1.0 / self.per_worker_batches_per_s
             return 1.0 / max(wall_s + cpu_s / after - cpu_s / before, 1e-12)
-        share = step_alone_share(1.0, load.others_runnable(others_cpus), load.usable_cpus)
+        share = step_alone_share(1.0, load.group_runnable(), load.cores_left(others_cpus))
         return 1.0 / (self.worker_cpu_per_batch_s / share + self.worker_off_s)
 
     def consumer_floor_s(self, num_workers: Optional[int] = None,
@@ -541,8 +540,9 @@ def build_model(
 
 def _contention_assumptions(measured_workers: int) -> list[str]:
     words = [
-        "cores are shared fairly among runnable threads (processor sharing): the step's "
-        "threads, the workers and other processes' threads at their measured load",
+        "processes outside this run keep the cores they used during it (the kernel schedules "
+        "them in other groups: sessions, containers, jobs); the cores left are shared fairly "
+        "among the step's threads, the workers and the run's own other children",
     ]
     if measured_workers == 0:
         words.append(
@@ -575,7 +575,7 @@ def _worker_off_s(model: ThroughputModel, producer: ProducerSummary) -> float:
     for _ in range(_OFF_CPU_ROUNDS):
         share = _cycle(model.measured.num_workers, 1.0 / model.demand_batches_per_s, None,
                        cpu_s, off_s, 1.0, model.receive_s, load.step_threads(),
-                       load.others_runnable(), load.usable_cpus,
+                       load.group_runnable(), load.cores_left(),
                        worker_fixed_s=busy_s).worker_share
         off_s = max(busy_s - cpu_s / share, 0.0)
     return off_s
