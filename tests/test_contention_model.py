@@ -13,6 +13,8 @@ import pytest
 from fake_pipeline import MAIN_PID, FakeRun, simulate
 from pipecheck.analysis import LoaderSettings, analyze
 from pipecheck.recommend import recommend
+from pipecheck.render.html import render_html
+from pipecheck.render.markdown import render_markdown
 from pipecheck.report import build_report, load
 
 SERIAL = FakeRun(num_workers=0, production_s=0.03, step_s=0.02, worker_cpu_fraction=1.0,
@@ -166,3 +168,11 @@ def test_the_runs_own_children_share_cores_thread_by_thread():
     one, two = (model.predict(LoaderSettings(num_workers=n)).steady_batches_per_s
                 for n in (1, 2))
     assert two > 1.2 * one
+
+
+def test_markdown_and_html_show_the_interval_beside_the_figure():
+    report = build_report(simulate(NOISY))
+    expected = report.recommendations[0].expected
+    interval = f"({expected.samples_per_s_low:,.0f}-{expected.samples_per_s_high:,.0f})"
+    assert interval in render_markdown(report)
+    assert interval in render_html(report)

@@ -25,7 +25,8 @@ from pipecheck.records import to_jsonable
 from pipecheck.render import charts, stress_rows
 from pipecheck.render.generic import to_html as generic_html
 from pipecheck.render.terminal import (_why_no_recommendations, capacity_phrase, effect_text,
-                                       recommendations_caption, verdict_line)
+                                       expected_rate_text, recommendations_caption,
+                                       verdict_line)
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -352,7 +353,7 @@ def _recommendations(report: "Report") -> list[str]:
             f"<tr><td>{number}.</td><td><code>{_e(rec.setting)}</code></td>"
             f"<td>{_e(fmt.setting_value(rec.current))} &rarr; "
             f"<b>{_e(fmt.setting_value(rec.proposed))}</b></td>"
-            f'<td class="n">{_e(fmt.rate(rec.expected.samples_per_s, "samples"))}</td>'
+            f'<td class="n">{_e(expected_rate_text(rec))}</td>'
             f'<td class="n">{_e(fmt.percent(rec.expected.stall_fraction))}</td>'
             f"<td>{_e(effect_text(rec) or fmt.NOT_MEASURED)}</td>"
             f"<td>{_e(rec.reason)}<span class=\"dim\">{_e(note)}</span></td></tr>"

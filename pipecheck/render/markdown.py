@@ -19,7 +19,8 @@ from pipecheck import units as fmt
 from pipecheck.render import stress_rows
 from pipecheck.render.inert import visible
 from pipecheck.render.terminal import (_why_no_recommendations, capacity_phrase, effect_text,
-                                       recommendations_caption, verdict_line)
+                                       expected_rate_text, recommendations_caption,
+                                       verdict_line)
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -97,7 +98,7 @@ def _recommendations(report: "Report") -> list[str]:
         note = f" ({rec.expected.note})" if rec.expected.note else ""
         rows.append([f"{number}.", f"`{rec.setting}`",
                      f"{fmt.setting_value(rec.current)} -> {fmt.setting_value(rec.proposed)}",
-                     fmt.rate(rec.expected.samples_per_s, "samples"),
+                     expected_rate_text(rec),
                      fmt.percent(rec.expected.stall_fraction),
                      effect_text(rec) or fmt.NOT_MEASURED, f"{rec.reason}{note}"])
     return [_text(recommendations_caption(report)), "",

@@ -580,7 +580,11 @@ def recommendations_caption(report: "Report") -> str:
     if report.kind == "stress":
         return ("Measured by the stress sweep: each figure is the recommended configuration's, "
                 "every change together.")
-    return "Cumulative: each figure assumes the changes above it."
+    caption = "Cumulative: each figure assumes the changes above it."
+    if any(r.expected.samples_per_s_low is not None for r in report.recommendations):
+        caption += (" In brackets: the 90% interval from this run's own noise (other processes'"
+                    " load, batch-to-batch variation).")
+    return caption
 
 
 def _why_no_recommendations(report: "Report") -> str:
