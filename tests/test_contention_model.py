@@ -176,3 +176,15 @@ def test_markdown_and_html_show_the_interval_beside_the_figure():
     interval = f"({expected.samples_per_s_low:,.0f}-{expected.samples_per_s_high:,.0f})"
     assert interval in render_markdown(report)
     assert interval in render_html(report)
+
+
+def test_no_recommendation_on_a_busy_host_points_to_stress():
+    # Other processes leave half a core: a worker would load slower than the main process.
+    run = with_host(simulate(LIGHT_STEP), others_cpus=1.5)
+    report = build_report(run)
+    assert report.diagnosis.verdict == "input-bound"
+    assert not [r for r in report.recommendations if r.setting == "num_workers"]
+    text = report.render(width=200)
+    assert "no change is predicted to help on the cores left to this run (other processes " \
+           "used 1.5 of 2 CPUs)" in text
+    assert "'pipecheck stress FILE.py:make_loader --workers 0,1,2'" in text

@@ -622,6 +622,17 @@ def _why_no_recommendations(report: "Report") -> str:
             "No recommendations: producer capacity was not measured, so the effect of a change "
             "cannot be predicted."
         )
+    contended = next((f for f in diagnosis.findings if f.kind == "contended-host"), None)
+    if diagnosis.verdict == "input-bound" and contended is not None:
+        others = _number(contended.evidence.get("other_processes_cpus"))
+        cpus = contended.evidence.get("cpu_count")
+        used = "" if others is None else f" (other processes used {others:.1f} of {cpus} CPUs)"
+        return (
+            "No recommendations: no change is predicted to help on the cores left to this "
+            f"run{used}; with the host this busy, 'pipecheck stress FILE.py:make_loader "
+            "--workers 0,1,2' (a function that builds your DataLoader) measures the "
+            "alternatives instead of predicting them."
+        )
     return "No recommendations: no change is predicted to help."
 
 
