@@ -154,18 +154,24 @@ def loader_with(dataset: Dataset, settings: dict[str, Any]) -> DataLoader:
     return DataLoader(dataset, **kwargs)
 
 
-def recommendation_of(report: Any) -> tuple[dict[str, Any], Optional[float], str]:
+def recommendation_of(
+    report: Any,
+) -> tuple[dict[str, Any], Optional[float], str, Optional[tuple[float, float]]]:
     """The recommended settings, the predicted samples/s (of the last recommendation that
-    gives one: they are cumulative) and a label."""
+    gives one: they are cumulative), a label and the prediction's interval (or ``None``).
+    With no recommendation the prediction is the measured rate (nothing changes)."""
     settings: dict[str, Any] = {"num_workers": 0}
-    predicted = None
+    predicted = interval = None
     for rec in report.recommendations:
         if rec.setting in ("num_workers", "prefetch_factor", "persistent_workers"):
             settings[rec.setting] = rec.proposed
             if rec.expected.samples_per_s is not None:
                 predicted = rec.expected.samples_per_s
+                low = getattr(rec.expected, "samples_per_s_low", None)
+                high = getattr(rec.expected, "samples_per_s_high", None)
+                interval = None if low is None or high is None else (low, high)
     label = ", ".join(f"{k}={v}" for k, v in settings.items())
-    return settings, predicted, label
+    return settings, predicted, label, interval
 
 
 def burn() -> None:
@@ -183,7 +189,9 @@ def run(name: str, dataset: Dataset, condition: str, args: argparse.Namespace) -
         measured_from = train_for(wrapped, args.seconds, Model())
         report = wrapped.report()
         wrapped.close()
-        settings, predicted, label = recommendation_of(report)
+        if args.reports:
+            report.save(os.path.join(args.reports, f"{name}-{condition}.json"))
+        settings, predicted, label, interval = recommendation_of(report)
         achieved = train_for(loader_with(dataset, settings), args.seconds, Model())
         grid = {n: train_for(loader_with(dataset, {"num_workers": n}), args.seconds, Model())
                 for n in range(args.max_workers + 1)}
@@ -196,10 +204,14 @@ def run(name: str, dataset: Dataset, condition: str, args: argparse.Namespace) -
            "verdict": report.diagnosis.verdict, "recommended": label, "predicted": predicted,
            "achieved": achieved, "grid_best": grid[best_workers], "best_workers": best_workers,
            "grid": grid}
+    row["interval"] = interval
     error = f"{achieved / predicted - 1:+.0%}" if predicted else "n/a"
+    inside = ("" if interval is None else
+              f" [{interval[0]:.0f}-{interval[1]:.0f}, "
+              f"{'inside' if interval[0] <= achieved <= interval[1] else 'OUTSIDE'}]")
     print(f"{name:8} {condition:5}  from 0 workers {measured_from:7.0f} samples/s, "
           f"{row['verdict']}; recommended [{label}] predicted "
-          f"{predicted if predicted is None else round(predicted)} samples/s, achieved "
+          f"{predicted if predicted is None else round(predicted)} samples/s{inside}, achieved "
           f"{achieved:.0f} ({error}); grid best {grid[best_workers]:.0f} at "
           f"num_workers={best_workers}, achieved/best {achieved / grid[best_workers]:.2f}; "
           f"grid {', '.join(f'{n}:{v:.0f}' for n, v in grid.items())}", flush=True)
@@ -213,6 +225,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--max-workers", type=int, default=4)
     parser.add_argument("--only", choices=["jpeg", "fft", "latency"])
     parser.add_argument("--quiet-only", action="store_true")
+    parser.add_argument("--reports", metavar="DIR",
+                        help="save each wrapped run's report as DIR/PIPELINE-CONDITION.json")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pipecheck-bench-jpeg-") as folder:
         make_jpegs(folder)

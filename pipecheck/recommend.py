@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 from pipecheck.analysis import Analysis
 from pipecheck.analysis.bound import CPU_BOUND, CPU_BOUND_FRACTION, IO_BOUND, LATENCY_BOUND
+from pipecheck.analysis.causes import CONTENDED_CPU_FRACTION
 from pipecheck.analysis.consumer import mean_epoch_wall_s
 from pipecheck.analysis.memory import SHM_HEADROOM_FACTOR
 from pipecheck.analysis.model import (
@@ -216,11 +217,23 @@ def pipeline_recommendations(run: RunRecord, analysis: Analysis) -> list[Recomme
     return found
 
 
-def _expected(prediction: Prediction, note: Optional[str] = None) -> Expected:
+def _expected(prediction: Prediction, note: Optional[str] = None,
+              model: Optional[ThroughputModel] = None,
+              settings: Optional[LoaderSettings] = None,
+              epochs: Optional[int] = None) -> Expected:
+    """The expected figures of a prediction, with its interval
+    (:meth:`~pipecheck.analysis.model.ThroughputModel.interval`) when ``model`` and
+    ``settings`` are given and the run counted samples."""
+    low = high = None
+    if model is not None and settings is not None and model.samples_per_batch is not None:
+        low_b, high_b = model.interval(settings, epochs=epochs)
+        low, high = low_b * model.samples_per_batch, high_b * model.samples_per_batch
     return Expected(
         samples_per_s=prediction.samples_per_s,
         stall_fraction=prediction.stall_fraction,
         note=note,
+        samples_per_s_low=low,
+        samples_per_s_high=high,
     )
 
 
@@ -239,53 +252,121 @@ def _gains(model: ThroughputModel, before: LoaderSettings, after: LoaderSettings
 
 def _more_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
     """Input-bound and the producer's mean rate (not its tail) is short of what the consumer
-    takes: the smallest worker count whose capacity reaches :data:`UP_HEADROOM` x that rate, or
-    the CPU cap when that is lower (CPU-bound work gains nothing past the usable CPUs;
-    latency-bound and IO-bound work may exceed them, see :func:`producer_class`), and never more
-    than ``/dev/shm`` can feed (:func:`shm_batches_cap`)."""
+    takes: the worker count with the best predicted steady rate, or the smallest within
+    :data:`MIN_GAIN_FRACTION` of it that reaches :data:`UP_HEADROOM` x the consumer's rate
+    (else the smallest within that margin), and never more than ``/dev/shm`` can feed
+    (:func:`shm_batches_cap`). With host data the model charges each worker for the cores it
+    takes from the step and from other processes, so CPU-bound workers may exceed the cores
+    (up to :data:`MAX_CPU_BOUND_WORKERS_PER_CPU` per CPU) only where that is predicted to pay;
+    without host data CPU-bound work keeps :func:`cpu_bound_worker_limit`."""
     model = context.model
     if context.analysis.diagnosis.verdict != "input-bound":
         return None
-    consumer_rate = 1.0 / model.consumer_floor_s()
     capacity, _ = model.capacity(settings.num_workers)
-    if settings.num_workers > 0 and capacity >= consumer_rate:
+    if settings.num_workers > 0 and capacity >= 1.0 / model.consumer_floor_s():
         return None  # the mean rate suffices; slow batches are the prefetch rule's business
-    cpu_cap = model.cpu_cap_batches_per_s()
-    target = UP_HEADROOM * consumer_rate
-    if cpu_cap is not None:
-        target = min(target, cpu_cap)
     most = MAX_WORKERS_PER_CPU * model.usable_cpus
     if producer_class(model) == CPU_BOUND:
-        most = min(most, cpu_bound_worker_limit(model))
+        most = min(most, cpu_bound_worker_limit(model) if model.load is None
+                   else MAX_CPU_BOUND_WORKERS_PER_CPU * model.usable_cpus)
     in_flight = shm_batches_cap(context.run)
     factor = settings.prefetch_factor or TORCH_DEFAULT_PREFETCH_FACTOR
     shm_most = None if in_flight is None else in_flight // factor
-    wanted = min(model.workers_to_reach(target), most)
-    workers = wanted if shm_most is None else min(wanted, shm_most)
-    if workers <= settings.num_workers:
+    allowed = most if shm_most is None else min(most, shm_most)
+    if allowed <= settings.num_workers:
         return None
+    rates = {n: model.predict(replace(settings, num_workers=n)).steady_batches_per_s
+             for n in range(settings.num_workers + 1, allowed + 1)}
+    best = max(rates.values())
+    near = [n for n, rate in rates.items() if rate * (1.0 + MIN_GAIN_FRACTION) >= best]
+    roomy = [n for n in near
+             if model.capacity(n)[0] >= UP_HEADROOM / model.consumer_floor_s(n)]
+    # CPU-bound workers past the best gain nothing but cores taken from the step and others.
+    workers = min(near) if producer_class(model) == CPU_BOUND else min(roomy or near)
     proposed = replace(settings, num_workers=workers)
     if not _gains(model, settings, proposed):
         return None
     prediction = model.predict(proposed)
     reason = _more_workers_reason(context, settings, workers, capacity, prediction)
-    if workers < wanted:
+    reason += contention_words(model, settings, proposed)
+    if shm_most is not None and workers == shm_most and shm_most < most:
         reason += (f" Capped at {count(workers, 'worker')}: /dev/shm holds "
                    f"{count(in_flight, 'batch', 'batches')} with the headroom pipecheck keeps "
                    f"(prefetch_factor {factor} x workers must fit).")
+    reason += _settle_with_stress(context, settings, proposed, rates)
     recommendation = Recommendation(
         setting="num_workers",
         current=settings.num_workers,
         proposed=workers,
-        expected=_expected(prediction, _limit_note(model, prediction)),
+        expected=_expected(prediction, _limit_note(model, prediction), model, proposed),
         reason=reason,
     )
     return recommendation, proposed
 
 
+MAX_CPU_BOUND_WORKERS_PER_CPU = 2
+"""Most CPU-bound workers proposed per usable CPU when the model knows the host's load: past
+it, the fair-share model's assumptions (no cache or memory-bandwidth cost of more processes)
+are untested. On the project's 2-core machine 2 CPU-bound workers beat 1 in 3 of 3 paired runs
+(issue "Numbers that hold on real, busy machines"), so the older cap at the free cores was too
+low. pipecheck's choice."""
+
+
+def _settle_with_stress(
+    context: _Context, settings: LoaderSettings, proposed: LoaderSettings,
+    rates: dict[int, float],
+) -> str:
+    """A sentence naming the ``pipecheck stress`` command that settles a proposal the model
+    cannot be sure of: its interval reaches below the current rate, or the interval of one
+    worker fewer overlaps it (the cheaper count may do as well). Empty when the model is
+    sure. ``rates``: the worker counts the rule weighed."""
+    model = context.model
+    low, high = model.interval(proposed)
+    current = model.predict(settings).batches_per_s
+    fewer = proposed.num_workers - 1
+    rivals = [fewer] if fewer in rates and \
+        model.interval(replace(proposed, num_workers=fewer))[1] >= low else []
+    if low > current and not rivals:
+        return ""
+    counts = sorted({settings.num_workers, proposed.num_workers, *rivals})
+    return (f" The predicted interval ({batch_rate(low)} to {batch_rate(high)}) "
+            f"{'reaches below the current rate' if low <= current else 'overlaps that of '}"
+            f"{'' if low <= current else count(fewer, 'worker')}: "
+            f"'pipecheck stress FILE.py:make_loader --workers {','.join(map(str, counts))}' "
+            "(a function that builds your DataLoader) measures them on this host.")
+
+
+STEP_SLOWDOWN_WORDS_FRACTION = 0.05
+"""A predicted step slowdown is named in a reason from 5% up (the same margin as
+:data:`MIN_GAIN_FRACTION`)."""
+
+
+def contention_words(
+    model: ThroughputModel, before: LoaderSettings, after: LoaderSettings
+) -> str:
+    """Sentences on what the change costs in cores (empty without host data or cost): the
+    step's predicted slowdown as the workers take cores from it, and the other processes'
+    load the prediction assumes continues."""
+    load = model.load
+    if load is None:
+        return ""
+    words = ""
+    step_before = model.step_s(before.num_workers)
+    step_after = model.step_s(after.num_workers)
+    if step_after > step_before * (1.0 + STEP_SLOWDOWN_WORDS_FRACTION):
+        words += (f" The step is predicted to slow from {seconds(step_before)} to "
+                  f"{seconds(step_after)} as the workers take cores from it (its threads and "
+                  "the workers share the cores left to this run fairly).")
+    if load.others_cpus >= CONTENDED_CPU_FRACTION * load.usable_cpus:
+        words += (f" Other processes used {load.others_cpus:.1f} of the {load.usable_cpus:g} "
+                  "usable cores during the run; the prediction assumes they keep them (their "
+                  "load's low and high over the run bound the interval).")
+    return words
+
+
 def _limit_note(model: ThroughputModel, prediction: Prediction) -> str:
     note = f"then limited by {_LIMIT_WORDS[prediction.limit]}"
-    if prediction.limit == "cpu":
+    if prediction.limit == "cpu" and model.load is None:
         # Measured on the demo (2 CPUs, 0 -> 1 worker): throughput came within 8% of the
         # prediction, but the contention showed as longer steps rather than as data wait.
         note += (f"; the step and the workers share {model.usable_cpus} CPUs, so part of the "
@@ -400,7 +481,7 @@ def _fewer_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
         setting="num_workers",
         current=settings.num_workers,
         proposed=workers,
-        expected=_expected(prediction, "same throughput, fewer processes"),
+        expected=_expected(prediction, "same throughput, fewer processes", model, proposed),
         reason=reason,
     )
     return recommendation, proposed
@@ -463,7 +544,8 @@ def _prefetch_factor(context: _Context, settings: LoaderSettings) -> _Outcome:
         current=factor,
         proposed=proposed_factor,
         expected=_expected(prediction,
-                           "replaying the measured batch times against the lead"),
+                           "replaying the measured batch times against the lead", model,
+                           proposed),
         reason=reason,
     )
     return recommendation, proposed
@@ -499,7 +581,8 @@ def _persistent_workers(context: _Context, settings: LoaderSettings) -> _Outcome
         setting="persistent_workers",
         current=False,
         proposed=True,
-        expected=_expected(prediction, f"over a {epochs}-epoch run like the measured one"),
+        expected=_expected(prediction, f"over a {epochs}-epoch run like the measured one",
+                           model, proposed, epochs),
         reason=reason,
     )
     return recommendation, proposed

@@ -628,6 +628,11 @@ class Expected:
     gain_tokens_per_s: Optional[float] = None
     saved_s_per_10k_steps: Optional[float] = None
     saved_s_per_epoch: Optional[float] = None
+    samples_per_s_low: Optional[float] = None
+    """Low end of the 90% interval of ``samples_per_s`` from the run's own noise (the other
+    processes' load over the run, batch means of the loop time); ``None`` when not derived."""
+    samples_per_s_high: Optional[float] = None
+    """High end of the same interval."""
 
 
 @dataclass(frozen=True)

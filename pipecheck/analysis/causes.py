@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from pipecheck.analysis import bound, memory
+from pipecheck.analysis.contention import other_processes_cpus
 from pipecheck.analysis.producer import usable_host
 from pipecheck.records import Finding, ProducerSummary, RunRecord
 from pipecheck.units import percent, seconds, size
@@ -57,18 +58,6 @@ def cause_findings(run: RunRecord, producer: ProducerSummary, verdict: str) -> l
         *probe_off_findings(run),
     ]
     return [f for f in candidates if f is not None]
-
-
-def other_processes_cpus(run: RunRecord) -> Optional[float]:
-    """CPUs (cores' worth, >= 0) that processes other than this run's used on average while the
-    host sampler ran: the whole machine's busy share (``system_cpu_percent_mean`` of
-    ``cpu_count`` CPUs) less this run's main process and workers. ``None`` when not measured."""
-    host = usable_host(run.host)
-    if host is None or host.system_cpu_percent_mean is None or not host.duration_s > 0:
-        return None
-    ours_s = (host.main_cpu_s or 0.0) + (host.workers_cpu_s or 0.0)
-    busy = host.system_cpu_percent_mean / 100.0 * run.environment.cpu_count
-    return max(busy - ours_s / host.duration_s, 0.0)
 
 
 def contended_host_finding(run: RunRecord) -> Optional[Finding]:

@@ -6,10 +6,22 @@ The model, per steady batch (every batch but each epoch's first):
 * demand ``D = 1 / mean step time`` (the consumer's ceiling);
 * the consumer's floor per batch with workers: the step plus the main process's CPU time to
   receive a batch inside ``next()`` (unpickling, shared memory), paid even when it is ready;
-* producer capacity with ``N >= 1`` workers: ``min(N x r, CPU cap)``, ``r`` the measured
-  per-worker rate (batches / busy time) and the CPU cap from the measured worker and main-process
-  CPU per batch (:func:`pipecheck.analysis.producer.cpu_cap_batches_per_s`), never below the
-  steady rate the measured run sustained (its CPUs demonstrably managed that);
+* with host data (the usual case), processes outside the run keep the cores they used (other
+  scheduling groups) and the cores left are shared fairly (max-min fairness,
+  :mod:`pipecheck.analysis.contention`) among the step's threads (its measured CPU per wall
+  second over the share it got), the workers and the run's own other children. With ``N`` workers each worker takes ``CPU per batch / its share +
+  off-CPU time per batch`` (off-CPU: busy time less CPU and run-queue wait), and the step takes
+  its measured time x (the share its threads got when measured / the share they get beside
+  ``N`` workers); a worker is runnable only while it has a batch to make, so both are found by
+  a damped fixed-point iteration. Producer capacity is ``N / worker time``. With
+  ``num_workers=0`` measured, a worker's CPU per batch is the main process's CPU time per batch
+  while producing (all threads; a worker runs one intra-op thread), never its contended wall
+  time;
+* without host data, producer capacity with ``N >= 1`` workers is ``min(N x r, CPU cap)``,
+  ``r`` the measured per-worker rate (batches / busy time) and the CPU cap from the measured
+  worker and main-process CPU per batch
+  (:func:`pipecheck.analysis.producer.cpu_cap_batches_per_s`), never below the steady rate the
+  measured run sustained, and the step keeps its measured time;
 * the batch-time tail: a batch is requested ``prefetch_factor x N`` batches ahead, i.e.
   ``lead = prefetch_factor x N x max(floor, 1 / capacity)`` seconds before the step needs it
   (about ``prefetch_factor x N / D`` whenever the producer keeps up); replaying the sampled batch
@@ -24,6 +36,11 @@ The model, per steady batch (every batch but each epoch's first):
 ``batches/s = batches / total time`` and ``stall = 1 - (1 / D) / (1 / batches/s)``, over a run
 shaped like the measured one (same batches per epoch, same epoch count unless told otherwise).
 
+:meth:`ThroughputModel.interval` gives each prediction a 90% interval from the run's own noise:
+the prediction at the other processes' low and high load (10th and 90th percentiles of the host
+ticks), widened on each side by the batch-means spread of the loop time per batch
+(:func:`pipecheck.analysis.stats.batch_means_spread`).
+
 Assumptions (also listed on each model): inter-process costs other than the measured receive
 CPU, and how worker start-up grows with N, are not modeled; batch times have no jitter beyond
 the sampled ones; CPU-bound work scales only up to the usable CPUs while latency-bound work (sleep,
@@ -36,7 +53,7 @@ is replayed at the median production time instead (a slow batch delays only itse
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, cast
 
 from pipecheck.analysis.consumer import (
@@ -52,7 +69,8 @@ from pipecheck.analysis.producer import (
     cpu_cap_batches_per_s,
     main_cpu_per_batch_s,
 )
-from pipecheck.analysis.stats import mean, ratio
+from pipecheck.analysis.contention import HostLoad, fair_shares, host_load
+from pipecheck.analysis.stats import batch_means_spread, mean, ratio
 from pipecheck.records import ConsumerSummary, ProducerSummary, RunRecord
 
 TORCH_DEFAULT_PREFETCH_FACTOR = 2
@@ -102,6 +120,88 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class Cycle:
+    """One steady batch with workers under processor sharing: ``step_s`` the step's wall time,
+    ``worker_s`` a worker's wall time per batch, ``step_share`` the share of a core each of the
+    step's threads gets, ``worker_share`` a worker's mean share over the loop."""
+
+    step_s: float
+    worker_s: float
+    step_share: float
+    worker_share: float
+
+
+_FIXED_POINT_ROUNDS = 60
+"""Rounds of the damped fixed-point iteration of :func:`_cycle` (its shares move by under
+0.1% between the last rounds in every case tried)."""
+
+
+def _cycle(
+    workers: int,
+    step_meas_s: float,
+    reference_share: Optional[float],
+    worker_cpu_s: float,
+    worker_off_s: float,
+    scale: float,
+    receive_s: float,
+    step_threads: float,
+    others_runnable: float,
+    cpus: float,
+    worker_fixed_s: Optional[float] = None,
+) -> Cycle:
+    """Step and worker times with ``workers`` (>= 1) workers. During the step, ``step_threads``
+    + the runnable workers + ``others_runnable`` share ``cpus``; while the main process waits
+    in ``next()``, only the workers and the others do. A worker runs ``worker_cpu_s`` per batch
+    at its mean share plus ``worker_off_s`` off-CPU (x ``scale``, the calibration to the
+    measured worker time), and is runnable only while it has a batch to make (its utilization:
+    the loop's rate x its time per batch / workers). The step's time is ``step_meas_s`` x
+    ``reference_share`` / its share now (``reference_share`` ``None``: the step is as measured,
+    used to find the measured run's own shares; ``worker_fixed_s``: a worker's time per batch
+    as measured, likewise)."""
+    step_share = worker_share = 1.0
+    step_s = step_meas_s
+    for _ in range(_FIXED_POINT_ROUNDS):
+        worker_s = scale * (worker_cpu_s / worker_share + worker_off_s)
+        runnable_part = (scale * worker_cpu_s / worker_share) / worker_s if worker_s > 0 else 1.0
+        if worker_fixed_s is not None:
+            worker_s = worker_fixed_s
+            runnable_part = min(worker_cpu_s / worker_share / worker_s, 1.0) if worker_s > 0 \
+                else 1.0
+        if reference_share is not None:
+            step_s = step_meas_s * reference_share / step_share
+        rate = min(workers / worker_s, 1.0 / (step_s + receive_s)) if worker_s > 0 else (
+            1.0 / (step_s + receive_s))
+        utilization = min(rate * worker_s / workers, 1.0)
+        in_step = min(rate * step_s, 1.0)
+        want = runnable_part * utilization
+        step_now, workers_in_step, _ = fair_shares(
+            [_step_group(step_threads), (workers, want), (others_runnable, 1.0)], cpus)
+        workers_between, _ = fair_shares([(workers, want), (others_runnable, 1.0)], cpus)
+        mean_share = in_step * workers_in_step + (1.0 - in_step) * workers_between
+        step_share = 0.5 * step_share + 0.5 * step_now
+        worker_share = 0.5 * worker_share + 0.5 * mean_share
+    worker_s = scale * (worker_cpu_s / worker_share + worker_off_s)
+    if worker_fixed_s is not None:
+        worker_s = worker_fixed_s
+    if reference_share is not None:
+        step_s = step_meas_s * reference_share / step_share
+    return Cycle(step_s=step_s, worker_s=worker_s, step_share=step_share,
+                 worker_share=worker_share)
+
+
+def _step_group(step_threads: float) -> tuple[float, float]:
+    """The step as a group for :func:`fair_shares`: whole threads, each wanting an equal part
+    of the step's cores."""
+    threads = max(math.ceil(step_threads - 1e-9), 1)
+    return float(threads), step_threads / threads
+
+
+def step_alone_share(step_threads: float, others_runnable: float, cpus: float) -> float:
+    """Share of its want the step gets beside other processes only (``num_workers=0``)."""
+    return fair_shares([_step_group(step_threads), (others_runnable, 1.0)], cpus)[0]
+
+
+@dataclass(frozen=True)
 class ThroughputModel:
     """The measured inputs of the what-if model (see the module docstring). Rates in batches/s,
     times and CPU in seconds per batch; ``assumptions`` lists, in words, what was assumed rather
@@ -128,6 +228,15 @@ class ThroughputModel:
     shutdown_s: float = 0.0
     """Seconds an epoch without persistent workers waits at its end while torch shuts the
     workers down (measured; 0 when the run had persistent workers, none, or no epoch ended)."""
+    load: Optional[HostLoad] = None
+    """The CPU contention measured (:mod:`pipecheck.analysis.contention`); ``None``: the
+    cores are shared only as the older CPU cap assumed (no step slowdown, no other load)."""
+    worker_off_s: float = 0.0
+    """Seconds per batch a worker neither runs nor waits for a core (sleep, network, storage):
+    busy time less CPU and run-queue time. Unchanged by contention."""
+    noise_fraction: float = 0.0
+    """Relative half-width of the run's own per-batch noise (batch means,
+    :func:`pipecheck.analysis.stats.batch_means_spread`), applied to every prediction."""
 
     @property
     def worker_cpu_fraction(self) -> float:
@@ -136,7 +245,8 @@ class ThroughputModel:
 
     def cpu_cap_batches_per_s(self) -> Optional[float]:
         """Batches/s the usable CPUs sustain, never below the steady rate the measured run
-        sustained; ``None`` when workers use no measurable CPU."""
+        sustained; ``None`` when workers use no measurable CPU (the older cap, used only
+        without host data)."""
         cap = cpu_cap_batches_per_s(
             self.usable_cpus,
             self.worker_cpu_per_batch_s,
@@ -147,22 +257,91 @@ class ThroughputModel:
             return cap
         return max(cap, self.sustained_batches_per_s)
 
-    def capacity(self, num_workers: int) -> tuple[float, str]:
+    def shares(self, num_workers: int, others_cpus: Optional[float] = None) -> Cycle:
+        """The step time and a worker's time per batch with ``num_workers`` (>= 1) workers
+        under processor sharing (:mod:`pipecheck.analysis.contention`), ``others_cpus`` the
+        other processes' load (cores; default the measured mean). Requires ``load``."""
+        load = self.load
+        assert load is not None
+        step_meas_s = 1.0 / self.demand_batches_per_s
+        others = load.group_runnable()
+        cpus = load.cores_left(others_cpus)
+        step_threads = load.step_threads()
+        measured = self.measured.num_workers
+        if measured == 0:
+            reference_share = step_alone_share(step_threads, others, load.cores_left())
+            scale = 1.0
+        else:
+            at_measured = _cycle(measured, step_meas_s, None, self.worker_cpu_per_batch_s,
+                                 self.worker_off_s, 1.0, self.receive_s, step_threads,
+                                 others, load.cores_left(),
+                                 worker_fixed_s=1.0 / self.per_worker_batches_per_s)
+            reference_share = at_measured.step_share
+            solo_s = self.worker_cpu_per_batch_s / at_measured.worker_share + self.worker_off_s
+            scale = (1.0 / self.per_worker_batches_per_s) / solo_s if solo_s > 0 else 1.0
+        return _cycle(num_workers, step_meas_s, reference_share, self.worker_cpu_per_batch_s,
+                      self.worker_off_s, scale, self.receive_s, step_threads, others, cpus)
+
+    def step_s(self, num_workers: int, others_cpus: Optional[float] = None) -> float:
+        """Predicted step time in seconds with ``num_workers`` workers: the measured one,
+        slowed or sped up by the share of a core the step's threads get beside the workers and
+        the other processes (as measured without host data)."""
+        step_meas_s = 1.0 / self.demand_batches_per_s
+        if self.load is None:
+            return step_meas_s
+        if num_workers == 0:
+            load = self.load
+            if self.measured.num_workers == 0 and others_cpus is None:
+                return step_meas_s
+            threads = load.step_threads()
+            reference = (step_alone_share(threads, load.group_runnable(), load.cores_left())
+                         if self.measured.num_workers == 0
+                         else self.shares(self.measured.num_workers).step_share)
+            now = step_alone_share(threads, load.group_runnable(), load.cores_left(others_cpus))
+            return step_meas_s * reference / now
+        return self.shares(num_workers, others_cpus).step_s
+
+    def capacity(self, num_workers: int, others_cpus: Optional[float] = None
+                 ) -> tuple[float, str]:
         """Producer capacity in batches/s with ``num_workers`` workers and what limits it
         (``workers``, ``cpu`` or ``serial``). ``ValueError`` for a negative count."""
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         if num_workers == 0:
-            return self.per_worker_batches_per_s, "serial"
+            return self._serial_rate(others_cpus), "serial"
+        if self.load is not None:
+            cycle = self.shares(num_workers, others_cpus)
+            rate = num_workers / cycle.worker_s
+            return rate, "cpu" if cycle.worker_share < 1.0 - 1e-9 else "workers"
         worker_limited = num_workers * self.per_worker_batches_per_s
         cap = self.cpu_cap_batches_per_s()
         if cap is not None and cap < worker_limited:
             return cap, "cpu"
         return worker_limited, "workers"
 
-    def consumer_floor_s(self) -> float:
-        """Least loop time per batch with workers: the step plus receiving the batch."""
-        return 1.0 / self.demand_batches_per_s + self.receive_s
+    def _serial_rate(self, others_cpus: Optional[float]) -> float:
+        """Batches/s the main process produces with ``num_workers=0``."""
+        load = self.load
+        if load is None or (self.measured.num_workers == 0 and others_cpus is None):
+            return self.per_worker_batches_per_s
+        if self.measured.num_workers == 0:
+            # Only the other processes' load changes: the producing threads keep their count.
+            threads = max(self.worker_cpu_fraction / load.share, 1.0)
+            before = step_alone_share(threads, load.group_runnable(), load.cores_left())
+            after = step_alone_share(threads, load.group_runnable(),
+                                     load.cores_left(others_cpus))
+            cpu_s = self.worker_cpu_per_batch_s
+            wall_s = 1.0 / self.per_worker_batches_per_s
+            return 1.0 / max(wall_s + cpu_s / after - cpu_s / before, 1e-12)
+        share = step_alone_share(1.0, load.group_runnable(), load.cores_left(others_cpus))
+        return 1.0 / (self.worker_cpu_per_batch_s / share + self.worker_off_s)
+
+    def consumer_floor_s(self, num_workers: Optional[int] = None,
+                         others_cpus: Optional[float] = None) -> float:
+        """Least loop time per batch with workers: the (predicted) step plus receiving the
+        batch; ``num_workers`` defaults to the measured count."""
+        workers = self.measured.num_workers if num_workers is None else num_workers
+        return self.step_s(workers, others_cpus) + self.receive_s
 
     def lead_s(self, settings: LoaderSettings) -> float:
         """Seconds between a batch's request and the step needing it: prefetch_factor x N
@@ -172,7 +351,7 @@ class ThroughputModel:
             return 0.0
         in_flight = settings.effective_prefetch_factor() * settings.num_workers
         capacity, _ = self.capacity(settings.num_workers)
-        return in_flight * max(self.consumer_floor_s(), 1.0 / capacity)
+        return in_flight * max(self.consumer_floor_s(settings.num_workers), 1.0 / capacity)
 
     def tail_wait_s(self, settings: LoaderSettings) -> float:
         """Mean extra wait per batch in seconds from batches slower than the lead (replayed
@@ -180,24 +359,32 @@ class ThroughputModel:
         if settings.num_workers == 0 or not self.batch_times_s:
             return 0.0
         lead_s = self.lead_s(settings)
+        # Batch times stretch as a worker's time per batch does under the new contention.
+        capacity, _ = self.capacity(settings.num_workers)
+        stretch = settings.num_workers / capacity * self.per_worker_batches_per_s
+        if self.measured.num_workers == 0 or self.load is None:
+            stretch = 1.0
+        times = [t * stretch for t in self.batch_times_s]
         if not settings.in_order:
-            ordered = sorted(self.batch_times_s)
+            ordered = sorted(times)
             return max(ordered[len(ordered) // 2] - lead_s, 0.0)
-        return sum(max(t - lead_s, 0.0) for t in self.batch_times_s) / len(self.batch_times_s)
+        return sum(max(t - lead_s, 0.0) for t in times) / len(times)
 
-    def predict(self, settings: LoaderSettings, *, epochs: Optional[int] = None) -> Prediction:
+    def predict(self, settings: LoaderSettings, *, epochs: Optional[int] = None,
+                others_cpus: Optional[float] = None) -> Prediction:
         """Predict a run like the measured one under ``settings``; ``epochs`` (>= 1) overrides
-        the measured epoch count (batches per epoch stay as measured). ``ValueError`` for a
+        the measured epoch count (batches per epoch stay as measured); ``others_cpus`` the
+        other processes' load in cores (default: as measured). ``ValueError`` for a
         negative worker count or fewer than one epoch."""
         epochs = self.epochs if epochs is None else epochs
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
-        step_s = 1.0 / self.demand_batches_per_s
-        capacity, limit = self.capacity(settings.num_workers)
+        step_s = self.step_s(settings.num_workers, others_cpus)
+        capacity, limit = self.capacity(settings.num_workers, others_cpus)
         if settings.num_workers == 0:
             steady_s = step_s + 1.0 / capacity
         else:
-            floor_s = self.consumer_floor_s()
+            floor_s = self.consumer_floor_s(settings.num_workers, others_cpus)
             mean_limited_s = max(floor_s, 1.0 / capacity)
             tail_limited_s = floor_s + self.tail_wait_s(settings)
             steady_s = max(mean_limited_s, tail_limited_s)
@@ -225,12 +412,19 @@ class ThroughputModel:
             steady_stall_fraction=max(1.0 - step_s / steady_s, 0.0),
         )
 
-    def workers_to_reach(self, target_batches_per_s: float) -> int:
-        """Smallest worker count (>= 1) whose capacity reaches ``target_batches_per_s``,
-        ignoring the CPU cap (callers bound the target by it)."""
-        needed = target_batches_per_s / self.per_worker_batches_per_s
-        # The tolerance keeps float noise (4.0000000001) from adding a worker.
-        return max(1, math.ceil(needed - 1e-9))
+    def interval(self, settings: LoaderSettings, *, epochs: Optional[int] = None
+                 ) -> tuple[float, float]:
+        """90% interval of the predicted batches/s from the run's own noise: the prediction
+        at the other processes' low and high load (:data:`contention.OTHERS_PERCENTILES` of
+        the host ticks), widened by :attr:`noise_fraction` (batch means) on each side."""
+        loads: list[Optional[float]] = [None]
+        if self.load is not None:
+            loads = [self.load.others_low, self.load.others_high]
+        rates = [self.predict(settings, epochs=epochs, others_cpus=k).batches_per_s
+                 for k in loads]
+        rates.append(self.predict(settings, epochs=epochs).batches_per_s)
+        return (min(rates) * max(1.0 - self.noise_fraction, 0.0),
+                max(rates) * (1.0 + self.noise_fraction))
 
 
 def measured_settings(run: RunRecord) -> LoaderSettings:
@@ -305,7 +499,19 @@ def build_model(
         warm = 1.0 / per_worker
         assumptions.append("first batch with live workers: one batch's production time")
     batch_times = tuple(b.fetch_s + b.collate_s for w in run.workers for b in w.recent)
-    return ThroughputModel(
+    load: Optional[HostLoad] = host_load(
+        run, ratio(record.sampled_compute_cpu_s, record.sampled_compute_wall_s))
+    if run.host is None or run.host.status != "ok":
+        load = None
+        assumptions.append("no host data: other processes' load, the step's threads and the "
+                           "run-queue wait are unknown, so the older CPU cap is used")
+    else:
+        assumptions.extend(_contention_assumptions(settings.num_workers))
+    # Loop time per steady batch (each epoch's first and any unmeasured step left out).
+    noise = batch_means_spread(
+        b.wait_s + b.compute_s for i, b in enumerate(record.timeline)
+        if i > 0 and b.epoch == record.timeline[i - 1].epoch and b.compute_s is not None)
+    model = ThroughputModel(
         measured=settings,
         demand_batches_per_s=demand,
         per_worker_batches_per_s=per_worker,
@@ -324,4 +530,52 @@ def build_model(
         worker_class=producer.workers_class,
         shutdown_s=(shutdown_wait_s(record, settings.persistent_workers) or 0.0
                     if settings.num_workers > 0 else 0.0),
+        load=load,
+        noise_fraction=noise or 0.0,
     )
+    if load is None:
+        return model
+    return replace(model, worker_off_s=_worker_off_s(model, producer))
+
+
+def _contention_assumptions(measured_workers: int) -> list[str]:
+    words = [
+        "processes outside this run keep the cores they used during it (the kernel schedules "
+        "them in other groups: sessions, containers, jobs); the cores left are shared fairly "
+        "among the step's threads, the workers and the run's own other children",
+    ]
+    if measured_workers == 0:
+        words.append(
+            "a worker's CPU per batch is the main process's CPU time per batch while producing "
+            "(all its threads): workers run one intra-op thread, so parallel work costs the "
+            "same CPU there, and time lost waiting for a core is not counted; intra-op threads "
+            "that spin while waiting make it an overestimate")
+    return words
+
+
+_OFF_CPU_ROUNDS = 8
+"""Rounds that settle a worker's off-CPU time when its run-queue wait was not measured."""
+
+
+def _worker_off_s(model: ThroughputModel, producer: ProducerSummary) -> float:
+    """Seconds per batch a worker neither ran nor waited for a core. With workers: busy time
+    less CPU and run-queue time (measured), or less CPU over the model's own share at the
+    measured settings (run queue not measured). With ``num_workers=0``: the production time
+    the main process neither ran nor wanted a core (CPU over the measured share)."""
+    busy_s = 1.0 / model.per_worker_batches_per_s
+    cpu_s = model.worker_cpu_per_batch_s
+    load = model.load
+    assert load is not None
+    if model.measured.num_workers == 0:
+        return max(busy_s - cpu_s / load.share, 0.0)
+    queued = [w.runqueue_fraction for w in producer.workers if w.runqueue_fraction is not None]
+    if queued:
+        return max(busy_s * (1.0 - sum(queued) / len(queued)) - cpu_s, 0.0)
+    off_s = max(busy_s - cpu_s, 0.0)
+    for _ in range(_OFF_CPU_ROUNDS):
+        share = _cycle(model.measured.num_workers, 1.0 / model.demand_batches_per_s, None,
+                       cpu_s, off_s, 1.0, model.receive_s, load.step_threads(),
+                       load.group_runnable(), load.cores_left(),
+                       worker_fixed_s=busy_s).worker_share
+        off_s = max(busy_s - cpu_s / share, 0.0)
+    return off_s

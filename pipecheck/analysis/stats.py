@@ -35,3 +35,32 @@ def quantiles(values: Iterable[float]) -> Optional[Quantiles]:
         return None
     p50, p90, p99 = np.percentile(items, [50, 90, 99])
     return Quantiles(mean=float(items.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
+
+
+BATCH_MEANS_BLOCKS = 10
+"""Contiguous blocks the batch-means method splits a run's per-batch times into."""
+
+T_95_9_DF = 1.833
+"""Student's t 0.95 quantile with 9 degrees of freedom (``BATCH_MEANS_BLOCKS - 1``): the
+two-sided 90% interval (standard tables, e.g. NIST/SEMATECH e-Handbook, table 1.3.6.7.2)."""
+
+
+def batch_means_spread(values: Iterable[float]) -> Optional[float]:
+    """Relative half-width (0 or more) of a 90% prediction interval for the mean of one more
+    block, by the batch-means method (Schmeiser, "Batch size effects in the analysis of
+    simulation output", Operations Research 30(3), 1982): ``values`` (per-batch times, in run
+    order) are cut into :data:`BATCH_MEANS_BLOCKS` contiguous blocks, whose means are close to
+    independent when a block is much longer than the correlation between neighbouring batches
+    (slow drifts such as a neighbour's load stay in the spread); the half-width is
+    ``t(0.95, 9) x sd(block means) x sqrt(1 + 1/10)`` (the prediction interval for one new
+    observation of a normal sample) over the mean of the block means. ``None`` with fewer than
+    two values per block or a zero mean."""
+    items = np.asarray(list(values), dtype=float)
+    if items.size < 2 * BATCH_MEANS_BLOCKS:
+        return None
+    blocks = np.array([b.mean() for b in np.array_split(items, BATCH_MEANS_BLOCKS)])
+    centre = float(blocks.mean())
+    if centre <= 0:
+        return None
+    spread = float(blocks.std(ddof=1))
+    return T_95_9_DF * spread * float(np.sqrt(1.0 + 1.0 / BATCH_MEANS_BLOCKS)) / centre

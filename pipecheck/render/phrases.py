@@ -122,6 +122,17 @@ def capacity_phrase(report: "Report") -> Optional[str]:
     return f"{ratio:.2f}x ({conclusion})"
 
 
+def expected_rate_text(rec: "Recommendation") -> str:
+    """The expected samples/s with its 90% interval beside it when the report gives one, e.g.
+    ``1,200 samples/s (1,050-1,330)``."""
+    expected = rec.expected
+    text = fmt.rate(expected.samples_per_s, "samples")
+    low, high = expected.samples_per_s_low, expected.samples_per_s_high
+    if expected.samples_per_s is not None and low is not None and high is not None:
+        text += f" ({low:,.0f}-{high:,.0f})"
+    return text
+
+
 def effect_text(rec: "Recommendation") -> Optional[str]:
     """A recommendation's effect in the units users plan with: the gain in samples/s (and
     tokens/s when counted) and the wall time saved per 10,000 steps and per epoch (when the
@@ -150,7 +161,11 @@ def recommendations_caption(report: "Report") -> str:
     if report.kind == "stress":
         return ("Measured by the stress sweep: each figure is the recommended configuration's, "
                 "every change together.")
-    return "Cumulative: each figure assumes the changes above it."
+    caption = "Cumulative: each figure assumes the changes above it."
+    if any(r.expected.samples_per_s_low is not None for r in report.recommendations):
+        caption += (" In brackets: the 90% interval from this run's own noise (other processes'"
+                    " load, batch-to-batch variation).")
+    return caption
 
 
 def why_no_recommendations(report: "Report") -> str:
@@ -190,6 +205,17 @@ def why_no_recommendations(report: "Report") -> str:
         return (
             "No recommendations: producer capacity was not measured, so the effect of a change "
             "cannot be predicted."
+        )
+    contended = next((f for f in diagnosis.findings if f.kind == "contended-host"), None)
+    if diagnosis.verdict == "input-bound" and contended is not None:
+        others = number(contended.evidence.get("other_processes_cpus"))
+        cpus = contended.evidence.get("cpu_count")
+        used = "" if others is None else f" (other processes used {others:.1f} of {cpus} CPUs)"
+        return (
+            "No recommendations: no change is predicted to help on the cores left to this "
+            f"run{used}; with the host this busy, 'pipecheck stress FILE.py:make_loader "
+            "--workers 0,1,2' (a function that builds your DataLoader) measures the "
+            "alternatives instead of predicting them."
         )
     return "No recommendations: no change is predicted to help."
 

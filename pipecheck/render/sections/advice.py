@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 from pipecheck import units as fmt
 from pipecheck.render.model import Item, Items, Note, Section, by_severity, line, table
-from pipecheck.render.phrases import effect_text, recommendations_caption, why_no_recommendations
+from pipecheck.render.phrases import (effect_text, expected_rate_text, recommendations_caption,
+                                     why_no_recommendations)
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -30,7 +31,7 @@ def recommendations(report: "Report") -> Section:
     rows, narrow, reasons = [], [], []
     for number, rec in enumerate(report.recommendations, start=1):
         change = f"{fmt.setting_value(rec.current)} -> {fmt.setting_value(rec.proposed)}"
-        expected_rate = fmt.rate(rec.expected.samples_per_s, "samples")
+        expected_rate = expected_rate_text(rec)
         expected_stall = fmt.percent(rec.expected.stall_fraction)
         rows.append([f"{number}.", rec.setting, change, expected_rate, expected_stall])
         narrow.append(line((f"{number}. {rec.setting}:", change), ("expected", expected_rate),

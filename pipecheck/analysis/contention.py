@@ -1,0 +1,184 @@
+"""CPU contention: how many cores a run's processes actually got, who else wanted them, and the
+share of a core each runnable thread would get under other settings.
+
+Two levels of fairness, as Linux schedules them:
+
+* **between scheduling groups** (sessions under ``kernel.sched_autogroup_enabled``, on by
+  default on desktop distributions and on this project's machine; cgroups for containers,
+  systemd services and batch jobs): processes outside this run's process tree are taken to be
+  in other groups, so they **keep the cores they used** whatever this run adds. The cores left
+  to this run are ``usable CPUs - other processes' load on them`` (never below what the run
+  itself used). More workers therefore take cores from the step, not from the neighbours;
+* **within this run's group**, max-min fairness among runnable threads (CFS, kernel
+  ``Documentation/scheduler/sched-design-CFS``: "an ideal, precise multi-tasking CPU"): the
+  step's threads (its CPU per wall second of step over the share it got), the workers (each
+  runnable for the part of a batch it is not sleeping or reading) and this run's own other
+  child processes (not workers: e.g. a process the training script started).
+
+The share this run's threads got is measured, not assumed: ``1 - run-queue fraction`` (time
+runnable but waiting for a core, ``/proc/<pid>/schedstat``, over the time they ran or waited),
+or 1 where the kernel does not report it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from pipecheck.analysis.stats import ratio
+from pipecheck.records import HostRecord, RunRecord
+
+OTHERS_PERCENTILES = (10.0, 90.0)
+"""Percentiles of the other processes' per-tick CPU that bound a prediction's interval: the
+load seen in 80% of the host sampler's ticks (pipecheck's choice)."""
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """The CPU contention a run measured. ``usable_cpus``: cores this process may use;
+    ``others_cpus``: cores' worth processes outside this run's tree used on them (mean, and
+    ``others_low`` / ``others_high`` at :data:`OTHERS_PERCENTILES` of the host ticks);
+    ``share``: the fraction of a core a runnable thread of this run got (0-1];
+    ``step_cores``: main-process CPU per wall second of step (cores, > 1 with intra-op
+    threads), or ``None`` when not sampled."""
+
+    usable_cpus: float
+    others_cpus: float
+    others_low: float
+    others_high: float
+    share: float
+    step_cores: Optional[float]
+    own_cpus: float = 0.0
+    """Cores' worth this run's main process and workers used on average."""
+    children_cpus: float = 0.0
+    """Cores' worth this run's other child processes (not workers) used on average."""
+
+    def cores_left(self, others_cpus: Optional[float] = None) -> float:
+        """Cores left to this run: the usable CPUs less what processes outside its tree use
+        (``others_cpus``, default the measured mean), never below what the run itself used
+        (it demonstrably got those) nor below a hundredth of a core."""
+        used = self.others_cpus if others_cpus is None else others_cpus
+        return max(self.usable_cpus - used, self.own_cpus + self.children_cpus, 0.01)
+
+    def group_runnable(self) -> float:
+        """Runnable threads of this run's own non-worker children: the cores they used over
+        the share every runnable thread of the group got."""
+        return self.children_cpus / self.share
+
+    def step_threads(self) -> float:
+        """Threads the step keeps runnable on average: its cores over the share it got, at
+        most the usable cores (torch's intra-op pool is sized to them); one when not sampled.
+        A step that waits on a GPU keeps well under one thread runnable."""
+        cores = 1.0 if self.step_cores is None else self.step_cores
+        return min(cores / self.share, max(self.usable_cpus, 1.0))
+
+
+def fair_shares(groups: list[tuple[float, float]], cpus: float) -> list[float]:
+    """Max-min fair allocation of ``cpus`` cores (water-filling, the fairness CFS approximates:
+    a thread that wants less than the fair level keeps all it wants, the others split the
+    rest evenly). ``groups``: ``(threads, cores each wants)``, both >= 0, threads may be
+    fractional. Returns, per group, the fraction (0-1] of its want it gets (1 for a group that
+    wants nothing). ``ValueError`` for ``cpus <= 0`` or a negative figure."""
+    if cpus <= 0:
+        raise ValueError(f"cpus must be > 0, got {cpus}")
+    if any(count < 0 or want < 0 for count, want in groups):
+        raise ValueError(f"thread counts and wants must be >= 0, got {groups}")
+    if sum(count * want for count, want in groups) <= cpus:
+        return [1.0] * len(groups)
+    # Raise the level through the wants in increasing order until the cores are used up.
+    left, level = cpus, 0.0
+    pending = sorted((want, count) for count, want in groups if count > 0 and want > 0)
+    while pending:
+        threads = sum(count for _, count in pending)
+        want, count = pending[0]
+        if (want - level) * threads >= left:
+            level += left / threads
+            break
+        left -= (want - level) * threads
+        level = want
+        pending.pop(0)
+    return [1.0 if want <= level or want == 0 else level / want for _, want in groups]
+
+
+def other_processes_cpus(run: RunRecord) -> Optional[float]:
+    """CPUs (cores' worth, >= 0) that processes other than this run's used on average while the
+    host sampler ran: the whole machine's busy share (``system_cpu_percent_mean`` of
+    ``cpu_count`` CPUs) less this run's main process and workers. ``None`` when not measured."""
+    host = _usable(run.host)
+    if host is None or host.system_cpu_percent_mean is None or not host.duration_s > 0:
+        return None
+    ours_s = (host.main_cpu_s or 0.0) + (host.workers_cpu_s or 0.0)
+    busy = host.system_cpu_percent_mean / 100.0 * run.environment.cpu_count
+    return max(busy - ours_s / host.duration_s, 0.0)
+
+
+def others_per_tick(run: RunRecord) -> list[float]:
+    """Other processes' cores' worth at each host tick (the tick's busy CPU of the machine less
+    this run's main process and workers), >= 0; empty when the sampler kept no timeline."""
+    host = _usable(run.host)
+    if host is None:
+        return []
+    cpus = run.environment.cpu_count
+    children = children_cpus(run) or 0.0
+    return [max(s.system_cpu_percent / 100.0 * cpus
+                - (s.main_cpu_percent + s.workers_cpu_percent) / 100.0 - children, 0.0)
+            for s in host.timeline]
+
+
+def children_cpus(run: RunRecord) -> Optional[float]:
+    """Cores' worth this run's child processes outside the workers' trees used on average
+    (role ``child`` without a worker id); ``None`` without host data."""
+    host = _usable(run.host)
+    if host is None or not host.duration_s > 0:
+        return None
+    return sum(p.cpu_s for p in host.processes
+               if p.role == "child" and p.worker_id is None) / host.duration_s
+
+
+def measured_share(run: RunRecord) -> Optional[float]:
+    """Fraction of a core this run's runnable threads got: CPU seconds over CPU plus run-queue
+    seconds, over the processes whose run-queue wait was measured; ``None`` without any."""
+    host = _usable(run.host)
+    if host is None:
+        return None
+    measured = [p for p in host.processes if p.runqueue_s is not None]
+    running_s = sum(p.cpu_s for p in measured)
+    waiting_s = sum(p.runqueue_s or 0.0 for p in measured)
+    return ratio(running_s, running_s + waiting_s)
+
+
+def host_load(run: RunRecord, step_cores: Optional[float]) -> HostLoad:
+    """The :class:`HostLoad` of ``run``; with no host data, a quiet host (no other load, a
+    full core per thread). ``step_cores``: main-process CPU per wall second of step."""
+    usable = float(run.environment.usable_cpus)
+    # Other processes spread over the whole machine; only their part on our cores competes.
+    on_ours = usable / max(run.environment.cpu_count, 1)
+    children = children_cpus(run) or 0.0
+    # other_processes_cpus() counts this run's non-worker children too: they are in its group.
+    mean = max((other_processes_cpus(run) or 0.0) - children, 0.0) * on_ours
+    host = _usable(run.host)
+    own = 0.0
+    if host is not None and host.duration_s > 0:
+        own = ((host.main_cpu_s or 0.0) + (host.workers_cpu_s or 0.0)) / host.duration_s
+    ticks = others_per_tick(run)
+    if ticks:
+        low, high = (float(v) * on_ours for v in np.percentile(ticks, OTHERS_PERCENTILES))
+    else:
+        low = high = mean
+    share = measured_share(run)
+    return HostLoad(
+        usable_cpus=usable,
+        others_cpus=mean,
+        others_low=min(low, mean),
+        others_high=max(high, mean),
+        share=1.0 if share is None or share <= 0 else min(share, 1.0),
+        step_cores=step_cores,
+        own_cpus=own,
+        children_cpus=children,
+    )
+
+
+def _usable(host: Optional[HostRecord]) -> Optional[HostRecord]:
+    return host if host is not None and host.status == "ok" else None

@@ -1,0 +1,190 @@
+"""The throughput model's contention terms on fake-clock runs: other processes' load, the step
+slowed by workers taking its cores, a worker's cost from CPU time rather than contended wall
+time, the prediction interval from the run's own noise, and the stress command that settles a
+proposal the model cannot be sure of."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from fake_pipeline import MAIN_PID, FakeRun, simulate
+from pipecheck.analysis import LoaderSettings, analyze
+from pipecheck.recommend import recommend
+from pipecheck.render.html import render_html
+from pipecheck.render.markdown import render_markdown
+from pipecheck.report import build_report, load
+
+SERIAL = FakeRun(num_workers=0, production_s=0.03, step_s=0.02, worker_cpu_fraction=1.0,
+                 main_step_cpu_fraction=1.0, batches_per_epoch=200)
+
+
+def with_host(run, *, others_cpus=None, main_runqueue_s=None):
+    """``run`` with other processes' load (cores, spread over the whole run) and the main
+    process's run-queue wait set on its host record."""
+    host = run.host
+    if others_cpus is not None:
+        ours = (host.main_cpu_s + (host.workers_cpu_s or 0.0)) / host.duration_s
+        busy = 100.0 * (ours + others_cpus) / run.environment.cpu_count
+        host = dataclasses.replace(host, system_cpu_percent_mean=busy)
+    if main_runqueue_s is not None:
+        host = dataclasses.replace(host, processes=[
+            dataclasses.replace(p, runqueue_s=main_runqueue_s) if p.pid == MAIN_PID else p
+            for p in host.processes])
+    return dataclasses.replace(run, host=host)
+
+
+def test_fair_shares_fill_small_wants_first_and_split_the_rest():
+    from pipecheck.analysis.contention import fair_shares  # new in this change
+
+    # 2 cores: a thread wanting 0.2 keeps it; the other 1.8 cores go to 3 full threads.
+    assert fair_shares([(1, 0.2), (3, 1.0)], 2.0) == pytest.approx([1.0, 0.6])
+    assert fair_shares([(1, 1.0), (1, 0.5)], 2.0) == [1.0, 1.0]  # nothing oversubscribed
+    assert fair_shares([(2, 0.9), (1, 1.0), (0.35, 1.0)], 2.0) == pytest.approx(
+        [2.0 / 3.35 / 0.9, 2.0 / 3.35, 2.0 / 3.35])
+    with pytest.raises(ValueError):
+        fair_shares([(1, 1.0)], 0.0)
+
+
+def test_other_processes_load_lowers_the_prediction_for_workers():
+    run = simulate(SERIAL)
+    quiet = analyze(run).model
+    busy = analyze(with_host(run, others_cpus=1.0)).model
+    one = LoaderSettings(num_workers=1)
+    assert busy.load.others_cpus == pytest.approx(1.0)
+    # The worker (1 core) and the step (1 core) now share 2 cores with one busy neighbour.
+    assert busy.predict(one).batches_per_s < 0.85 * quiet.predict(one).batches_per_s
+
+
+def test_the_step_slows_when_workers_take_its_cores():
+    # A step on 2 intra-op threads measured alone; one CPU-bound worker makes 3 runnable
+    # threads on 2 cores, so each gets 2/3 of a core and the step takes 1.5x as long.
+    spec = dataclasses.replace(SERIAL, main_step_cpu_fraction=2.0)
+    model = analyze(simulate(spec)).model
+    assert model.step_s(0) == pytest.approx(0.02)
+    assert model.step_s(1) == pytest.approx(0.03, rel=0.05)
+    prediction = model.predict(LoaderSettings(num_workers=1))
+    # The old model overlapped a 30 ms worker with the 20 ms step: 33 batches/s.
+    assert prediction.steady_batches_per_s < 0.8 * (1 / 0.03)
+
+
+def test_a_worker_pays_the_cpu_time_not_the_contended_wall_time():
+    # The main process produced each batch in 60 ms of wall time but only 30 ms of CPU, and
+    # waited for a core half the time it wanted one: a worker on a quiet host needs 30 ms
+    # (the step, mostly waiting on a device, leaves it the core).
+    spec = dataclasses.replace(SERIAL, production_s=0.06, worker_cpu_fraction=0.5,
+                               main_step_cpu_fraction=0.1)
+    run = simulate(spec)
+    main = next(p for p in run.host.processes if p.pid == MAIN_PID)
+    model = analyze(with_host(run, main_runqueue_s=main.cpu_s)).model
+    assert model.load.share == pytest.approx(0.5)
+    assert model.worker_cpu_per_batch_s == pytest.approx(0.03)
+    assert model.worker_off_s == pytest.approx(0.0, abs=1e-9)
+    capacity, _ = model.capacity(1, others_cpus=0.0)
+    assert capacity == pytest.approx(1 / 0.03, rel=0.05)
+
+
+def test_batch_means_spread_follows_the_blocks():
+    from pipecheck.analysis.stats import batch_means_spread  # new in this change
+
+    assert batch_means_spread([1.0] * 40) == 0.0
+    slow_half = [1.0] * 20 + [3.0] * 20
+    assert batch_means_spread(slow_half) == pytest.approx(
+        1.833 * 1.0540925533894598 * (1.1 ** 0.5) / 2.0)
+    assert batch_means_spread([1.0] * 19) is None
+
+
+NOISY = dataclasses.replace(
+    SERIAL, production_s=lambda i: 0.05 if (i // 40) % 2 else 0.03, batches_per_epoch=400)
+
+
+def test_recommendations_carry_an_interval_from_the_runs_noise_in_json_and_terminal():
+    run = simulate(NOISY)
+    report = build_report(run)
+    rec = next(r for r in report.recommendations if r.setting == "num_workers")
+    expected = rec.expected
+    assert expected.samples_per_s_low < expected.samples_per_s < expected.samples_per_s_high
+    assert report.to_dict()["recommendations"][0]["expected"]["samples_per_s_low"] == \
+        pytest.approx(expected.samples_per_s_low)
+    text = report.render(width=200)
+    assert f"{expected.samples_per_s_low:,.0f}-{expected.samples_per_s_high:,.0f}" in text
+    quiet = build_report(simulate(SERIAL)).recommendations[0].expected
+    assert quiet.samples_per_s_high - quiet.samples_per_s_low < \
+        0.2 * (expected.samples_per_s_high - expected.samples_per_s_low)
+
+
+def test_saved_reports_without_the_interval_still_load(tmp_path):
+    data = build_report(simulate(SERIAL)).to_dict()
+    for rec in data["recommendations"]:
+        del rec["expected"]["samples_per_s_low"], rec["expected"]["samples_per_s_high"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    assert load(str(path)).recommendations[0].expected.samples_per_s_low is None
+
+
+def test_an_uncertain_proposal_names_the_stress_command_that_settles_it():
+    run = simulate(NOISY)
+    unsure = [r for r in recommend(run, analyze(run)) if r.setting == "num_workers"][0]
+    # 2 workers proposed, but 1 worker's interval overlaps theirs: measure 0, 1 and 2.
+    assert unsure.proposed == 2
+    assert "pipecheck stress" in unsure.reason and "--workers 0,1,2'" in unsure.reason
+    quiet = simulate(SERIAL)
+    certain = [r for r in recommend(quiet, analyze(quiet)) if r.setting == "num_workers"][0]
+    assert "pipecheck stress" not in certain.reason
+
+
+def with_own_child(run, cpus):
+    """``run`` with a child process of its own (not a worker) busy ``cpus`` cores' worth,
+    counted in the machine's busy CPU as well."""
+    host = run.host
+    child = dataclasses.replace(host.processes[0], pid=4242, role="child", worker_id=None,
+                                cpu_s=cpus * host.duration_s)
+    busy = host.system_cpu_percent_mean + 100.0 * cpus / run.environment.cpu_count
+    return dataclasses.replace(run, host=dataclasses.replace(
+        host, processes=[*host.processes, child], system_cpu_percent_mean=busy))
+
+
+LIGHT_STEP = dataclasses.replace(SERIAL, main_step_cpu_fraction=0.1)
+
+
+def test_processes_outside_the_run_keep_their_cores():
+    # One core taken by another session's process: the workers share the one core left, so a
+    # second CPU-bound worker adds nothing (it cannot take the neighbour's core).
+    model = analyze(with_host(simulate(LIGHT_STEP), others_cpus=1.0)).model
+    assert model.load.cores_left() == pytest.approx(1.0)
+    one, two = (model.predict(LoaderSettings(num_workers=n)).steady_batches_per_s
+                for n in (1, 2))
+    assert two == pytest.approx(one, rel=0.05)
+
+
+def test_the_runs_own_children_share_cores_thread_by_thread():
+    # The same core's worth used by a child of the run (same scheduling group): a second
+    # worker takes a fair part of it, so two workers beat one.
+    model = analyze(with_own_child(simulate(LIGHT_STEP), 1.0)).model
+    assert model.load.others_cpus == pytest.approx(0.0, abs=1e-9)
+    assert model.load.children_cpus == pytest.approx(1.0)
+    one, two = (model.predict(LoaderSettings(num_workers=n)).steady_batches_per_s
+                for n in (1, 2))
+    assert two > 1.2 * one
+
+
+def test_markdown_and_html_show_the_interval_beside_the_figure():
+    report = build_report(simulate(NOISY))
+    expected = report.recommendations[0].expected
+    interval = f"({expected.samples_per_s_low:,.0f}-{expected.samples_per_s_high:,.0f})"
+    assert interval in render_markdown(report)
+    assert interval in render_html(report)
+
+
+def test_no_recommendation_on_a_busy_host_points_to_stress():
+    # Other processes leave half a core: a worker would load slower than the main process.
+    run = with_host(simulate(LIGHT_STEP), others_cpus=1.5)
+    report = build_report(run)
+    assert report.diagnosis.verdict == "input-bound"
+    assert not [r for r in report.recommendations if r.setting == "num_workers"]
+    text = report.render(width=200)
+    assert "no change is predicted to help on the cores left to this run (other processes " \
+           "used 1.5 of 2 CPUs)" in text
+    assert "'pipecheck stress FILE.py:make_loader --workers 0,1,2'" in text
