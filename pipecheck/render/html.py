@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 from pipecheck import units as fmt
 from pipecheck.records import to_jsonable
 from pipecheck.render import charts, stress_rows
+from pipecheck.render.attach import WORKER_HEADERS, attach_facts, unknown_lines, worker_rows
 from pipecheck.render.generic import to_html as generic_html
 from pipecheck.render.terminal import (_why_no_recommendations, capacity_phrase, effect_text,
                                        recommendations_caption, verdict_line)
@@ -35,7 +36,7 @@ CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-sr
 
 KNOWN_FIELDS = frozenset({
     "kind", "created", "environment", "loader", "consumer", "producer", "host", "diagnosis",
-    "recommendations", "timeline", "stress", "schema",
+    "recommendations", "timeline", "stress", "schema", "attach",
 })
 """Report fields with a dedicated section; any other non-empty field gets a generic one."""
 
@@ -90,12 +91,13 @@ def render_html(report: "Report") -> str:
     :meth:`pipecheck.Report.from_dict` accepts.
     """
     title = verdict_line(report)
-    body = [
-        _banner(report),
-        _section("Data wait (stall)", _stall(report)),
-        _section("Producer vs consumer", _producer(report)),
-        _section("Host: CPU, IO and memory", _host(report)),
-    ]
+    body = [_banner(report)]
+    if report.attach is not None:  # no batch timing: the attach section replaces those
+        body.append(_section("Attached (py-spy + psutil, not wrapped)", _attach(report.attach)))
+    else:
+        body += [_section("Data wait (stall)", _stall(report)),
+                 _section("Producer vs consumer", _producer(report))]
+    body.append(_section("Host: CPU, IO and memory", _host(report)))
     if report.producer.stages:
         body.append(_section("Pipeline stages", _stages(report.producer.stages)))
     body += [
@@ -217,6 +219,18 @@ def _context(report: "Report") -> str:
     return (f"{report.kind} report, {report.created} · {loader.type} {settings}{dataset} · "
             f"{env.cpu_count} CPUs ({env.usable_cpus} usable), {cuda} · Python {env.python}, "
             f"{torch} · {env.platform}")
+
+
+def _attach(section: dict[str, Any]) -> list[str]:
+    """``pipecheck attach``: the stall estimate and its interval, the workers seen, and what
+    cannot be known without wrapping (:mod:`pipecheck.render.attach`)."""
+    parts = [_facts(*attach_facts(section))]
+    rows = worker_rows(section)
+    if rows:
+        parts.append(_table(WORKER_HEADERS, rows))
+    items = "".join(f"<li>{_e(item)}</li>" for item in unknown_lines(section))
+    parts.append(f'<p class="dim">Cannot be known without wrapping:</p><ul>{items}</ul>')
+    return parts
 
 
 def _stall(report: "Report") -> list[str]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from pipecheck import units as fmt
 from pipecheck.render import stress_rows
+from pipecheck.render.attach import WORKER_HEADERS, attach_facts, unknown_lines, worker_rows
 from pipecheck.render.inert import visible
 from pipecheck.render.terminal import (_why_no_recommendations, capacity_phrase, effect_text,
                                        recommendations_caption, verdict_line)
@@ -35,13 +36,15 @@ def render_markdown(report: "Report", title: Optional[str] = None) -> str:
         lines += [f"## {_text(title)}", ""]
     lines += [f"**{_text(verdict_line(report))}**", ""]
     lines += [f"<sub>{_text(_context(report))}</sub>", ""]
-    if consumer.status != "complete":
+    if report.attach is not None:  # no batch timing: the attach section replaces the table
+        lines += _attach(report.attach)
+    elif consumer.status != "complete":
         detail = f": {consumer.error}" if consumer.error else ""
         lines += [f"> The run did not complete (status {_text(consumer.status)}"
                   f"{_text(detail)}); the numbers cover what ran.", ""]
     demand, capacity = consumer.demand_batches_per_s, producer.capacity_batches_per_s
     ratio = capacity_phrase(report) or fmt.NOT_MEASURED
-    numbers = [
+    numbers = [] if report.attach is not None else [
         ("throughput", f"{fmt.rate(consumer.samples_per_s, 'samples')} · "
                        f"{fmt.rate(consumer.batches_per_s, 'batches')}"),
         ("data stall", f"{fmt.percent(consumer.stall_fraction)} (steady state "
@@ -61,7 +64,8 @@ def render_markdown(report: "Report", title: Optional[str] = None) -> str:
     ]
     if consumer.tokens_per_s is not None:
         numbers.insert(1, ("tokens", fmt.rate(consumer.tokens_per_s, "tokens")))
-    lines += _table(["metric", "value"], [list(row) for row in numbers], right=[1])
+    if numbers:
+        lines += _table(["metric", "value"], [list(row) for row in numbers], right=[1])
     judgement = report.diagnosis.judgement
     if judgement is not None and judgement.capacity_note:
         lines += ["", f"> {_text(judgement.capacity_note)}"]
@@ -87,6 +91,20 @@ def render_markdown(report: "Report", title: Optional[str] = None) -> str:
         lines += ["", "### Stress sweep", ""]
         lines += _stress(report.stress)
     return visible("\n".join(lines).rstrip("\n") + "\n")
+
+
+def _attach(section: dict[str, Any]) -> list[str]:
+    """``pipecheck attach``: the stall estimate and its interval, the workers seen, and what
+    cannot be known without wrapping (:mod:`pipecheck.render.attach`)."""
+    lines = ["### Attached (py-spy + psutil, not wrapped)", ""]
+    lines += _table(["metric", "value"], [[label, value] for label, value in
+                                          attach_facts(section)])
+    rows = worker_rows(section)
+    if rows:
+        lines += [""] + _table(WORKER_HEADERS, rows, right=[1, 2, 3, 5, 6])
+    lines += ["", "Cannot be known without wrapping:", ""]
+    lines += [f"- {_text(item)}" for item in unknown_lines(section)]
+    return lines + [""]
 
 
 def _recommendations(report: "Report") -> list[str]:
@@ -149,7 +167,8 @@ def _context(report: "Report") -> str:
     settings = " ".join(f"{n}={fmt.setting_value(getattr(loader, n))}" for n in names
                         if getattr(loader, n) is not None)
     cuda = "CUDA" if env.cuda else "no CUDA"
-    torch = f"torch {env.torch}" if env.torch else "no torch"
+    torch = f"torch {env.torch}" if env.torch else (
+        "torch unknown" if report.kind == "attach" else "no torch")
     return (f"{report.kind} report, {report.created} · {loader.type} {settings} · "
             f"{env.cpu_count} CPUs ({env.usable_cpus} usable), {cuda} · Python {env.python}, "
             f"{torch}")

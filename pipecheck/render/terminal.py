@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipecheck import units as fmt
+from pipecheck.render.attach import WORKER_HEADERS, attach_facts, unknown_lines, worker_rows
 from pipecheck.render.inert import Inert
 from pipecheck.render.stress_rows import epoch_start_text, tie_note
 
@@ -94,7 +95,7 @@ def _parts(report: "Report") -> list[RenderableType]:
         Text(verdict_line(report), style=_VERDICT_STYLES.get(report.diagnosis.verdict, "bold")),
         Text(_context_line(report), style=_DIM),
     ]
-    ended = _ended_line(report.consumer)
+    ended = _ended_line(report.consumer) if report.kind != "attach" else None
     if ended is not None:
         parts.append(Text(ended, style="bold yellow"))
     sections = []
@@ -102,12 +103,15 @@ def _parts(report: "Report") -> list[RenderableType]:
         from pipecheck.render.ranks import ranks_lines
 
         sections.append(("Ranks", ranks_lines(report.ranks, report.rank)))
-    sections += [
-        ("Throughput", _throughput(report.consumer)),
-        ("Data wait (stall)", _stall(report.consumer)),
-        ("Producer vs consumer", _producer_vs_consumer(report)),
-        ("Host", _host(report)),
-    ]
+    if report.attach is not None:  # no batch timing: the attach section replaces those
+        sections.append(("Attached (py-spy + psutil, not wrapped)", _attach(report.attach)))
+    else:
+        sections += [
+            ("Throughput", _throughput(report.consumer)),
+            ("Data wait (stall)", _stall(report.consumer)),
+            ("Producer vs consumer", _producer_vs_consumer(report)),
+        ]
+    sections.append(("Host", _host(report)))
     # Optional probes: a section only when the run has one.
     if report.producer.stages:
         sections.append(("Pipeline stages", _stages(report.producer.stages)))
@@ -290,7 +294,8 @@ def _context_line(report: "Report") -> str:
         if getattr(loader, name) is not None
     ]
     cuda = "no CUDA" if not env.cuda else " ".join(filter(None, ("CUDA", env.cuda_device)))
-    torch = f"torch {env.torch}" if env.torch else "no torch"
+    torch = f"torch {env.torch}" if env.torch else (
+        "torch unknown" if report.kind == "attach" else "no torch")
     where = (f", rank {report.rank.rank} of {report.rank.world_size}"
              if report.rank is not None else "")
     return " · ".join(
@@ -342,6 +347,23 @@ def _throughput(consumer: "ConsumerSummary") -> list[RenderableType]:
             ("", fmt.count(consumer.epochs, "epoch")),
         ),
     ]
+
+
+def _attach(section: dict[str, Any]) -> list[RenderableType]:
+    """``pipecheck attach``: the stall estimate and its interval, the workers seen, and what
+    cannot be known without wrapping (:mod:`pipecheck.render.attach`)."""
+    out: list[RenderableType] = [_line((label, value)) for label, value in attach_facts(section)]
+    rows = worker_rows(section)
+    if rows:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        for header in WORKER_HEADERS:
+            table.add_column(header, justify="left" if header in ("pid", "class") else "right")
+        for row in rows:
+            table.add_row(*row)
+        out.append(table)
+    out.append(Text("cannot be known without wrapping:", style=_DIM))
+    out += [Text(f"- {item}") for item in unknown_lines(section)]
+    return out
 
 
 def _stall(consumer: "ConsumerSummary") -> list[RenderableType]:
@@ -580,6 +602,10 @@ def _why_no_recommendations(report: "Report") -> str:
         return ("No recommendations: the baseline was the fastest configuration measured "
                 f"({_config_text(recommended.get('baseline'))}, "
                 f"{fmt.rate(_number(expected), 'samples')}).")
+    if report.kind == "attach":
+        return ("No recommendations: attached without wrapping, the effect of a change cannot "
+                "be predicted (no batch or per-worker times); `pipecheck run -- python "
+                "train.py` measures them.")
     if diagnosis.verdict == "no-data" or consumer.batches == 0:
         measured = fmt.count(consumer.batches, "batch", "batches")
         return f"No recommendations: insufficient data ({measured} measured); run more steps."
