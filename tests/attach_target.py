@@ -4,9 +4,10 @@ pipecheck. It trains until SIGTERM (or ``--batches``), and appends one line per 
 script's own stall over any window can be computed (:func:`own_stall`).
 
 Loaders (``--loader``): ``latency`` (each sample sleeps ``--item-s``: waiting on a remote
-store), ``cpu`` (each sample spins the CPU for ``--item-s``), ``io`` (each sample reads a block
-of a generated file, then spins half of ``--item-s``: a mixed loader). The step spins the CPU
-for ``--step-s``.
+store), ``cpu`` (each sample burns ``--item-s`` of CPU time), ``io`` (each sample reads a block
+of a generated file, then burns half of ``--item-s``: a mixed loader). The step burns
+``--step-s`` of CPU time. CPU work is a fixed amount of thread CPU time, so a pause (or waiting
+for a core) makes it take longer, as real computation would.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 
-def _spin(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    x = 0
-    while time.perf_counter() < end:
-        x += 1
+def _spin(cpu_s: float) -> None:
+    """Burn ``cpu_s`` seconds of this thread's CPU: a fixed amount of work, so time the thread
+    spends paused or waiting for a core makes it take longer, as real computation would."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
 
 
 class Items(Dataset):

@@ -13,9 +13,14 @@ from pathlib import Path
 import pytest
 
 from pipecheck import cli
+from pipecheck.analysis.attach import analyze_attach
 from pipecheck.analysis.stats import wilson_interval
+from pipecheck.errors import ReportFormatError
 from pipecheck.probes import stacks
-from pipecheck.report import load
+from pipecheck.records import StacksRecord
+from pipecheck.render.html import render_html
+from pipecheck.render.markdown import render_markdown
+from pipecheck.report import Report, load
 
 sys.path.insert(0, str(Path(__file__).parent))
 from attach_target import own_stall  # noqa: E402
@@ -56,7 +61,7 @@ def _pipecheck(*args: str, **kw) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_stall_estimate_matches_the_scripts_own_over_the_attach_window(tmp_path, workers):
-    # Latency-bound: each sample sleeps 10 ms (40 ms a batch), the step spins 20 ms.
+    # Latency-bound: each sample sleeps 10 ms (40 ms a batch), the step burns 20 ms of CPU.
     target, record = _start_target(tmp_path, "--loader", "latency", "--workers", str(workers))
     try:
         out = tmp_path / "attach.json"
@@ -79,6 +84,37 @@ def test_the_stall_estimate_matches_the_scripts_own_over_the_attach_window(tmp_p
     assert shown.returncode == 0, shown.stderr
     assert "Attached (py-spy + psutil, not wrapped)" in shown.stdout
     assert "cannot be known without wrapping" in shown.stdout
+    assert "### Attached (py-spy + psutil, not wrapped)" in render_markdown(report)
+    assert "Cannot be known without wrapping" in render_html(report)
+    data = json.loads(out.read_text())
+    data["attach"]["stall_interval"] = "wide"
+    with pytest.raises(ReportFormatError, match="attach.stall_interval"):
+        Report.from_dict(data)
+
+
+def test_a_failed_sampler_gives_no_verdict_and_says_why():
+    failed = StacksRecord(status="failed", window_s=1.0, rate_hz=50,
+                          note="py-spy was denied (Permission denied)")
+    result = analyze_attach(failed, None, pid=1, status="complete", window_start_unix_s=0.0,
+                            window_end_unix_s=1.0)
+    assert result.diagnosis.verdict == "no-data"
+    assert result.section["stall_fraction"] is None and result.section["num_workers"] is None
+    assert [f.kind for f in result.diagnosis.findings] == ["probe-off", "insufficient-data"]
+    assert "Permission denied" in result.diagnosis.findings[0].message
+
+
+def test_samples_inside_next_are_the_stall_and_its_interval_is_wilsons():
+    record = StacksRecord(status="ok", window_s=10.0, rate_hz=50, main_thread_samples=500,
+                          main_wait_samples=60, worker_samples_by_pid={"7": 400},
+                          worker_busy_samples={"7": 100})
+    result = analyze_attach(record, None, pid=1, status="complete", window_start_unix_s=0.0,
+                            window_end_unix_s=10.0)
+    assert result.section["stall_fraction"] == pytest.approx(0.12)
+    assert result.section["stall_interval"] == pytest.approx(list(wilson_interval(60, 500)))
+    assert result.diagnosis.verdict == "input-bound"  # 12% >= the wrapped run's 10%
+    assert "spans a verdict threshold" in result.diagnosis.findings[0].message  # 9.4%-15.1%
+    assert result.section["workers"][0]["busy_fraction"] == pytest.approx(0.25)
+    assert result.consumer.stall_fraction == pytest.approx(0.12)
 
 
 def test_ctrl_c_ends_the_window_and_still_writes_the_report(tmp_path):
