@@ -576,8 +576,8 @@ class AttachCommand(Command):
     samples inside the DataLoader's __next__, with a 95% Wilson interval; the verdict uses the
     wrapped run's thresholds. Batch counts and rates, per-batch times, the producer's capacity
     and so any recommendation need the loader wrapped (pipecheck run -- python train.py).
-    py-spy must be allowed to trace PID: the same user with kernel.yama.ptrace_scope 0 or 1,
-    or root / CAP_SYS_PTRACE. Ctrl-C ends the window early and still reports it (exit 130).
+    py-spy must be allowed to trace PID: the same user with kernel.yama.ptrace_scope 0, or
+    root / CAP_SYS_PTRACE. Ctrl-C ends the window early and still reports it (exit 130).
     """
 
     name = "attach"

@@ -176,7 +176,7 @@ def test_py_spy_denied_is_one_line_naming_how_to_allow_it(monkeypatch, capsys, l
     assert err.count("\n") == 1
     assert err.startswith(f"pipecheck: error: py-spy was denied access to PID {live_pid} "
                           "(Error: Operation not permitted (os error 1))")
-    for how in ("CAP_SYS_PTRACE", "ptrace_scope", "target's user", "(now 1;"):
+    for how in ("CAP_SYS_PTRACE", "kernel.yama.ptrace_scope 0", "target's user", "(now 1;"):
         assert how in err
 
 
@@ -187,6 +187,22 @@ def test_ptrace_scope_3_is_refused_before_py_spy_runs(monkeypatch, capsys, live_
     assert cli.main(["attach", str(live_pid)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ptrace_scope is 3" in err and not ran
+
+
+def test_py_spys_cause_lines_are_kept_and_its_backtrace_dropped(monkeypatch, capsys, live_pid):
+    # What py-spy 0.4 prints when it may not read /proc/PID/exe.
+    monkeypatch.setattr(stacks, "run_dump", lambda py_spy, pid: (1, "", (
+        "Error: Failed to get process executable name. Check that the process is running.\n\n"
+        "Caused by:\n    0: Permission denied (os error 13)\n"
+        "    1: Permission denied (os error 13)\n\nStack backtrace:\n"
+        "   0: <E as anyhow::context::ext::StdError>::ext_context\n")))
+    monkeypatch.setattr(stacks, "ptrace_scope", lambda: None)
+    assert cli.main(["attach", str(live_pid)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "anyhow" not in err
+    assert "(Error: Failed to get process executable name. Check that the process is running. " \
+           "(Permission denied (os error 13))): run pipecheck as the target's user" in err
+    assert "Yama is not enabled here" in err
 
 
 def test_a_missing_py_spy_is_one_line_exit_2(monkeypatch, capsys, live_pid):

@@ -235,13 +235,16 @@ def check_target(pid: int, py_spy: Optional[str] = None) -> tuple[Optional[str],
         found = _PYTHON_VERSION.search(out)
         return None, found.group(1) if found else None
     text = err.lower()
-    detail = _last_error_line(err) or f"exit status {code}"
+    detail = _py_spy_error(err) or f"exit status {code}"
     if "permission denied" in text or "operation not permitted" in text:
-        scope_text = "absent" if scope is None else str(scope)
+        yama = ("Yama is not enabled here, so a container or security module refuses it"
+                if scope is None else
+                f"with Yama, a process that is not the target's parent may attach only at "
+                f"kernel.yama.ptrace_scope 0 (now {scope}; sysctl kernel.yama.ptrace_scope=0, "
+                f"or write 0 to {PTRACE_SCOPE_PATH})")
         return (f"py-spy was denied access to PID {pid} ({detail}): run pipecheck as the "
-                "target's user with kernel.yama.ptrace_scope 0 or 1 (now " + scope_text + "; "
-                f"sysctl kernel.yama.ptrace_scope=0, or {PTRACE_SCOPE_PATH}), or as root with "
-                "CAP_SYS_PTRACE (in Docker: docker run --cap-add SYS_PTRACE)"), None
+                "target's user or as root with CAP_SYS_PTRACE (in Docker: docker run --cap-add "
+                f"SYS_PTRACE); {yama}"), None
     if "python version" in text or "python interpreter" in text:
         return (f"PID {pid} is not a Python process: py-spy found no Python interpreter in it "
                 f"({detail})"), None
@@ -645,6 +648,22 @@ def _cpu_s(pid: int) -> Optional[float]:
         return times.user + times.system
     except Exception:  # the process may have exited; psutil errors vary by platform
         return None
+
+
+def _py_spy_error(stderr: str) -> str:
+    """py-spy's error message on one line: its ``Error:`` line and the distinct ``Caused by``
+    lines, without the stack backtrace it prints after them (at most 300 characters)."""
+    head = stderr.split("Stack backtrace:", 1)[0]
+    lines = [line.strip() for line in head.splitlines() if line.strip()]
+    message = next((line for line in lines if line.startswith("Error:")), "")
+    causes: list[str] = []
+    for line in lines:
+        number, _, cause = line.partition(": ")
+        if number.isdigit() and cause and cause not in causes:
+            causes.append(cause)
+    if causes:
+        message = f"{message} ({'; '.join(causes)})" if message else "; ".join(causes)
+    return (message or _last_error_line(stderr))[:300]
 
 
 def _last_error_line(stderr: str) -> str:
