@@ -6,8 +6,9 @@ One unmodified training script (``tests/attach_target.py``, which records every 
 ``--nonblocking``, pausing nothing, plus psutil) and, for comparison, ``blocking`` (the same two
 py-spy commands without ``--nonblocking``: py-spy then pauses the target for every sample, its
 default). The target's throughput in each window is counted from its own record (batches
-whose ``next()`` returned inside the window x batch size / window seconds). Per configuration
-the median samples/s over the rounds and its change against ``plain`` are printed, plus
+whose ``next()`` returned inside the window x batch size / window seconds). The order rotates each
+round. Per configuration the median samples/s over the rounds, the median of its per-round change
+against that round's ``plain`` window (paired), and its change against ``plain`` are printed, plus
 pipecheck's own CPU (py-spy's and the psutil sampler's, from the report) per wall second.
 
 Usage: ``python benchmarks/attach_overhead.py [--loader cpu] [--workers 2] [--window S]
@@ -107,8 +108,11 @@ def main() -> None:
                     raise SystemExit("the training script ended")
                 time.sleep(0.1)
             time.sleep(3.0)
+            names = list(modes)
             for round_ in range(args.rounds):
-                for name, run in modes.items():
+                # Rotate the order each round so a drift in the host's load hits every mode.
+                for name in names[round_ % 3:] + names[:round_ % 3]:
+                    run = modes[name]
                     start, end, used = run(args.window, pid=target.pid, folder=folder,
                                            rate=args.rate)
                     rates[name].append(throughput(record, start, end))
@@ -124,7 +128,9 @@ def main() -> None:
           f"{args.rounds} rounds, py-spy at {args.rate} Hz (median samples/s)")
     for name, values in rates.items():
         median = statistics.median(values)
+        paired = statistics.median(v / p - 1 for v, p in zip(values, rates["plain"]))
         print(f"{name:8} {median:7.1f} samples/s  {(median / base - 1) * 100:+6.1f}%  "
+              f"paired per round {paired * 100:+6.1f}%  "
               f"(all: {', '.join(f'{v:.1f}' for v in values)})")
     print(f"pipecheck attach's own CPU (py-spy + psutil sampler): "
           f"{statistics.median(cpu) * 100:.1f}% of one core (median)")
