@@ -561,6 +561,50 @@ class RunCommand(Command):
         return code
 
 
+class AttachCommand(Command):
+    """Measure a running training process that was never wrapped.
+
+    PID is the training script's main process. py-spy samples its main thread and its
+    DataLoader workers for --duration seconds (never pausing them: --nonblocking) and psutil
+    reads their CPU, IO and memory. The data stall is estimated as the share of main-thread
+    samples inside the DataLoader's __next__, with a 95% Wilson interval; the verdict uses the
+    wrapped run's thresholds. Batch counts and rates, per-batch times, the producer's capacity
+    and so any recommendation need the loader wrapped (pipecheck run -- python train.py).
+    py-spy must be allowed to trace PID: the same user with kernel.yama.ptrace_scope 0, or
+    root / CAP_SYS_PTRACE. Ctrl-C ends the window early and still reports it (exit 130).
+    """
+
+    name = "attach"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        # No defaults here: options left out keep attach()'s own (one source of truth), and
+        # building the parser imports nothing heavy.
+        parser.add_argument("pid", metavar="PID", type=_count(1),
+                            help="process id of the training script")
+        parser.add_argument("--duration", metavar="S", type=_seconds,
+                            help="seconds to sample (default: pipecheck.attach.DEFAULT_DURATION_S)")
+        parser.add_argument("--rate", metavar="HZ", type=_count(1),
+                            help="samples per second and process (default: "
+                            "pipecheck.attach.ATTACH_RATE_HZ)")
+        _add_output_options(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from pipecheck.attach import attach
+
+        def started(duration_s: float) -> None:
+            if not args.quiet:
+                _say(f"{PROG}: sampling PID {args.pid} for {duration_s:g} s "
+                     "(Ctrl-C ends early and reports)", sys.stderr)
+
+        report = attach(args.pid, args.duration, rate_hz=args.rate, on_started=started)
+        _emit(report, args)
+        if (report.attach or {}).get("status") == "interrupted":
+            print(f"{PROG}: interrupted; the report covers the window sampled so far",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+        return EXIT_OK
+
+
 def _run_title(loader: Any) -> str:
     return f"{loader.label}: {loader.report.consumer.batches} batches"
 
@@ -572,7 +616,7 @@ def _numbered_path(path: str, index: int) -> str:
 
 
 COMMANDS: tuple[type[Command], ...] = (DemoCommand, ReportCommand, CheckCommand, StressCommand,
-                                       ShardsCommand, RunCommand)
+                                       ShardsCommand, RunCommand, AttachCommand)
 
 
 def build_parser() -> argparse.ArgumentParser:

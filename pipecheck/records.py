@@ -340,7 +340,12 @@ class StacksRecord:
     all) as fractions 0-1: ``queue-empty`` (no batch ready), ``receiving`` (unpickling a batch,
     attaching its shared memory), ``other``; ``pin_memory_busy_fraction``: share of the
     pin-memory thread's samples spent pinning. ``stages``: share (0-1) of worker samples per
-    pipeline stage, largest first. ``note`` says why when not ``ok`` and how to enable it."""
+    pipeline stage, largest first. ``note`` says why when not ``ok`` and how to enable it.
+    ``main_thread_samples``: all the main thread's samples of the ``--idle`` sampler (on or off
+    the CPU; ``main_wait_samples`` is the part inside ``__next__``). ``worker_busy_samples`` /
+    ``worker_samples_by_pid`` (keys: worker pids as strings; filled only when the ``--idle``
+    sampler covered the workers, as ``pipecheck attach`` does): each worker's samples fetching
+    or collating, and all its samples inside torch's worker loop."""
 
     status: str
     window_s: float
@@ -356,6 +361,9 @@ class StacksRecord:
     main_wait_samples: int = 0
     stages: dict[str, float] = field(default_factory=dict)
     pin_memory_busy_fraction: Optional[float] = None
+    main_thread_samples: int = 0
+    worker_busy_samples: dict[str, int] = field(default_factory=dict)
+    worker_samples_by_pid: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -717,6 +725,28 @@ def to_jsonable(obj: Any) -> Any:
         return None
     return obj
 
+
+ATTACH_TYPES: dict[str, Any] = {
+    "pid": int,
+    "status": str,
+    "window_start_unix_s": float,
+    "window_end_unix_s": float,
+    "duration_s": float,
+    "rate_hz": int,
+    "main_thread_samples": int,
+    "next_samples": int,
+    "stall_fraction": Optional[float],
+    "stall_interval": Optional[list[float]],
+    "dataloader_seen": bool,
+    "num_workers": Optional[int],
+    "workers": list[dict[str, Any]],
+    "workers_class": Optional[str],
+    "main_memory_growth_bytes_per_s": Optional[float],
+    "batches_per_s": Optional[float],
+    "unknown": list[str],
+}
+"""The checked keys of a report's ``attach`` section (:func:`pipecheck.analysis.attach.analyze_attach`
+builds it); a value of another type fails the load naming its path."""
 
 SHARDING_TYPES: dict[str, Any] = {
     "world_size": int,

@@ -35,6 +35,7 @@ from pipecheck.records import (
     Recommendation,
     StacksRecord,
     SHARDING_TYPES,
+    ATTACH_TYPES,
     Timeline,
     check_section,
     from_jsonable,
@@ -47,8 +48,9 @@ if TYPE_CHECKING:
 SCHEMA = "pipecheck.report/1"
 """Schema identifier written into (and required from) every saved report."""
 
-KINDS = ("wrap", "stress")
-"""Which driver produced a report: ``wrap`` (online, inside training) or ``stress`` (offline)."""
+KINDS = ("wrap", "stress", "attach")
+"""Which driver produced a report: ``wrap`` (online, inside training), ``stress`` (offline) or
+``attach`` (``pipecheck attach PID``: py-spy and psutil on a process never wrapped)."""
 
 KEY_ORDER = (
     "schema",
@@ -67,6 +69,7 @@ KEY_ORDER = (
     "diagnosis",
     "recommendations",
     "stress",
+    "attach",
     "timeline",
 )
 """Top-level JSON keys in the order they are written (the large timeline last)."""
@@ -84,7 +87,9 @@ class Report:
     ``None`` otherwise. ``rank``: the torch.distributed rank that recorded the run (``None``
     without a process group); ``ranks``: every rank side by side with the straggler, on rank 0's
     gathered report and on reports merged from several rank files
-    (:mod:`pipecheck.analysis.ranks`); ``None`` otherwise.
+    (:mod:`pipecheck.analysis.ranks`); ``None`` otherwise. ``attach``: for ``kind="attach"``,
+    the stall estimate from stack samples with its interval, the workers seen and what cannot
+    be known without wrapping (:mod:`pipecheck.analysis.attach`); ``None`` otherwise.
     """
 
     kind: str
@@ -103,6 +108,7 @@ class Report:
     rank: Optional[RankInfo] = None
     ranks: Optional[RanksSummary] = None
     sharding: Optional[dict[str, Any]] = None
+    attach: Optional[dict[str, Any]] = None
     schema: str = SCHEMA
 
     def __post_init__(self) -> None:
@@ -152,6 +158,7 @@ class Report:
         try:
             report = from_jsonable(cls, data, "report", ranges=True)
             check_section(data.get("sharding"), SHARDING_TYPES, "report.sharding")
+            check_section(data.get("attach"), ATTACH_TYPES, "report.attach")
             return report
         except KeyError as err:
             raise ReportFormatError(f"report is missing key {err.args[0]}") from err

@@ -3,6 +3,7 @@ and duration quantiles. Pure functions; ``None`` in, or nothing to compute, give
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Optional
 
@@ -64,3 +65,26 @@ def batch_means_spread(values: Iterable[float]) -> Optional[float]:
         return None
     spread = float(blocks.std(ddof=1))
     return T_95_9_DF * spread * float(np.sqrt(1.0 + 1.0 / BATCH_MEANS_BLOCKS)) / centre
+
+
+WILSON_Z_95 = 1.959963984540054
+"""The standard normal quantile for a two-sided 95% interval."""
+
+
+def wilson_interval(successes: int, trials: int, z: float = WILSON_Z_95
+                    ) -> Optional[tuple[float, float]]:
+    """The Wilson score interval ``(low, high)`` (0-1) for a binomial proportion with
+    ``successes`` out of ``trials`` (E. B. Wilson, "Probable inference, the law of succession,
+    and statistical inference", JASA 22 (1927) 209-212); ``z`` is the normal quantile (default:
+    95% two-sided). Unlike the normal approximation it stays inside 0-1 and is usable near 0
+    and 1 with few trials. ``None`` with no trials; ``ValueError`` when ``successes`` is
+    outside ``0..trials``."""
+    if trials <= 0:
+        return None
+    if not 0 <= successes <= trials:
+        raise ValueError(f"successes must lie in 0..{trials}, got {successes}")
+    p = successes / trials
+    denominator = 1.0 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -150,7 +150,8 @@ class HostProbe:
 
     Roles are re-derived from the latest ``worker_ids()`` when a snapshot is taken, so a worker
     reported late still counts as one. ``main_cpu_s`` includes the sampler thread's own CPU time,
-    reported separately as ``overhead_cpu_s``. The probe is single-use: ``start()`` after
+    reported separately as ``overhead_cpu_s``, when ``pid`` is this process (for another
+    process, ``pipecheck attach``, the sampler's CPU is this process's, not the target's). The probe is single-use: ``start()`` after
     ``stop()`` does nothing. Never raises from the thread: a failure there ends sampling and is
     recorded in ``note``.
     """

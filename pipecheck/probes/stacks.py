@@ -194,8 +194,73 @@ def unavailable_reason(py_spy: Optional[str], scope: Optional[int], capable: boo
     return None
 
 
+_DUMP_TIMEOUT_S = 20.0
+"""How long :func:`check_target` waits for ``py-spy dump`` (it reads one stack of each thread;
+tens of milliseconds on an idle host)."""
+
+_PYTHON_VERSION = re.compile(r"^Python v(\S+)", re.MULTILINE)
+
+
+def run_dump(py_spy: str, pid: int) -> tuple[int, str, str]:
+    """``py-spy dump --nonblocking --pid PID``: ``(exit status, stdout, stderr)``. Never pauses
+    the target (``--nonblocking``); raises ``OSError`` when py-spy cannot be run."""
+    try:
+        done = subprocess.run([py_spy, "dump", "--nonblocking", "--pid", str(pid)],
+                              stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=_DUMP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return 1, "", f"py-spy dump did not answer within {_DUMP_TIMEOUT_S:.0f} s"
+    return (done.returncode, done.stdout.decode(errors="replace"),
+            done.stderr.decode(errors="replace"))
+
+
+def check_target(pid: int, py_spy: Optional[str] = None) -> tuple[Optional[str], Optional[str]]:
+    """Whether py-spy can sample another process ``pid``: ``(problem, python_version)``.
+    ``problem`` is ``None`` when it can, else one line naming what is wrong and how to allow
+    it (py-spy missing, Yama's ``ptrace_scope``, permission denied, not a Python process, no
+    such process); ``python_version`` is the target's (``"3.11.7"``) when py-spy read it.
+    Runs one ``py-spy dump --nonblocking`` (:func:`run_dump`), which never pauses the target.
+    ``py_spy``: the executable (default: :func:`find_py_spy`)."""
+    py_spy = py_spy if py_spy is not None else find_py_spy()
+    scope = ptrace_scope()
+    reason = unavailable_reason(py_spy, scope, has_cap_sys_ptrace())
+    if reason is not None:
+        return f"cannot attach to PID {pid}: {reason}", None
+    assert py_spy is not None  # unavailable_reason() names a missing py-spy
+    try:
+        code, out, err = run_dump(py_spy, pid)
+    except OSError as error:
+        return f"py-spy could not be run ({py_spy}): {error}", None
+    if code == 0:
+        found = _PYTHON_VERSION.search(out)
+        return None, found.group(1) if found else None
+    text = err.lower()
+    detail = _py_spy_error(err) or f"exit status {code}"
+    if "permission denied" in text or "operation not permitted" in text:
+        yama = ("Yama is not enabled here, so a container or security module refuses it"
+                if scope is None else
+                f"with Yama, a process that is not the target's parent may attach only at "
+                f"kernel.yama.ptrace_scope 0 (now {scope}; sysctl kernel.yama.ptrace_scope=0, "
+                f"or write 0 to {PTRACE_SCOPE_PATH})")
+        return (f"py-spy was denied access to PID {pid} ({detail}): run pipecheck as the "
+                "target's user or as root with CAP_SYS_PTRACE (in Docker: docker run --cap-add "
+                f"SYS_PTRACE); {yama}"), None
+    if "python version" in text or "python interpreter" in text:
+        return (f"PID {pid} is not a Python process: py-spy found no Python interpreter in it "
+                f"({detail})"), None
+    if "no such file" in text or "no such process" in text or "process is running" in text:
+        return f"no process with PID {pid} (it may have exited)", None
+    return f"py-spy cannot read PID {pid}: {detail}", None
+
+
 class StackSampler:
     """py-spy over ``pid`` and its descendants for ``window_s`` seconds at ``rate_hz``.
+
+    ``pid`` defaults to this process, which then opts itself in to being traced for the window
+    (:func:`allow_ptrace`); another process (``pipecheck attach``) is never touched: it must
+    already be traceable. ``idle_subprocesses``: the ``--idle`` sampler covers the workers
+    too, so workers blocked off the CPU (sleeping in ``__getitem__``, waiting for indices) are
+    seen and their busy share counted (``StacksRecord.worker_busy_samples``).
 
     :meth:`start` launches py-spy (or records why it cannot); :meth:`stop` ends the window
     early if it is still open, waits for py-spy's output and parses it; :meth:`snapshot` returns
@@ -212,6 +277,7 @@ class StackSampler:
         window_s: float = DEFAULT_WINDOW_S,
         rate_hz: int = DEFAULT_RATE_HZ,
         py_spy: Optional[str] = None,
+        idle_subprocesses: bool = False,
     ) -> None:
         if not window_s > 0:
             raise ValueError(f"window_s must be > 0 seconds, got {window_s!r}")
@@ -221,6 +287,7 @@ class StackSampler:
         self.window_s = float(window_s)
         self.rate_hz = int(rate_hz)
         self._py_spy = py_spy if py_spy is not None else find_py_spy()
+        self._idle_subprocesses = idle_subprocesses
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._process: Optional[subprocess.Popen] = None
@@ -245,7 +312,8 @@ class StackSampler:
                 self._record = self._result("unavailable", note=reason)
                 return
             assert self._py_spy is not None  # unavailable_reason() names a missing py-spy
-            self._ptrace_opened = allow_ptrace()
+            if self.pid == os.getpid():  # never change another process's state
+                self._ptrace_opened = allow_ptrace()
             try:
                 _owned.sweep(tempfile.gettempdir(), DIR_PREFIX)
                 self._dir_fd, self._dir = _owned.create_folder(tempfile.gettempdir(),
@@ -258,7 +326,8 @@ class StackSampler:
                       "--rate", str(self.rate_hz), "--pid", str(self.pid)]
             hot = [self._py_spy, "record", "--subprocesses", *common, "--output",
                    os.path.join(self._dir, "stacks.txt")]
-            idle = [self._py_spy, "record", "--idle", *common, "--output",
+            idle = [self._py_spy, "record", "--idle",
+                    *(["--subprocesses"] if self._idle_subprocesses else []), *common, "--output",
                     os.path.join(self._dir, "main.txt")]
             try:
                 self._process = _launch(hot)
@@ -345,7 +414,7 @@ class StackSampler:
         main_path = os.path.join(self._dir, "main.txt") if self._dir is not None else None
         if main_path is not None and os.path.exists(main_path):
             with open(main_path, encoding="utf-8", errors="replace") as handle:
-                counts.update(parse_main_wait(handle.read()))
+                counts.update(parse_main_wait(handle.read(), self.pid))
         return self._result("ok", **counts)
 
     def _result(self, status: str, **fields: Any) -> StacksRecord:
@@ -465,29 +534,54 @@ _PIN_LOOP = "_pin_memory_loop ("
 _PINNING = "pin_memory ("  # torch.utils.data._utils.pin_memory.pin_memory
 
 
-def parse_main_wait(text: str) -> dict[str, Any]:
+def parse_main_wait(text: str, main_pid: Optional[int] = None) -> dict[str, Any]:
     """The main thread's time inside the DataLoader's ``__next__`` and the pin-memory thread's
-    busy share, from py-spy ``--idle`` raw output of the main process alone (every thread's
-    stack, on or off the CPU). Main-thread samples are those not rooted in
+    busy share, from py-spy ``--idle`` raw output of the main process (every thread's stack, on
+    or off the CPU). Main-thread samples are those of ``main_pid`` (every sample when output
+    has no ``process`` elements, or ``main_pid`` is ``None``) not rooted in
     ``Thread._bootstrap``. Returns ``main_wait`` (fractions of the main thread's in-``next()``
-    samples: ``queue-empty``, ``receiving``, ``other``), ``main_wait_samples`` and
-    ``pin_memory_busy_fraction`` (``None`` without a pin-memory thread)."""
+    samples: ``queue-empty``, ``receiving``, ``other``), ``main_wait_samples``,
+    ``main_thread_samples`` (all the main thread's samples: the denominator of the stall
+    estimate of :mod:`pipecheck.analysis.attach`) and ``pin_memory_busy_fraction`` (``None``
+    without a pin-memory thread). With ``--subprocesses`` output, each other process whose
+    stacks show torch's worker loop is a DataLoader worker: ``worker_busy_samples`` /
+    ``worker_samples_by_pid`` count, by pid (a string), its samples in a pipeline stage
+    (:func:`stage_of` other than ``worker loop``: fetching or collating) and all its samples
+    inside the worker loop."""
     counts = {"queue-empty": 0, "receiving": 0, "other": 0}
-    pin_total = pin_busy = 0
+    pin_total = pin_busy = main_thread = 0
+    worker_busy: Counter = Counter()
+    worker_all: Counter = Counter()
     for line in text.splitlines():
         stack, _, number = line.rstrip().rpartition(" ")
         if not stack or not number.isdigit():
             continue
         samples = int(number)
-        frames = [f for f in stack.split(";") if not f.startswith("process ")]
+        pid = main_pid
+        frames: list[str] = []
+        for element in stack.split(";"):
+            if element.startswith("process ") and not frames:
+                pid = _pid_of(element, pid if pid is not None else -1)
+            else:
+                frames.append(element)
         if not frames:
+            continue
+        if main_pid is not None and pid != main_pid:
+            if any(f.startswith(_WORKER_LOOP) for f in frames):
+                key = str(pid)
+                worker_all[key] += samples
+                if stage_of(frames) != "worker loop":
+                    worker_busy[key] += samples
             continue
         if any(f.startswith(_PIN_LOOP) for f in frames):
             pin_total += samples
             if any(f.startswith(_PINNING) for f in frames):
                 pin_busy += samples
             continue
-        if frames[0].startswith(_THREAD_ROOT) or not any(f.startswith(_NEXT_FRAME) for f in frames):
+        if frames[0].startswith(_THREAD_ROOT):
+            continue
+        main_thread += samples
+        if not any(f.startswith(_NEXT_FRAME) for f in frames):
             continue
         if any(f.rstrip(")").rsplit(":", 1)[0].endswith(_RECEIVING_FILES) for f in frames):
             counts["receiving"] += samples
@@ -499,7 +593,10 @@ def parse_main_wait(text: str) -> dict[str, Any]:
     return {
         "main_wait": {k: v / total for k, v in counts.items()} if total else {},
         "main_wait_samples": total,
+        "main_thread_samples": main_thread,
         "pin_memory_busy_fraction": pin_busy / pin_total if pin_total else None,
+        "worker_busy_samples": {pid: worker_busy[pid] for pid in sorted(worker_all)},
+        "worker_samples_by_pid": dict(sorted(worker_all.items())),
     }
 
 
@@ -551,6 +648,22 @@ def _cpu_s(pid: int) -> Optional[float]:
         return times.user + times.system
     except Exception:  # the process may have exited; psutil errors vary by platform
         return None
+
+
+def _py_spy_error(stderr: str) -> str:
+    """py-spy's error message on one line: its ``Error:`` line and the distinct ``Caused by``
+    lines, without the stack backtrace it prints after them (at most 300 characters)."""
+    head = stderr.split("Stack backtrace:", 1)[0]
+    lines = [line.strip() for line in head.splitlines() if line.strip()]
+    message = next((line for line in lines if line.startswith("Error:")), "")
+    causes: list[str] = []
+    for line in lines:
+        number, _, cause = line.partition(": ")
+        if number.isdigit() and cause and cause not in causes:
+            causes.append(cause)
+    if causes:
+        message = f"{message} ({'; '.join(causes)})" if message else "; ".join(causes)
+    return (message or _last_error_line(stderr))[:300]
 
 
 def _last_error_line(stderr: str) -> str:

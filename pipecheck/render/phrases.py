@@ -41,7 +41,8 @@ def context_line(report: "Report") -> str:
     settings = [f"{name}={fmt.setting_value(getattr(loader, name))}"
                 for name in CONTEXT_SETTINGS if getattr(loader, name, None) is not None]
     cuda = "no CUDA" if not env.cuda else " ".join(filter(None, ("CUDA", env.cuda_device)))
-    torch = f"torch {env.torch}" if env.torch else "no torch"
+    torch = f"torch {env.torch}" if env.torch else (
+        "torch unknown" if report.kind == "attach" else "no torch")
     where = (f", rank {report.rank.rank} of {report.rank.world_size}"
              if report.rank is not None else "")
     parts = [f"{report.kind} report{where}, {report.created}", " ".join([loader.type, *settings])]
@@ -179,6 +180,10 @@ def why_no_recommendations(report: "Report") -> str:
         return ("No recommendations: the baseline was the fastest configuration measured "
                 f"({config_text(recommended.get('baseline'))}, "
                 f"{fmt.rate(number(expected), 'samples')}).")
+    if report.kind == "attach":
+        return ("No recommendations: attached without wrapping, the effect of a change cannot "
+                "be predicted (no batch or per-worker times); `pipecheck run -- python "
+                "train.py` measures them.")
     if diagnosis.verdict == "no-data" or consumer.batches == 0:
         measured = fmt.count(consumer.batches, "batch", "batches")
         return f"No recommendations: insufficient data ({measured} measured); run more steps."

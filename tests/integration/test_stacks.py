@@ -263,8 +263,28 @@ def test_parse_main_wait_splits_the_main_threads_time_in_next():
     assert parsed["main_wait"] == pytest.approx(
         {"queue-empty": 0.7, "receiving": 0.2, "other": 0.1})
     assert parsed["pin_memory_busy_fraction"] == pytest.approx(0.25)
+    assert parsed["main_thread_samples"] == 400  # in next() and the step, not other threads
     assert parse_main_wait("") == {"main_wait": {}, "main_wait_samples": 0,
-                                   "pin_memory_busy_fraction": None}
+                                   "main_thread_samples": 0, "pin_memory_busy_fraction": None,
+                                   "worker_busy_samples": {}, "worker_samples_by_pid": {}}
+
+
+def test_parse_main_wait_counts_each_workers_busy_samples_apart_from_the_main_thread():
+    main, worker = 'process 10:"python train.py"', 'process 11:"python train.py"'
+    loop = "_worker_loop (/torch/utils/data/_utils/worker.py:300);"
+    text = "\n".join([
+        main + ";train (/t/train.py:1);_BaseDataLoaderIter.__next__ (/torch/dataloader.py:720);"
+        "Queue.get (/py/multiprocessing/queues.py:98) 30",
+        main + ";train (/t/train.py:1);step (/t/train.py:9) 70",
+        f"{main};{worker};" + loop + "fetch (/torch/utils/data/_utils/fetch.py:50);"
+        "__getitem__ (/t/train.py:20) 60",
+        f"{main};{worker};" + loop + "Queue.get (/py/multiprocessing/queues.py:98) 40",
+        f"{main};{worker};Thread._bootstrap (/py/threading.py:1) 9",  # not in the worker loop
+    ])
+    parsed = parse_main_wait(text, 10)
+    assert (parsed["main_wait_samples"], parsed["main_thread_samples"]) == (30, 100)
+    assert parsed["worker_busy_samples"] == {"11": 60}
+    assert parsed["worker_samples_by_pid"] == {"11": 100}
 
 
 def test_a_second_py_spy_that_cannot_start_leaves_no_process_or_directory(monkeypatch):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from pipecheck import units as fmt
 from pipecheck.render.model import Document, Fact, Note, Section
 from pipecheck.render.phrases import capacity_phrase, context_line, ended_line, verdict_line
-from pipecheck.render.sections import advice, probes, ranks, run, sharding, stress
+from pipecheck.render.sections import advice, attach, probes, ranks, run, sharding, stress
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -28,6 +28,7 @@ SectionBuilder = Callable[["Report"], Optional[Section]]
 
 SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("ranks", ranks.ranks),  # a multi-rank run: every rank first, then one rank's detail
+    ("attach", attach.attach),  # pipecheck attach: stands in for the three below
     ("throughput", run.throughput),
     ("stall", run.stall),
     ("producer", run.producer),
@@ -42,10 +43,14 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
 )
 """The section builders in display order."""
 
+NEED_BATCH_TIMING = frozenset({"throughput", "stall", "producer"})
+"""Sections an attach report (no batch timing: :mod:`pipecheck.attach`) leaves out; its
+``attach`` section gives what stack samples can tell instead."""
+
 RENDERED_FIELDS = frozenset({
     "kind", "created", "environment", "loader", "consumer", "producer", "host", "diagnosis",
     "recommendations", "timeline", "stress", "schema", "rank", "ranks", "sharding", "stacks",
-    "device",
+    "device", "attach",
 })
 """Report fields the document shows; HTML renders any other non-empty field generically."""
 
@@ -53,11 +58,12 @@ RENDERED_FIELDS = frozenset({
 def build_document(report: "Report") -> Document:
     """The report's document: verdict, context, caveats, key numbers and every section."""
     notes = []
-    ended = ended_line(report)
+    ended = ended_line(report) if report.attach is None else None
     if ended is not None:
         notes.append(Note(ended, "alert"))
-    sections = tuple(section for _, build in SECTIONS
-                     if (section := build(report)) is not None)
+    skipped = NEED_BATCH_TIMING if report.attach is not None else frozenset()
+    sections = tuple(section for key, build in SECTIONS
+                     if key not in skipped and (section := build(report)) is not None)
     version = report.environment.pipecheck or "unknown version"
     return Document(
         verdict=verdict_line(report), verdict_kind=report.diagnosis.verdict,
@@ -71,6 +77,8 @@ def headline(report: "Report") -> tuple[Fact, ...]:
     """The key numbers: throughput, data goodput, stall, wait and step per batch, demand,
     capacity and their ratio, the first batch, what was measured, the bottleneck."""
     consumer, producer = report.consumer, report.producer
+    if report.attach is not None:  # no batch timing: the attach section has the estimates
+        return ()
     judgement = report.diagnosis.judgement
     numbers = [
         ("throughput", f"{fmt.rate(consumer.samples_per_s, 'samples')} · "
