@@ -153,21 +153,22 @@ def test_memory_that_rose_and_levelled_off_inside_the_window_is_not_growth():
 
 
 def test_host_probe_reads_memory_faster_in_its_early_window():
-    probe = HostProbe(run_start=time.monotonic(), interval_s=0.05, pss_interval_s=0.5,
-                      early_pss_interval_s=0.1, early_pss_window_s=1.0)
+    probe = HostProbe(run_start=time.monotonic(), interval_s=0.05, pss_interval_s=1.0,
+                      early_pss_interval_s=0.1, early_pss_window_s=1.5)
     probe.start()
-    time.sleep(2.0)
+    time.sleep(4.0)
     probe.stop()
     (main,) = [p for p in probe.snapshot().processes if p.role == "main"]
     times = [m.at_s - main.memory[0].at_s for m in main.memory]
-    early = [t for t in times if t < 1.0]
-    late = [t for t in times if t >= 1.1]
-    # Every 0.1 s for the first second (ticks slip on a loaded machine: at least 4), then
-    # every 0.5 s (at most 3 in the next 0.9 s, the last reading at stop() included).
-    assert len(early) >= 4
+    early = [t for t in times if t < 1.5]
+    late = [t for t in times if t >= 1.6]
+    # Nominally 15 readings in the early 1.5 s and 1 a second after it. Ticks slip on a loaded
+    # machine, so the test asks only for the cadence's shape: never closer than the interval,
+    # and clearly faster early than late.
     assert all(b - a >= 0.09 for a, b in zip(early, early[1:]))
+    assert all(b - a >= 0.9 for a, b in zip(late, late[1:]))
     assert 1 <= len(late) <= 3
-    assert all(b - a >= 0.45 for a, b in zip(late, late[1:]))
+    assert len(early) / 1.5 > 2 * len(late) / 2.4
 
 
 def _flagged_within(dataset, seconds: float):
