@@ -234,7 +234,7 @@ class WrappedLoader:
     """What :func:`wrap` returns; see the module docstring.
 
     Everything a user calls on it other than pipecheck's own methods (:meth:`report`,
-    :meth:`record`, :meth:`close`, ``.loader``) reaches the loader that yields the batches:
+    :meth:`final_report`, :meth:`record`, :meth:`close`, ``.loader``) reaches the loader that yields the batches:
     attribute reads and writes (torch's own ``ValueError`` for ``batch_size`` after init
     included), ``state_dict()`` / ``load_state_dict()``, ``set_epoch``, ``len()``. That loader
     is a private copy of the user's one when workers are timed (see
@@ -252,7 +252,8 @@ class WrappedLoader:
 
     def __init__(self, loader: Any, *, samples: Optional[SampleCounter],
                  tokens: Optional[TokenCounter], host: bool, workers: bool,
-                 host_interval_s: float, clock: _clock.Clock, stacks: bool = False,
+                 host_interval_s: float, clock: _clock.Clock = _clock.monotonic,
+                 stacks: bool = False,
                  stacks_window_s: float = DEFAULT_WINDOW_S,
                  stacks_rate_hz: int = DEFAULT_RATE_HZ,
                  memory_interval_s: float = PSS_INTERVAL_S, device: bool = True,
@@ -476,9 +477,11 @@ class WrappedLoader:
             self._last_gathered = merged
         return merged
 
-    def _exit_report(self) -> Any:
-        """The report saved at exit (:mod:`pipecheck.autosave`): no gather, the other ranks
-        may be gone, but the other ranks' summaries from the last gather are kept."""
+    def final_report(self) -> Any:
+        """A :class:`pipecheck.Report` for when the run is over (the exit-time and SIGTERM
+        saves of :mod:`pipecheck.autosave` write it): never a collective, as the other ranks
+        may be gone, but rank 0 keeps the other ranks' summaries from its last gathering
+        :meth:`report`. Safe at any time; raises only what :meth:`report` raises."""
         report = self.report(gather=False)
         if self._last_gathered is None or report.rank is None:
             return report
@@ -508,7 +511,6 @@ def wrap(
     host: bool = True,
     workers: bool = True,
     host_interval_s: float = 1.0,
-    clock: _clock.Clock = _clock.monotonic,
     stacks: bool = False,
     stacks_window_s: float = DEFAULT_WINDOW_S,
     stacks_rate_hz: int = DEFAULT_RATE_HZ,
@@ -529,8 +531,6 @@ def wrap(
             pipeline (in the workers and in the main process) and ``pipecheck.stage`` blocks
             (:mod:`pipecheck.probes.stages`), and, with 2 or more workers delivering in order,
             head-of-line blocking (:mod:`pipecheck.probes.hol`).
-        clock: monotonic seconds for the consumer probe; tests pass a fake clock (worker
-            timestamps always come from ``time.perf_counter``).
         stacks: sample hot stacks of the main process and the workers with py-spy for
             ``stacks_window_s`` seconds (> 0) from the first ``iter()``; ``report()`` ends the
             window early. ``stacks_rate_hz`` (> 0): samples per second and process. When
@@ -566,7 +566,7 @@ def wrap(
     if save is not None:
         AutoSave.check_path(save)  # now, not at exit when the run is over
     return WrappedLoader(loader, samples=samples, tokens=tokens, host=host, workers=workers,
-                         host_interval_s=host_interval_s, clock=clock, stacks=stacks,
+                         host_interval_s=host_interval_s, stacks=stacks,
                          stacks_window_s=stacks_window_s, stacks_rate_hz=stacks_rate_hz,
                          memory_interval_s=memory_interval_s,
                          device=device, save=save)

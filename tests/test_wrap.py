@@ -235,3 +235,17 @@ def test_slow_main_process_loader_times_every_epoch():
         list(wrapped)
     assert wrapped.record().probed_epochs == 3
     wrapped.close()
+
+
+def test_final_report_is_public_and_clock_is_not_a_wrap_option():
+    """``final_report()`` (what the exit-time save writes) is public API; ``clock=`` was
+    dropped from ``wrap()`` because worker, stage and head-of-line timing in worker processes
+    cannot follow an injected clock."""
+    wrapped = pipecheck.wrap(DataLoader(SquaresDataset(8), batch_size=4), host=False)
+    assert len(list(wrapped)) == 2
+    report = wrapped.final_report()
+    assert report.consumer.batches == 2
+    assert report.consumer.status == "complete"
+    wrapped.close()
+    with pytest.raises(TypeError, match="clock"):
+        pipecheck.wrap(DataLoader(SquaresDataset(8)), clock=lambda: 0.0)
