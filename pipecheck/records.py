@@ -164,10 +164,15 @@ class WorkerBatch:
 
 @dataclass(frozen=True)
 class WorkerRecord:
-    """Exact per-worker counters, plus the most recent batches (bounded ring).
+    """Per-worker counters, plus the most recent timed batches (bounded ring).
 
     ``busy_s = fetch_s + collate_s``: wall time spent producing batches. ``pids`` lists every
     process that served this worker id (a new one per epoch without ``persistent_workers``).
+    Exact for worker processes. In the main process (``num_workers=0``) fast batches are
+    sampled (:data:`pipecheck.probes.workers.MAIN_SAMPLE_EVERY`): ``batches`` is exact,
+    ``timed_batches`` were timed, and ``samples``, ``fetch_s``, ``collate_s`` and ``busy_s``
+    are the timed batches' totals scaled by ``batches / timed_batches``. ``timed_batches`` equals
+    ``batches`` when every batch was timed (``None``: not stated).
     """
 
     id: int
@@ -181,6 +186,7 @@ class WorkerRecord:
     first_at_s: Optional[float]
     last_at_s: Optional[float]
     recent: list[WorkerBatch] = field(default_factory=list)
+    timed_batches: Optional[int] = None
 
 
 # ---------------------------------------------------------------------------------------------

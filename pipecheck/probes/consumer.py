@@ -20,13 +20,14 @@ from __future__ import annotations
 import threading
 import time
 from array import array
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from .._clock import Clock, monotonic
 from .._locks import bounded
 from ..records import BatchTiming, ConsumerRecord, EpochTiming
+from .base import BatchObserver
 from .batches import (SampleCounter, TokenCounter, batch_nbytes, count_samples, counter_for,
                       guarded, token_counter_for)
 
@@ -36,6 +37,9 @@ always falls on a sampled batch)."""
 
 FOLD_BATCHES = 4096
 """Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""
+
+ObserverErrorHandler = Callable[[BatchObserver, Exception], None]
+"""``(observer, exc)``: told when a batch observer raised and was dropped."""
 
 DEFAULT_TIMELINE_CAPACITY = 8192
 """Timeline rows kept (about 100 bytes each: under 1 MB)."""
@@ -132,7 +136,7 @@ class ConsumerProbe:
 
     ``iterate(source)`` returns a generator over ``source`` that yields the same objects in the
     same order and re-raises whatever ``source`` raises, unchanged. Each call is one epoch.
-    ``snapshot()`` returns a :class:`~pipecheck.records.ConsumerRecord` at any time (during an
+    ``record()`` returns a :class:`~pipecheck.records.ConsumerRecord` at any time (during an
     epoch too), with times relative to ``run_start`` (seconds from ``clock``).
 
     ``samples`` / ``tokens``: optional callables ``batch -> int``; by default samples are read
@@ -161,7 +165,7 @@ class ConsumerProbe:
         self._user_tokens = tokens
         self._count_tokens: Optional[TokenCounter] = None
         self._primed = False
-        self._lock = threading.Lock()  # folds vs a concurrent snapshot()
+        self._lock = threading.Lock()  # folds vs a concurrent record()
         self._last: Optional[ConsumerRecord] = None  # for a snapshot whose lock wait timed out
         self._terminated = False
         self._capacity = timeline_capacity
@@ -178,19 +182,44 @@ class ConsumerProbe:
 
     # -- hot path ------------------------------------------------------------------------------
 
-    def iterate(self, source: Iterable[Any],
-                fixed: Optional[FixedBatches] = None) -> "EpochIterator":
+    def iterate(self, source: Iterable[Any], fixed: Optional[FixedBatches] = None,
+                observers: Sequence[BatchObserver] = (),
+                on_observer_error: Optional[ObserverErrorHandler] = None) -> "EpochIterator":
         """One epoch over ``source``: ``iter(source)`` runs now, as it would unwrapped (worker
         start-up, a dataset's ``__iter__`` errors and warnings happen here), and its time is part
         of the first batch's wait. ``fixed``: batch sizes known up front (ignored when a
-        ``samples`` counter was given). See :class:`EpochIterator`."""
-        return EpochIterator(self, lambda: iter(source), fixed)
+        ``samples`` counter was given). ``observers`` and ``on_observer_error``: see
+        :meth:`open_epoch`."""
+        return self.open_epoch(lambda: iter(source), fixed, observers, on_observer_error)
 
     def open_epoch(self, open_iterator: Callable[[], Iterator[Any]],
-                   fixed: Optional[FixedBatches] = None) -> "EpochIterator":
-        """Like :meth:`iterate`, with ``open_iterator()`` making the epoch's iterator (a
-        caller that layers other observers over the source's iterator)."""
-        return EpochIterator(self, open_iterator, fixed)
+                   fixed: Optional[FixedBatches] = None,
+                   observers: Sequence[BatchObserver] = (),
+                   on_observer_error: Optional[ObserverErrorHandler] = None) -> "EpochIterator":
+        """Like :meth:`iterate`, with ``open_iterator()`` making the epoch's iterator.
+
+        Each of ``observers`` (:class:`~pipecheck.probes.base.BatchObserver`) that attaches to
+        that iterator is called around every ``next()`` by the one returned iterator. An
+        observer that raises ``Exception`` is dropped from this epoch and
+        ``on_observer_error(observer, exc)`` is called (the wrapper turns the probe off with a
+        note); nothing reaches the training loop."""
+        epoch = self._begin_epoch(fixed)
+        try:
+            iterator = open_iterator()
+        except BaseException as exc:
+            self._record_raise(epoch, epoch.started, exc)
+            raise
+        active = []
+        for observer in observers:
+            try:
+                if observer.attach(iterator):
+                    active.append(observer)
+            except Exception as exc:
+                if on_observer_error is not None:
+                    on_observer_error(observer, exc)
+        if active:
+            return ObservedEpochIterator(self, epoch, iterator, tuple(active), on_observer_error)
+        return EpochIterator(self, epoch, iterator)
 
     def _begin_epoch(self, fixed: Optional[FixedBatches]) -> _Epoch:
         if self._user_samples is not None:
@@ -291,7 +320,15 @@ class ConsumerProbe:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def snapshot(self) -> ConsumerRecord:
+    name = "consumer"
+
+    def start(self) -> None:
+        """Nothing to start: each epoch is timed by the iterator :meth:`open_epoch` makes."""
+
+    def stop(self) -> None:
+        """Nothing to stop (no thread, no file)."""
+
+    def record(self) -> ConsumerRecord:
         """A consistent copy of everything measured so far (buffered batches included). When
         the lock is not free within :data:`~pipecheck._locks.SNAPSHOT_LOCK_TIMEOUT_S` (its
         holder was stopped by a signal whose handler is saving the report), the previous
@@ -396,12 +433,14 @@ class EpochIterator:
 
     __slots__ = ("_probe", "_epoch", "_iterator", "_clock", "_marks", "_sizes", "_fast",
                  "_sample_due", "_pending", "_count", "_tokens", "_done", "_raised", "_cpu_mark",
-                 "__weakref__")
+                 "_observers", "_on_observer_error", "__weakref__")
 
-    def __init__(self, probe: ConsumerProbe, open_iterator: Callable[[], Iterator[Any]],
-                 fixed: Optional[FixedBatches]) -> None:
+    def __init__(self, probe: ConsumerProbe, epoch: _Epoch, iterator: Iterator[Any]) -> None:
+        # Made by ConsumerProbe.open_epoch, which opens ``iterator`` (its time is part of the
+        # first wait: ``_pending`` is the epoch's start).
         self._probe = probe
-        self._epoch = epoch = probe._begin_epoch(fixed)
+        self._epoch = epoch
+        self._iterator = iterator
         self._clock = probe._clock
         self._marks = epoch.marks
         self._sizes = epoch.sizes
@@ -414,12 +453,6 @@ class EpochIterator:
         self._count: Optional[SampleCounter] = (None if epoch.fixed is not None
                                                 else probe._count_samples)
         self._tokens: Optional[TokenCounter] = probe._count_tokens
-        try:
-            self._iterator = open_iterator()
-        except BaseException as exc:
-            self._done = True
-            probe._record_raise(epoch, epoch.started, exc)
-            raise
 
     def __iter__(self) -> "EpochIterator":
         return self
@@ -431,7 +464,7 @@ class EpochIterator:
     def __getattr__(self, name: str) -> Any:
         # Only names this class lacks: the wrapped iterator's own (torch's ``_workers``,
         # ``_num_yielded``, ...), so code that inspects its epoch's iterator still works.
-        if name in EpochIterator.__slots__ or (name.startswith("__") and name.endswith("__")):
+        if name in _OWN_NAMES or (name.startswith("__") and name.endswith("__")):
             raise AttributeError(name)
         return getattr(object.__getattribute__(self, "_iterator"), name)
 
@@ -537,3 +570,58 @@ class EpochIterator:
                 self._epoch.dropped_at = self._probe._clock()
         except BaseException:
             pass
+
+
+class ObservedEpochIterator(EpochIterator):
+    """An :class:`EpochIterator` that also calls its batch observers around each ``next()``
+    (:class:`~pipecheck.probes.base.BatchObserver`): before it, and after it with the wait the
+    consumer probe measured, or after it raised. Still one iterator between the loop and the
+    loader. An observer that raises is dropped and reported (``on_observer_error``); the
+    batch, or the loader's exception, passes through unchanged."""
+
+    __slots__ = ()
+
+    def __init__(self, probe: ConsumerProbe, epoch: _Epoch, iterator: Iterator[Any],
+                 observers: tuple[BatchObserver, ...],
+                 on_observer_error: Optional[ObserverErrorHandler]) -> None:
+        super().__init__(probe, epoch, iterator)
+        self._observers = observers
+        self._on_observer_error = on_observer_error
+
+    def __next__(self) -> Any:
+        for observer in self._observers:
+            try:
+                observer.before_next()
+            except Exception as exc:
+                self._drop(observer, exc)
+        try:
+            batch = EpochIterator.__next__(self)
+        except BaseException:
+            for observer in self._observers:
+                try:
+                    observer.after_raise()
+                except Exception as exc:
+                    self._drop(observer, exc)
+            raise
+        if self._done:  # past the end: the source's own behaviour, nothing timed
+            return batch
+        marks = self._marks
+        wait_s = marks[-1] - marks[-2]  # this call's entered, left (appended just now)
+        for observer in self._observers:
+            try:
+                observer.after_next(wait_s, batch)
+            except Exception as exc:
+                self._drop(observer, exc)
+        return batch
+
+    def _drop(self, observer: BatchObserver, exc: Exception) -> None:
+        self._observers = tuple(o for o in self._observers if o is not observer)
+        handler = self._on_observer_error
+        if handler is not None:
+            try:
+                handler(observer, exc)
+            except Exception:  # bookkeeping must never reach the training loop
+                pass
+
+
+_OWN_NAMES = frozenset(EpochIterator.__slots__)

@@ -198,11 +198,11 @@ class StackSampler:
     """py-spy over ``pid`` and its descendants for ``window_s`` seconds at ``rate_hz``.
 
     :meth:`start` launches py-spy (or records why it cannot); :meth:`stop` ends the window
-    early if it is still open, waits for py-spy's output and parses it; :meth:`snapshot` returns
+    early if it is still open, waits for py-spy's output and parses it; :meth:`record` returns
     the :class:`~pipecheck.records.StacksRecord` (``running`` until the window is over and
     stopped). ``py_spy``: the executable (default: :func:`find_py_spy`). ``rate_hz`` is truncated
     to whole samples per second. Raises ``ValueError`` for a non-positive window or a rate below
-    1 Hz. Never raises from start/stop/snapshot.
+    1 Hz. Never raises from start/stop/record.
     """
 
     def __init__(
@@ -318,7 +318,9 @@ class StackSampler:
             fd, self._dir_fd = self._dir_fd, None
             _owned.remove(fd, self._dir)
 
-    def snapshot(self) -> StacksRecord:
+    name = "stacks"
+
+    def record(self) -> StacksRecord:
         """The result once stopped; before that a ``running`` record (or ``unavailable`` when
         sampling never started)."""
         with bounded(self._lock) as held:

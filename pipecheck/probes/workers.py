@@ -10,7 +10,7 @@ when ``num_workers=0``) the twin adds up fetch time and sample count per batch (
 another, e.g. ``__getitems__`` calling ``self[i]``, is timed once); the timed collate times
 ``collate_fn`` and, when it returns, commits one batch record to that worker's slot of a shared
 file (see :mod:`pipecheck.probes._ring`). The main process reads the slots at any time with
-:meth:`WorkerProbe.snapshot`.
+:meth:`WorkerProbe.record`.
 
 What is measured, per worker id (all durations wall-clock seconds from ``time.perf_counter``):
 
@@ -65,6 +65,21 @@ __all__ = ["MAIN_PROCESS_WORKER_ID", "WorkerProbe", "WorkerProbeUnsupported"]
 MAIN_PROCESS_WORKER_ID = -1
 """Worker id reported for the main process when the loader has ``num_workers=0``."""
 
+FAST_BATCH_S = 200e-6
+"""Production time per batch (fetch + collate, seconds) under which timing every batch in the
+main process (``num_workers=0``, where the training loop pays for it) costs over 1%: the timed
+dataset and collate cost about 0.3 us a sample plus 1.4 us a batch (measured here with
+``benchmarks/worker_probe_cost.py``), and 2 us is 1% of 200 us."""
+
+MAIN_SAMPLE_EVERY = 16
+"""In the main process, once batches are known to be faster than :data:`FAST_BATCH_S`, time
+one batch in this many (the others cost one attribute test per sample and one counter per
+batch). Chosen so the timed batches' share of the cost is about 0.1 us a batch."""
+
+MAIN_SAMPLE_AFTER = 32
+"""Batches timed one by one before the main process may start sampling: enough for a mean
+that a first slow batch (imports, page cache) does not decide alone."""
+
 
 class WorkerProbeUnsupported(PipecheckError):
     """The loader cannot be instrumented without changing what it yields (for example a
@@ -110,7 +125,8 @@ class _BatchAccumulator:
     is only known inside the worker (``get_worker_info()``).
     """
 
-    __slots__ = ("fetch_s", "samples", "attached", "writer", "area", "busy")
+    __slots__ = ("fetch_s", "samples", "attached", "writer", "area", "busy", "sampling",
+                 "skip", "skipped", "timed", "timed_busy_s")
 
     def __init__(self, area: _SharedArea) -> None:
         self.area = area
@@ -121,6 +137,13 @@ class _BatchAccumulator:
         # 1 while a timed fetch runs (a dataset method calling another, e.g. __getitems__
         # calling self[i], is timed once) and while paused (num_workers=0 epochs not timed).
         self.busy = 0
+        # Main-process sampling (num_workers=0 only, see WorkerProbe): while ``skip`` > 0,
+        # ``busy`` is 1 and each collate counts one untimed batch in ``skipped``.
+        self.sampling = False
+        self.skip = 0
+        self.skipped = 0
+        self.timed = 0  # batches timed in this process, and their fetch + collate seconds
+        self.timed_busy_s = 0.0
 
     def attach(self) -> None:
         """Open this process's slot and register its pid. Silent (no writer) when this
@@ -147,6 +170,13 @@ class _BatchAccumulator:
         self.samples = 0
         if self.writer is not None:
             self.writer.add_batch(end_time, fetch_s, collate_s, samples)
+        if self.sampling:
+            self.timed += 1
+            self.timed_busy_s += fetch_s + collate_s
+            if self.timed >= MAIN_SAMPLE_AFTER and \
+                    self.timed_busy_s < FAST_BATCH_S * self.timed:
+                self.skip = MAIN_SAMPLE_EVERY - 1  # the next batches: untimed
+                self.busy = 1
 
     def flush_unbatched(self, collate_s: float = 0.0) -> None:
         """Count pending fetch time (and ``collate_s``) as producing time that made no batch:
@@ -183,6 +213,9 @@ class _BatchAccumulator:
         self.samples = 0
         self.attached = False
         self.busy = 0
+        self.sampling = False
+        self.skip = self.skipped = self.timed = 0
+        self.timed_busy_s = 0.0
         writer, self.writer = self.writer, None
         if writer is not None:
             try:
@@ -225,7 +258,7 @@ def _timed_methods(base: type, acc: _BatchAccumulator) -> dict[str, Any]:
         base_iter = base.__iter__
 
         def __iter__(self: Any) -> Any:
-            if acc.busy:
+            if acc.busy and not acc.skip:  # paused (skip: sampling; items decide)
                 return base_iter(self)
             if not acc.attached:
                 acc.attach()
@@ -483,6 +516,8 @@ class _TimedIterator:
 
     def __next__(self) -> Any:
         acc = self._acc
+        if acc.busy:  # a batch main-process sampling leaves untimed
+            return next(self._iterator)
         start = perf_counter()
         try:
             item = next(self._iterator)
@@ -504,7 +539,7 @@ class _IterableDatasetProxy(_ProxyBase, IterableDataset):
 
     def __iter__(self) -> Any:
         acc = self._pipecheck_acc
-        if acc.busy:
+        if acc.busy and not acc.skip:  # paused (skip: sampling; items decide)
             return iter(self._pipecheck_wrapped)
         if not acc.attached:
             acc.attach()
@@ -549,6 +584,15 @@ class _TimedCollate:
     def __call__(self, batch: Any) -> Any:
         acc = self._acc
         if acc.busy:
+            skip = acc.skip
+            if skip:  # a batch main-process sampling leaves untimed: counted only
+                result = self.collate_fn(batch)
+                # inline (a method call costs ~0.1 us a batch on this path)
+                acc.skipped += 1
+                acc.skip = skip - 1
+                if skip == 1:
+                    acc.busy = 0  # the next batch is timed
+                return result
             return self.collate_fn(batch)
         if not acc.attached:
             acc.attach()
@@ -618,6 +662,8 @@ class WorkerProbe:
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _release_area, self._key, area, path, fd,
                                            os.getpid())
+        # num_workers=0: the training loop pays for every timed batch; sample fast ones.
+        _accumulator_for(self._key, self._shared).sampling = num_workers == 0
 
     def check_supported(self, loader: torch.utils.data.DataLoader) -> None:
         """Raise unless this probe can time ``loader``: ``ValueError`` if its ``num_workers``
@@ -660,10 +706,21 @@ class WorkerProbe:
     def pause(self, paused: bool) -> None:
         """Stop (``True``) or resume timing in this process, for ``num_workers=0`` loaders
         whose batches are too fast to time every epoch; the timed dataset then costs one
-        attribute test per sample."""
-        _accumulator_for(self._key, self._shared).busy = 1 if paused else 0
+        attribute test per sample. Resuming starts with a timed batch."""
+        acc = _accumulator_for(self._key, self._shared)
+        acc.skip = 0
+        acc.busy = 1 if paused else 0
 
-    def snapshot(self) -> list[WorkerRecord]:
+    name = "workers"
+
+    def start(self) -> None:
+        """Nothing to start: the shared file exists from construction."""
+
+    def stop(self) -> None:
+        """:meth:`close`."""
+        self.close()
+
+    def record(self) -> list[WorkerRecord]:
         """Exact counters for every worker id that has produced at least one batch, sorted by
         id. Safe during iteration and after a worker crash; after :meth:`close` it returns the
         records as they were at close. Never waits more than
@@ -686,16 +743,23 @@ class WorkerProbe:
             worker_id = MAIN_PROCESS_WORKER_ID if self.num_workers == 0 else slot
             self._remember_pids(worker_id, header.pids)
             ring = _ring.read_ring(self._area, self._layout, slot, header.batches)
+            # Main-process sampling: the untimed batches are counted here; their time and
+            # samples are estimated as the timed batches' mean (the ratio estimator
+            # total = timed x (timed + untimed) / timed, unbiased when which batch is timed
+            # does not depend on its cost: every MAIN_SAMPLE_EVERY-th one).
+            skipped = self._skipped_batches() if self.num_workers == 0 else 0
+            scale = (header.batches + skipped) / header.batches
             records.append(
                 WorkerRecord(
                     id=worker_id,
                     pid=header.pid,
                     pids=list(header.pids),
-                    batches=header.batches,
-                    samples=header.samples,
-                    fetch_s=header.fetch_s,
-                    collate_s=header.collate_s,
-                    busy_s=header.fetch_s + header.collate_s,
+                    batches=header.batches + skipped,
+                    samples=round(header.samples * scale),
+                    fetch_s=header.fetch_s * scale,
+                    collate_s=header.collate_s * scale,
+                    busy_s=(header.fetch_s + header.collate_s) * scale,
+                    timed_batches=header.batches,
                     first_at_s=self._relative(header.first_end),
                     last_at_s=self._relative(header.last_end),
                     recent=[
@@ -711,6 +775,11 @@ class WorkerProbe:
                 )
             )
         return records
+
+    def _skipped_batches(self) -> int:
+        """Batches main-process sampling left untimed (this process's own count)."""
+        accumulator = _accumulators.get(self._key)
+        return accumulator.skipped if accumulator is not None else 0
 
     def pid_to_worker(self) -> dict[int, int]:
         """Every pid that has served a worker id so far (including earlier epochs' processes)
