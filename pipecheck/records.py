@@ -168,11 +168,13 @@ class WorkerRecord:
 
     ``busy_s = fetch_s + collate_s``: wall time spent producing batches. ``pids`` lists every
     process that served this worker id (a new one per epoch without ``persistent_workers``).
-    Exact for worker processes. In the main process (``num_workers=0``) fast batches are
-    sampled (:data:`pipecheck.probes.workers.MAIN_SAMPLE_EVERY`): ``batches`` is exact,
-    ``timed_batches`` were timed, and ``samples``, ``fetch_s``, ``collate_s`` and ``busy_s``
-    are the timed batches' totals scaled by ``batches / timed_batches``. ``timed_batches`` equals
-    ``batches`` when every batch was timed (``None``: not stated).
+    Exact for worker processes. In the main process (``num_workers=0``) of a wrapped loader,
+    fast batches are sampled (:meth:`pipecheck.probes.workers.WorkerProbe.between_batches`):
+    ``batches`` is then the consumer's count over the timed epochs, ``timed_batches`` were
+    timed, and ``samples``, ``fetch_s``, ``collate_s`` and ``busy_s`` are the timed batches'
+    totals scaled by ``batches / timed_batches`` (the ratio estimator: unbiased when which
+    batch is timed does not depend on its cost, as with fixed windows); ``recent`` holds timed
+    batches only. ``None``: every batch was timed.
     """
 
     id: int

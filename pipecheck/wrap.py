@@ -48,7 +48,7 @@ from ._torch_compat import IteratorHookUnavailable, private_copy, quiet_len, \
     register_in_place, substitute_while_iterating, substitutes_of
 from .probes.stages import StageProbe
 from .probes import workers as workers_probe
-from .probes.workers import WorkerProbe, WorkerProbeUnsupported
+from .probes.workers import WorkerProbe, WorkerProbeUnsupported, scaled_to
 from .autosave import AutoSave
 from .distributed import DEFAULT_GATHER_TIMEOUT_S, current_rank
 from .records import LoaderConfig, RankInfo, RunRecord
@@ -249,7 +249,7 @@ class WrappedLoader:
                  "_workers", "_probes_off", "_substitutes", "_stages", "_hol", "_stacks",
                  "_device", "_shared_memory", "_containers", "_epochs", "_probed_epochs",
                  "_host", "_finalizer", "_rank", "_sharding_cache", "_last_gathered",
-                 "_autosave", "_open_target", "_observers", "__weakref__")
+                 "_autosave", "_open_target", "_observers", "_probed_ids", "__weakref__")
     _rank: Optional[RankInfo]
     _sharding_cache: Optional[tuple[int, Optional[dict[str, Any]]]]
 
@@ -308,6 +308,7 @@ class WrappedLoader:
         own(self, "_containers", largest_containers(inner.dataset) if inner is not None else [])
         own(self, "_epochs", 0)
         own(self, "_probed_epochs", 0)
+        own(self, "_probed_ids", set())  # consumer epoch indices the main process timed
         own(self, "_host", None)
         if host:
             pids = self._workers.pid_to_worker if self._workers is not None else None
@@ -354,13 +355,21 @@ class WrappedLoader:
             self._workers.pause(not timed)
             if timed:
                 object.__setattr__(self, "_probed_epochs", self._probed_epochs + 1)
+                self._probed_ids.add(self._epochs)
         object.__setattr__(self, "_epochs", self._epochs + 1)
         self._current_rank()
         # One iterator between the loop and the loader: the consumer probe's, which calls the
         # head-of-line and device probes around each next() (probes/base.BatchObserver).
         return self._consumer.open_epoch(lambda: self._open_target(self._target),
                                          fixed_batches(self.loader), tuple(self._observers),
-                                         self._turn_off)
+                                         self._turn_off, self._between_batches())
+
+    def _between_batches(self) -> Optional[Callable[[Any], None]]:
+        """Main-process sampling of fast batches (``num_workers=0``), driven by the consumer
+        probe's iterator: :meth:`pipecheck.probes.workers.WorkerProbe.between_batches`."""
+        if self._config.num_workers == 0 and self._workers is not None:
+            return self._workers.between_batches
+        return None
 
     def _time_production_this_epoch(self) -> bool:
         """With ``num_workers=0`` the probe runs inside ``next()`` in the main process, where
@@ -443,6 +452,9 @@ class WrappedLoader:
                 "pipecheck cannot time inside its workers")
         else:
             probe = "workers" if (self._config.num_workers or 0) > 0 else "main-process"
+        if probe == "main-process":
+            total = sum(e.batches for e in consumer.epochs if e.epoch in self._probed_ids)
+            workers = [scaled_to(w, total) for w in workers]
         return RunRecord(kind="wrap", created=self._created, environment=collect_environment(),
                          loader=self._config, consumer=consumer,
                          workers=workers, worker_probe=probe, host=records.get("host"),

@@ -119,32 +119,6 @@ def test_main_process_is_worker_minus_one(make_probe):
     assert probe.pid_to_worker() == {os.getpid(): -1}
 
 
-@pytest.mark.parametrize("iterable", [False, True])
-def test_main_process_samples_fast_batches_and_scales_the_timed_ones(iterable, make_probe):
-    """num_workers=0 with batches far under FAST_BATCH_S: after MAIN_SAMPLE_AFTER timed
-    batches, one in MAIN_SAMPLE_EVERY is timed; batch counts stay exact and the timed totals
-    are scaled to all batches. A slow loader is timed batch by batch."""
-    from pipecheck.probes.workers import MAIN_SAMPLE_AFTER, MAIN_SAMPLE_EVERY
-
-    n = 2000
-    data = torch.arange(n, dtype=torch.float32).reshape(n, 1)
-    dataset = PlainRange(0, n) if iterable else torch.utils.data.TensorDataset(data)
-    loader = DataLoader(dataset, batch_size=1)
-    probe = make_probe(0)
-    assert len(list(probe.instrument(loader))) == n
-    (record,) = probe.record()
-    assert record.batches == n and record.samples == n
-    assert record.timed_batches == MAIN_SAMPLE_AFTER + (n - MAIN_SAMPLE_AFTER) // MAIN_SAMPLE_EVERY
-    assert len(record.recent) == record.timed_batches
-    timed_busy = sum(b.fetch_s + b.collate_s for b in record.recent)
-    assert record.busy_s == pytest.approx(timed_busy * n / record.timed_batches)
-
-    slow = make_probe(0)
-    list(slow.instrument(DataLoader(SleepDataset(40, 0.0003), batch_size=1)))
-    (record,) = slow.record()
-    assert record.batches == record.timed_batches == 40
-
-
 # ---------------------------------------------------------------------------------------------
 # The instrumented clone yields exactly what the original yields
 # ---------------------------------------------------------------------------------------------

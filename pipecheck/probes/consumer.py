@@ -199,8 +199,14 @@ class ConsumerProbe:
     def open_epoch(self, open_iterator: Callable[[], Iterator[Any]],
                    fixed: Optional[FixedBatches] = None,
                    observers: Sequence[BatchObserver] = (),
-                   on_observer_error: Optional[ObserverErrorHandler] = None) -> "EpochIterator":
+                   on_observer_error: Optional[ObserverErrorHandler] = None,
+                   periodic: Optional[Callable[[Iterator[Any]], None]] = None) -> "EpochIterator":
         """Like :meth:`iterate`, with ``open_iterator()`` making the epoch's iterator.
+
+        ``periodic(iterator)``, when given, is called before the epoch's first ``next()`` and
+        then before one in :data:`CPU_SAMPLE_EVERY` (on the calls that already read the CPU
+        clock: nothing is added to the others); one that raises is dropped and reported to
+        ``on_observer_error`` with its owner (``periodic.__self__``).
 
         Each of ``observers`` (:class:`~pipecheck.probes.base.BatchObserver`) that attaches to
         that iterator is called around every ``next()`` by the one returned iterator. An
@@ -222,8 +228,13 @@ class ConsumerProbe:
                 if on_observer_error is not None:
                     on_observer_error(observer, exc)
         if active:
-            return ObservedEpochIterator(self, epoch, iterator, tuple(active), on_observer_error)
-        return EpochIterator(self, epoch, iterator)
+            made: EpochIterator = ObservedEpochIterator(self, epoch, iterator, tuple(active),
+                                                        on_observer_error)
+        else:
+            made = EpochIterator(self, epoch, iterator)
+            made._on_observer_error = on_observer_error
+        made._periodic = periodic
+        return made
 
     def _begin_epoch(self, fixed: Optional[FixedBatches]) -> _Epoch:
         if self._user_samples is not None:
@@ -448,7 +459,7 @@ class EpochIterator:
 
     __slots__ = ("_probe", "_epoch", "_iterator", "_clock", "_marks", "_sizes", "_fast",
                  "_sample_due", "_pending", "_count", "_tokens", "_done", "_raised", "_cpu_mark",
-                 "_observers", "_on_observer_error", "__weakref__")
+                 "_observers", "_on_observer_error", "_periodic", "__weakref__")
 
     def __init__(self, probe: ConsumerProbe, epoch: _Epoch, iterator: Iterator[Any]) -> None:
         # Made by ConsumerProbe.open_epoch, which opens ``iterator`` (its time is part of the
@@ -468,6 +479,8 @@ class EpochIterator:
         self._count: Optional[SampleCounter] = (None if epoch.fixed is not None
                                                 else probe._count_samples)
         self._tokens: Optional[TokenCounter] = probe._count_tokens
+        self._periodic: Optional[Callable[[Iterator[Any]], None]] = None
+        self._on_observer_error: Optional[ObserverErrorHandler] = None
 
     def __iter__(self) -> "EpochIterator":
         return self
@@ -530,6 +543,8 @@ class EpochIterator:
         if sample:
             if len(epoch.marks) >> 1 >= FOLD_BATCHES:
                 probe._fold(epoch, entered)
+            if self._periodic is not None:
+                self._call_periodic()
             before = cpu_clock()
         try:
             batch = next(self._iterator)
@@ -564,6 +579,20 @@ class EpochIterator:
         if tokens is not None:
             probe.tokens = (probe.tokens or 0) + tokens(batch)
         return batch
+
+    def _call_periodic(self) -> None:
+        periodic = self._periodic
+        assert periodic is not None
+        try:
+            periodic(self._iterator)
+        except Exception as exc:  # dropped and reported, never raised into the loop
+            self._periodic = None
+            handler = self._on_observer_error
+            if handler is not None:
+                try:
+                    handler(getattr(periodic, "__self__", periodic), exc)  # type: ignore[arg-type]
+                except Exception:
+                    pass
 
     def _on_raise(self, entered: float, exc: BaseException) -> None:
         self._fast = 0  # the next call takes the full path

@@ -36,6 +36,7 @@ with ``batch_size=None`` reports one sample per batch.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import mmap
 import os
 import threading
@@ -48,7 +49,8 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from pipecheck import _owned
 from pipecheck._locks import bounded
-from pipecheck._torch_compat import private_copy, substitute_while_iterating
+from pipecheck._torch_compat import main_process_fetcher, private_copy, \
+    substitute_while_iterating
 from pipecheck.errors import PipecheckError
 from pipecheck.probes import _ring
 from pipecheck.records import WorkerBatch, WorkerRecord
@@ -71,14 +73,14 @@ main process (``num_workers=0``, where the training loop pays for it) costs over
 dataset and collate cost about 0.3 us a sample plus 1.4 us a batch (measured here with
 ``benchmarks/worker_probe_cost.py``), and 2 us is 1% of 200 us."""
 
-MAIN_SAMPLE_EVERY = 16
-"""In the main process, once batches are known to be faster than :data:`FAST_BATCH_S`, time
-one batch in this many (the others cost one attribute test per sample and one counter per
-batch). Chosen so the timed batches' share of the cost is about 0.1 us a batch."""
-
 MAIN_SAMPLE_AFTER = 32
-"""Batches timed one by one before the main process may start sampling: enough for a mean
-that a first slow batch (imports, page cache) does not decide alone."""
+"""Batches timed one by one in the main process before it may sample: enough for a mean that
+a first slow batch (imports, page cache) does not decide alone."""
+
+MAIN_WINDOW = 4
+"""Batches timed in a row in each sampling window of the main process; a window opens at
+every call of :meth:`WorkerProbe.between_batches` (the consumer probe makes one every
+``CPU_SAMPLE_EVERY`` = 64 batches), so fast batches are timed 4 in 64."""
 
 
 class WorkerProbeUnsupported(PipecheckError):
@@ -125,8 +127,8 @@ class _BatchAccumulator:
     is only known inside the worker (``get_worker_info()``).
     """
 
-    __slots__ = ("fetch_s", "samples", "attached", "writer", "area", "busy", "sampling",
-                 "skip", "skipped", "timed", "timed_busy_s")
+    __slots__ = ("fetch_s", "samples", "attached", "writer", "area", "busy", "window",
+                 "close_window", "timed", "timed_busy_s")
 
     def __init__(self, area: _SharedArea) -> None:
         self.area = area
@@ -137,12 +139,11 @@ class _BatchAccumulator:
         # 1 while a timed fetch runs (a dataset method calling another, e.g. __getitems__
         # calling self[i], is timed once) and while paused (num_workers=0 epochs not timed).
         self.busy = 0
-        # Main-process sampling (num_workers=0 only, see WorkerProbe): while ``skip`` > 0,
-        # ``busy`` is 1 and each collate counts one untimed batch in ``skipped``.
-        self.sampling = False
-        self.skip = 0
-        self.skipped = 0
-        self.timed = 0  # batches timed in this process, and their fetch + collate seconds
+        # Main-process sampling (WorkerProbe.between_batches): timed batches left in the
+        # open window, and what puts the untimed dataset and collate back when it closes.
+        self.window = 0
+        self.close_window: Optional[Callable[[], None]] = None
+        self.timed = 0  # batches committed in this process, and their fetch + collate s
         self.timed_busy_s = 0.0
 
     def attach(self) -> None:
@@ -170,13 +171,12 @@ class _BatchAccumulator:
         self.samples = 0
         if self.writer is not None:
             self.writer.add_batch(end_time, fetch_s, collate_s, samples)
-        if self.sampling:
-            self.timed += 1
-            self.timed_busy_s += fetch_s + collate_s
-            if self.timed >= MAIN_SAMPLE_AFTER and \
-                    self.timed_busy_s < FAST_BATCH_S * self.timed:
-                self.skip = MAIN_SAMPLE_EVERY - 1  # the next batches: untimed
-                self.busy = 1
+        self.timed += 1
+        self.timed_busy_s += fetch_s + collate_s
+        if self.window:
+            self.window -= 1
+            if not self.window and self.close_window is not None:
+                self.close_window()
 
     def flush_unbatched(self, collate_s: float = 0.0) -> None:
         """Count pending fetch time (and ``collate_s``) as producing time that made no batch:
@@ -213,9 +213,9 @@ class _BatchAccumulator:
         self.samples = 0
         self.attached = False
         self.busy = 0
-        self.sampling = False
-        self.skip = self.skipped = self.timed = 0
+        self.window = self.timed = 0
         self.timed_busy_s = 0.0
+        self.close_window = None
         writer, self.writer = self.writer, None
         if writer is not None:
             try:
@@ -258,7 +258,7 @@ def _timed_methods(base: type, acc: _BatchAccumulator) -> dict[str, Any]:
         base_iter = base.__iter__
 
         def __iter__(self: Any) -> Any:
-            if acc.busy and not acc.skip:  # paused (skip: sampling; items decide)
+            if acc.busy:
                 return base_iter(self)
             if not acc.attached:
                 acc.attach()
@@ -516,8 +516,6 @@ class _TimedIterator:
 
     def __next__(self) -> Any:
         acc = self._acc
-        if acc.busy:  # a batch main-process sampling leaves untimed
-            return next(self._iterator)
         start = perf_counter()
         try:
             item = next(self._iterator)
@@ -539,7 +537,7 @@ class _IterableDatasetProxy(_ProxyBase, IterableDataset):
 
     def __iter__(self) -> Any:
         acc = self._pipecheck_acc
-        if acc.busy and not acc.skip:  # paused (skip: sampling; items decide)
+        if acc.busy:
             return iter(self._pipecheck_wrapped)
         if not acc.attached:
             acc.attach()
@@ -584,15 +582,6 @@ class _TimedCollate:
     def __call__(self, batch: Any) -> Any:
         acc = self._acc
         if acc.busy:
-            skip = acc.skip
-            if skip:  # a batch main-process sampling leaves untimed: counted only
-                result = self.collate_fn(batch)
-                # inline (a method call costs ~0.1 us a batch on this path)
-                acc.skipped += 1
-                acc.skip = skip - 1
-                if skip == 1:
-                    acc.busy = 0  # the next batch is timed
-                return result
             return self.collate_fn(batch)
         if not acc.attached:
             acc.attach()
@@ -613,6 +602,50 @@ class _TimedCollate:
 # ---------------------------------------------------------------------------------------------
 # The probe (main process)
 # ---------------------------------------------------------------------------------------------
+
+
+def scaled_to(record: WorkerRecord, batches: int) -> WorkerRecord:
+    """``record`` (the main process's, whose timed batches were sampled) scaled to
+    ``batches`` produced in all: ``samples``, ``fetch_s``, ``collate_s`` and ``busy_s`` times
+    ``batches / record.batches``, ``timed_batches`` set. ``record`` itself when every batch
+    was timed (``batches <= record.batches``) or none was."""
+    if record.batches == 0 or batches <= record.batches:
+        return record
+    scale = batches / record.batches
+    return dataclasses.replace(
+        record, batches=batches, samples=round(record.samples * scale),
+        fetch_s=record.fetch_s * scale, collate_s=record.collate_s * scale,
+        busy_s=record.busy_s * scale, timed_batches=record.batches)
+
+
+class _FetcherSwap:
+    """Points a main-process fetcher at the timed or the untimed dataset and collate (two
+    attribute writes). Made only when the fetcher holds pipecheck's timed pair."""
+
+    __slots__ = ("fetcher", "timed_pair", "untimed_pair")
+
+    def __init__(self, fetcher: Any, timed_pair: tuple, untimed_pair: tuple) -> None:
+        self.fetcher, self.timed_pair, self.untimed_pair = fetcher, timed_pair, untimed_pair
+
+    @classmethod
+    def of(cls, fetcher: Any) -> Optional[_FetcherSwap]:
+        if fetcher is None:
+            return None
+        dataset, collate = fetcher.dataset, fetcher.collate_fn
+        if not isinstance(collate, _TimedCollate):
+            return None
+        original = (getattr(dataset, "_pipecheck_original", None)
+                    if isinstance(type(dataset).__dict__.get("_pipecheck_key"), str)
+                    else getattr(dataset, "_pipecheck_wrapped", None))
+        if original is None:
+            return None
+        return cls(fetcher, (dataset, collate), (original, collate.collate_fn))
+
+    def timed(self) -> None:
+        self.fetcher.dataset, self.fetcher.collate_fn = self.timed_pair
+
+    def untimed(self) -> None:
+        self.fetcher.dataset, self.fetcher.collate_fn = self.untimed_pair
 
 
 def _release_area(key: str, area: mmap.mmap, path: str, fd: int, owner_pid: int) -> None:
@@ -662,8 +695,8 @@ class WorkerProbe:
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _release_area, self._key, area, path, fd,
                                            os.getpid())
-        # num_workers=0: the training loop pays for every timed batch; sample fast ones.
-        _accumulator_for(self._key, self._shared).sampling = num_workers == 0
+        self._sampled_iterator: Any = None  # between_batches: the epoch it follows
+        self._swap: Optional[_FetcherSwap] = None
 
     def check_supported(self, loader: torch.utils.data.DataLoader) -> None:
         """Raise unless this probe can time ``loader``: ``ValueError`` if its ``num_workers``
@@ -703,13 +736,39 @@ class WorkerProbe:
             "collate_fn": self.timed_collate(loader.collate_fn)})
         return clone
 
+    def between_batches(self, iterator: Any) -> None:
+        """Main-process sampling (``num_workers=0``): called between two batches of the epoch
+        whose DataLoader iterator is ``iterator``, regularly (the consumer probe calls it every
+        ``CPU_SAMPLE_EVERY`` batches, and at each epoch's first). Once
+        :data:`MAIN_SAMPLE_AFTER` batches are timed and their mean is under
+        :data:`FAST_BATCH_S`, each call opens a window of :data:`MAIN_WINDOW` timed batches and
+        the batches after it are fetched with the untimed dataset and collate (the iterator's
+        fetcher is pointed at them: no pipecheck code runs for those batches); in an epoch
+        :meth:`pause` d, every batch is. Does nothing for other iterators (workers, an
+        iterable dataset, a loader whose iterator torch does not build so), which are timed
+        batch by batch. The caller scales the timed batches to all of them (the ratio
+        estimator, see :attr:`~pipecheck.records.WorkerRecord.timed_batches`)."""
+        acc = _accumulator_for(self._key, self._shared)
+        if iterator is not self._sampled_iterator:  # a new epoch
+            self._sampled_iterator = iterator
+            self._swap = _FetcherSwap.of(main_process_fetcher(iterator)) \
+                if self.num_workers == 0 else None
+            acc.window = 0
+            acc.close_window = None if self._swap is None else self._swap.untimed
+        swap = self._swap
+        if swap is None:
+            return
+        if acc.busy:  # a paused epoch: every batch untimed
+            swap.untimed()
+        elif acc.timed >= MAIN_SAMPLE_AFTER and acc.timed_busy_s < FAST_BATCH_S * acc.timed:
+            swap.timed()
+            acc.window = MAIN_WINDOW
+
     def pause(self, paused: bool) -> None:
         """Stop (``True``) or resume timing in this process, for ``num_workers=0`` loaders
         whose batches are too fast to time every epoch; the timed dataset then costs one
-        attribute test per sample. Resuming starts with a timed batch."""
-        acc = _accumulator_for(self._key, self._shared)
-        acc.skip = 0
-        acc.busy = 1 if paused else 0
+        attribute test per sample."""
+        _accumulator_for(self._key, self._shared).busy = 1 if paused else 0
 
     name = "workers"
 
@@ -743,23 +802,16 @@ class WorkerProbe:
             worker_id = MAIN_PROCESS_WORKER_ID if self.num_workers == 0 else slot
             self._remember_pids(worker_id, header.pids)
             ring = _ring.read_ring(self._area, self._layout, slot, header.batches)
-            # Main-process sampling: the untimed batches are counted here; their time and
-            # samples are estimated as the timed batches' mean (the ratio estimator
-            # total = timed x (timed + untimed) / timed, unbiased when which batch is timed
-            # does not depend on its cost: every MAIN_SAMPLE_EVERY-th one).
-            skipped = self._skipped_batches() if self.num_workers == 0 else 0
-            scale = (header.batches + skipped) / header.batches
             records.append(
                 WorkerRecord(
                     id=worker_id,
                     pid=header.pid,
                     pids=list(header.pids),
-                    batches=header.batches + skipped,
-                    samples=round(header.samples * scale),
-                    fetch_s=header.fetch_s * scale,
-                    collate_s=header.collate_s * scale,
-                    busy_s=(header.fetch_s + header.collate_s) * scale,
-                    timed_batches=header.batches,
+                    batches=header.batches,
+                    samples=header.samples,
+                    fetch_s=header.fetch_s,
+                    collate_s=header.collate_s,
+                    busy_s=header.fetch_s + header.collate_s,
                     first_at_s=self._relative(header.first_end),
                     last_at_s=self._relative(header.last_end),
                     recent=[
@@ -775,11 +827,6 @@ class WorkerProbe:
                 )
             )
         return records
-
-    def _skipped_batches(self) -> int:
-        """Batches main-process sampling left untimed (this process's own count)."""
-        accumulator = _accumulators.get(self._key)
-        return accumulator.skipped if accumulator is not None else 0
 
     def pid_to_worker(self) -> dict[int, int]:
         """Every pid that has served a worker id so far (including earlier epochs' processes)
