@@ -134,8 +134,10 @@ class _Epoch:
 class ConsumerProbe:
     """Times every batch the consumer takes from an iterable.
 
-    ``iterate(source)`` returns a generator over ``source`` that yields the same objects in the
-    same order and re-raises whatever ``source`` raises, unchanged. Each call is one epoch.
+    ``iterate(source)`` (or :meth:`open_epoch`) returns one :class:`EpochIterator` over
+    ``source`` that yields the same objects in the same order and re-raises whatever ``source``
+    raises, unchanged; it is also the one place batch observers are called
+    (:class:`~pipecheck.probes.base.BatchObserver`). Each call is one epoch.
     ``record()`` returns a :class:`~pipecheck.records.ConsumerRecord` at any time (during an
     epoch too), with times relative to ``run_start`` (seconds from ``clock``).
 
