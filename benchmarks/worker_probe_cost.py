@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
         sample_cost = statistics.median(per_sample_us)
         batch_cost = statistics.median(per_batch_us)
-        records = probe.snapshot()
+        records = probe.record()
         recorded = sum(r.batches for r in records)
         print(
             f"worker probe: {sample_cost:.2f} us per sample (target <= {TARGET_US_PER_SAMPLE:g} us)"

@@ -20,6 +20,9 @@ internals, each checked here against the installed torch (2.1 to 2.13 are known 
   ``(worker_id, data)`` once it arrived ahead of its turn), ``_rcvd_idx`` (the next batch to
   return), ``_in_order`` and ``_num_workers``, which head-of-line timing reads at every
   ``next()`` (:func:`head_of_line_unsupported`, :func:`awaited_batch`).
+* The single-process iterator's ``_dataset_fetcher`` (a ``_MapDatasetFetcher``) and its
+  ``dataset`` / ``collate_fn``, read at every batch: main-process sampling points them at the
+  timed or the untimed pair between batches (:func:`main_process_fetcher`).
 
 Each function checks what it relies on and says so when it is missing; pipecheck then turns
 that probe off with a note instead of failing.
@@ -32,6 +35,11 @@ import weakref
 from typing import Any, Optional
 
 from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
+
+from torch.utils.data._utils import fetch as _fetch
+
+_MAP_FETCHER: Optional[type] = getattr(_fetch, "_MapDatasetFetcher", None)
 
 ITERATOR_HOOK = "_get_iterator"
 """The private DataLoader method every epoch's iterator is built by (torch >= 1.8)."""
@@ -66,6 +74,23 @@ def quiet_len(loader: Any) -> Optional[int]:
                 state[_LEN_CALLED] = before
             else:
                 del state[_LEN_CALLED]
+
+
+def main_process_fetcher(iterator: Any) -> Optional[Any]:
+    """The fetcher of a ``num_workers=0`` DataLoader iterator over a map-style dataset
+    (``_SingleProcessDataLoaderIter._dataset_fetcher``, a ``_MapDatasetFetcher``), whose
+    ``dataset`` and ``collate_fn`` attributes torch reads at every batch (torch 1.8 to 2.13);
+    ``None`` for any other iterator or when those attributes are missing. Main-process
+    sampling (:meth:`pipecheck.probes.workers.WorkerProbe.between_batches`) points them at the
+    timed or the untimed dataset and collate between batches."""
+    if _MAP_FETCHER is None or type(iterator) is not _SingleProcessDataLoaderIter:
+        return None
+    fetcher = getattr(iterator, "_dataset_fetcher", None)
+    if type(fetcher) is not _MAP_FETCHER:
+        return None
+    if not (hasattr(fetcher, "dataset") and hasattr(fetcher, "collate_fn")):
+        return None
+    return fetcher
 
 
 def private_copy(loader: DataLoader) -> DataLoader:

@@ -94,7 +94,7 @@ class AutoSave:
         """Build one report now so that every module the saver needs (numpy's lazily loaded
         parts included) is imported before a signal can interrupt an import."""
         try:
-            self._wrapped._exit_report().to_json()
+            self._wrapped.final_report().to_json()
         except Exception:  # the real save reports its own errors
             pass
 
@@ -104,7 +104,7 @@ class AutoSave:
         if os.getpid() != self._owner or not self._lock.acquire(blocking=False):
             return
         try:
-            self._wrapped._exit_report().save(self.path)
+            self._wrapped.final_report().save(self.path)
         except Exception as err:  # one line, never a traceback at exit
             print(f"pipecheck: could not save the report to {self.path}: "
                   f"{type(err).__name__}: {err}", file=sys.stderr)

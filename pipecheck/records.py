@@ -164,10 +164,17 @@ class WorkerBatch:
 
 @dataclass(frozen=True)
 class WorkerRecord:
-    """Exact per-worker counters, plus the most recent batches (bounded ring).
+    """Per-worker counters, plus the most recent timed batches (bounded ring).
 
     ``busy_s = fetch_s + collate_s``: wall time spent producing batches. ``pids`` lists every
     process that served this worker id (a new one per epoch without ``persistent_workers``).
+    Exact for worker processes. In the main process (``num_workers=0``) of a wrapped loader,
+    fast batches are sampled (:meth:`pipecheck.probes.workers.WorkerProbe.between_batches`):
+    ``batches`` is then the consumer's count over the timed epochs, ``timed_batches`` were
+    timed, and ``samples``, ``fetch_s``, ``collate_s`` and ``busy_s`` are the timed batches'
+    totals scaled by ``batches / timed_batches`` (the ratio estimator: unbiased when which
+    batch is timed does not depend on its cost, as with fixed windows); ``recent`` holds timed
+    batches only. ``None``: every batch was timed.
     """
 
     id: int
@@ -181,6 +188,7 @@ class WorkerRecord:
     first_at_s: Optional[float]
     last_at_s: Optional[float]
     recent: list[WorkerBatch] = field(default_factory=list)
+    timed_batches: Optional[int] = None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -68,11 +68,10 @@ def _measure(loader: Any) -> Any:
         _count += 1
     try:
         from pipecheck.wrap import WrappedLoader
-        from pipecheck import _clock
 
         path = os.path.join(os.environ[RUN_DIR_ENV], f"loader{index}.p{os.getpid()}.json")
         wrapped = WrappedLoader(loader, samples=None, tokens=None, host=True, workers=True,
-                                host_interval_s=1.0, clock=_clock.monotonic, save=path,
+                                host_interval_s=1.0, save=path,
                                 open_target=_original_iter)
     except Exception as err:
         print(f"pipecheck run: a {type(loader).__name__} is not measured: "

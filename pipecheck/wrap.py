@@ -35,6 +35,7 @@ from torch.utils.data import BatchSampler, DataLoader, default_collate
 
 from . import _clock
 from .environment import collect_environment
+from .probes.base import Probe
 from .probes.batches import SampleCounter, TokenCounter
 from .probes.consumer import ConsumerProbe, FixedBatches
 from .probes.dataset_memory import largest_containers, shared_memory_record
@@ -46,17 +47,17 @@ from .probes.stacks import DEFAULT_RATE_HZ, DEFAULT_WINDOW_S, PtracerOptIn, Stac
 from ._torch_compat import IteratorHookUnavailable, private_copy, quiet_len, \
     register_in_place, substitute_while_iterating, substitutes_of
 from .probes.stages import StageProbe
-from .probes.workers import WorkerProbe, WorkerProbeUnsupported
+from .probes import workers as workers_probe
+from .probes.workers import WorkerProbe, WorkerProbeUnsupported, scaled_to
 from .autosave import AutoSave
 from .distributed import DEFAULT_GATHER_TIMEOUT_S, current_rank
 from .records import LoaderConfig, RankInfo, RunRecord
 from .shards import loader_sharding, n_shards_sharding
 
 
-FAST_BATCH_S = 200e-6
-"""Production time per batch under which the ``num_workers=0`` probe times only some epochs:
-its measured cost is about 0.2 us a sample plus 1 us a batch (``benchmarks/
-worker_probe_cost.py``), so 2 us is 1% of 200 us."""
+FAST_BATCH_S = workers_probe.FAST_BATCH_S
+"""Production time per batch under which the ``num_workers=0`` probe times only some epochs
+(and, inside those, one batch in :data:`pipecheck.probes.workers.MAIN_SAMPLE_EVERY`)."""
 
 PSS_INTERVAL_S = 5.0
 """Seconds between PSS reads of every process: one ``memory_full_info`` costs about 7 ms of
@@ -216,16 +217,18 @@ def _iterated_loader(loader: Any, probe: Optional[WorkerProbe], stages: Optional
     return outer
 
 
-def _stop(host: Optional[HostProbe], workers: Optional[WorkerProbe],
-          stacks: Optional[StackSampler] = None, stages: Optional[StageProbe] = None) -> None:
-    if stages is not None:
-        stages.close()
-    if stacks is not None:
-        stacks.stop()
-    if host is not None:
-        host.stop()
-    if workers is not None:
-        workers.close()
+def _stop(probes: list[Probe]) -> None:
+    """Stop every probe (the wrapper's finalizer): one that raises does not keep the others
+    from stopping, and nothing is raised."""
+    for probe in probes:
+        try:
+            probe.stop()
+        except Exception:  # do no harm: closing a wrapper never fails the run
+            pass
+
+
+def _off_note(probe: Any, err: BaseException) -> str:
+    return f"{probe.name} probe off: {type(err).__name__}: {err}"
 
 
 def _start_probe(make: Callable[[], Any], name: str, what: str, off: dict[str, str]) -> Any:
@@ -244,9 +247,9 @@ class WrappedLoader:
     """What :func:`wrap` returns; see the module docstring.
 
     Everything a user calls on it other than pipecheck's own methods (:meth:`report`,
-    :meth:`record`, :meth:`close`, ``.loader``) reaches the loader that yields the batches:
-    attribute reads and writes (torch's own ``ValueError`` for ``batch_size`` after init
-    included), ``state_dict()`` / ``load_state_dict()``, ``set_epoch``, ``len()``. That loader
+    :meth:`final_report`, :meth:`record`, :meth:`close`, ``.loader``) reaches the loader that
+    yields the batches: attribute reads and writes (torch's own ``ValueError`` for
+    ``batch_size`` after init included), ``state_dict()`` / ``load_state_dict()``, ``set_epoch``, ``len()``. That loader
     is a private copy of the user's one when workers are timed (see
     :func:`_iterated_loader`), else the user's one itself. ``isinstance(wrapped, DataLoader)``
     is False: ``.loader`` is the user's original object.
@@ -256,13 +259,14 @@ class WrappedLoader:
                  "_workers", "_probes_off", "_substitutes", "_stages", "_hol", "_stacks",
                  "_device", "_shared_memory", "_containers", "_epochs", "_probed_epochs",
                  "_host", "_finalizer", "_rank", "_sharding_cache", "_last_gathered",
-                 "_autosave", "_open_target", "__weakref__")
+                 "_autosave", "_open_target", "_observers", "_probed_ids", "__weakref__")
     _rank: Optional[RankInfo]
     _sharding_cache: Optional[tuple[int, Optional[dict[str, Any]]]]
 
     def __init__(self, loader: Any, *, samples: Optional[SampleCounter],
                  tokens: Optional[TokenCounter], host: bool, workers: bool,
-                 host_interval_s: float, clock: _clock.Clock, stacks: bool = False,
+                 host_interval_s: float, clock: _clock.Clock = _clock.monotonic,
+                 stacks: bool = False,
                  stacks_window_s: float = DEFAULT_WINDOW_S,
                  stacks_rate_hz: int = DEFAULT_RATE_HZ,
                  memory_interval_s: float = PSS_INTERVAL_S, device: bool = True,
@@ -314,6 +318,7 @@ class WrappedLoader:
         own(self, "_containers", largest_containers(inner.dataset) if inner is not None else [])
         own(self, "_epochs", 0)
         own(self, "_probed_epochs", 0)
+        own(self, "_probed_ids", set())  # consumer epoch indices the main process timed
         own(self, "_host", None)
         if host:
             pids = self._workers.pid_to_worker if self._workers is not None else None
@@ -325,38 +330,60 @@ class WrappedLoader:
                                          early_pss_window_s=EARLY_PSS_WINDOW_S,
                                          pss_on_first_sight=False,
                                          worker_ids=pids, clock=clock))
-        own(self, "_finalizer", weakref.finalize(self, _stop, self._host, self._workers,
-                                                 self._stacks, self._stages))
+        own(self, "_observers", [p for p in (self._hol, self._device) if p is not None])
+        # Stopped in this order: stage folder, py-spy window, host sampler, worker file.
+        own(self, "_finalizer", weakref.finalize(self, _stop, self._probes()))
         own(self, "_rank", None)
         own(self, "_sharding_cache", None)
         self._current_rank()
         own(self, "_last_gathered", None)
         own(self, "_autosave", AutoSave(self, save) if save is not None else None)
 
+    def _probes(self) -> list[Probe]:
+        """The probes on now other than the consumer probe, in stopping order."""
+        return [p for p in (self._stages, self._stacks, self._host, self._workers, self._hol,
+                            self._device) if p is not None]
+
+    def _turn_off(self, probe: Any, err: BaseException) -> None:
+        """``probe`` raised: it is off for the rest of the run (stopped, not called again)
+        and ``RunRecord.probes_off`` says why. Never raises."""
+        try:
+            self._probes_off.setdefault(probe.name, _off_note(probe, err))
+            for slot in ("_stages", "_stacks", "_host", "_workers", "_hol", "_device"):
+                if getattr(self, slot) is probe:
+                    object.__setattr__(self, slot, None)
+            if probe in self._observers:
+                self._observers.remove(probe)
+            probe.stop()
+        except Exception:
+            pass
+
     def __iter__(self) -> Iterator[Any]:
-        if self._host is not None:
-            self._host.start()
-        if self._stacks is not None:
-            self._stacks.start()
+        for probe in self._probes():
+            try:
+                probe.start()
+            except Exception as err:
+                self._turn_off(probe, err)
         if self._config.num_workers == 0 and self._workers is not None:
             timed = self._time_production_this_epoch()
             self._workers.pause(not timed)
             if timed:
                 object.__setattr__(self, "_probed_epochs", self._probed_epochs + 1)
+                self._probed_ids.add(self._epochs)
         object.__setattr__(self, "_epochs", self._epochs + 1)
         self._current_rank()
-        return self._consumer.open_epoch(self._open_iterator, fixed_batches(self.loader))
+        # One iterator between the loop and the loader: the consumer probe's, which calls the
+        # head-of-line and device probes around each next() (probes/base.BatchObserver).
+        return self._consumer.open_epoch(lambda: self._open_target(self._target),
+                                         fixed_batches(self.loader), tuple(self._observers),
+                                         self._turn_off, self._between_batches())
 
-    def _open_iterator(self) -> Iterator[Any]:
-        """The epoch's iterator over the iterated loader, observed by the head-of-line and
-        device probes when they are on (each a plain iterator class: exceptions pass through
-        and iteration goes on after them)."""
-        iterator = self._open_target(self._target)
-        if self._hol is not None:
-            iterator = self._hol.observe(iterator)
-        if self._device is not None:
-            iterator = self._device.iterate(iterator)
-        return iterator
+    def _between_batches(self) -> Optional[Callable[[Any], None]]:
+        """Main-process sampling of fast batches (``num_workers=0``), driven by the consumer
+        probe's iterator: :meth:`pipecheck.probes.workers.WorkerProbe.between_batches`."""
+        if self._config.num_workers == 0 and self._workers is not None:
+            return self._workers.between_batches
+        return None
 
     def _time_production_this_epoch(self) -> bool:
         """With ``num_workers=0`` the probe runs inside ``next()`` in the main process, where
@@ -366,7 +393,7 @@ class WrappedLoader:
         if self._epochs % FAST_BATCH_EPOCH_STRIDE == 0:
             return True
         assert self._workers is not None
-        records = self._workers.snapshot()
+        records = self._workers.record()
         batches = sum(r.batches for r in records)
         if not batches:
             return True
@@ -409,18 +436,27 @@ class WrappedLoader:
         self.close()
 
     def record(self) -> RunRecord:
-        """Everything measured so far, before analysis. Ends the stack-sampling window if it is
-        still open (py-spy writes its samples only when it stops)."""
-        stacks = None
+        """Everything measured so far, before analysis: every probe's ``record()``, in one
+        loop; a probe that raises is turned off with a note in ``probes_off`` and its part is
+        left empty. Ends the stack-sampling window if it is still open (py-spy writes its
+        samples only when it stops)."""
         if self._stacks is not None:
-            self._stacks.stop()
-            stacks = self._stacks.snapshot()
-        host = self._host.snapshot() if self._host is not None else None
-        consumer = self._consumer.snapshot()
-        workers = self._workers.snapshot() if self._workers is not None else []
+            try:
+                self._stacks.stop()
+            except Exception as err:
+                self._turn_off(self._stacks, err)
+        records: dict[str, Any] = {}
+        for each in self._probes():
+            try:
+                records[each.name] = each.record()
+            except Exception as err:
+                self._turn_off(each, err)
+        consumer = self._consumer.record()
+        workers = records.get("workers", [])
         probes_off = dict(self._probes_off)
         if self._workers is None:
             probe = "none"
+            workers = []
         elif self._substitutes is not None and self._substitutes.calls == 0 \
                 and consumer.batches > 0:
             probe, workers = "none", []
@@ -430,16 +466,18 @@ class WrappedLoader:
                 "pipecheck cannot time inside its workers")
         else:
             probe = "workers" if (self._config.num_workers or 0) > 0 else "main-process"
+        if probe == "main-process":
+            total = sum(e.batches for e in consumer.epochs if e.epoch in self._probed_ids)
+            workers = [scaled_to(w, total) for w in workers]
         return RunRecord(kind="wrap", created=self._created, environment=collect_environment(),
                          loader=self._config, consumer=consumer,
-                         workers=workers, worker_probe=probe, host=host,
+                         workers=workers, worker_probe=probe, host=records.get("host"),
                          probed_epochs=self._probed_epochs if probe == "main-process" else None,
                          shared_memory=self._shared_memory,
-                         dataset_containers=list(self._containers), stacks=stacks,
-                         device=self._device.snapshot() if self._device is not None else None,
-                         rank=self._current_rank(),
-                         stages=self._stages.snapshots() if self._stages is not None else [],
-                         head_of_line=self._hol.summary() if self._hol is not None else None,
+                         dataset_containers=list(self._containers),
+                         stacks=records.get("stacks"), device=records.get("device"),
+                         rank=self._current_rank(), stages=records.get("stages", []),
+                         head_of_line=records.get("head_of_line"),
                          sharding=self._sharding(), probes_off=probes_off)
 
     def _sharding(self) -> Optional[dict[str, Any]]:
@@ -490,9 +528,11 @@ class WrappedLoader:
             self._last_gathered = merged
         return merged
 
-    def _exit_report(self) -> Any:
-        """The report saved at exit (:mod:`pipecheck.autosave`): no gather, the other ranks
-        may be gone, but the other ranks' summaries from the last gather are kept."""
+    def final_report(self) -> Any:
+        """A :class:`pipecheck.Report` for when the run is over (the exit-time and SIGTERM
+        saves of :mod:`pipecheck.autosave` write it): never a collective, as the other ranks
+        may be gone, but rank 0 keeps the other ranks' summaries from its last gathering
+        :meth:`report`. Safe at any time; raises only what :meth:`report` raises."""
         report = self.report(gather=False)
         if self._last_gathered is None or report.rank is None:
             return report
@@ -522,7 +562,6 @@ def wrap(
     host: bool = True,
     workers: bool = True,
     host_interval_s: float = 1.0,
-    clock: _clock.Clock = _clock.monotonic,
     stacks: bool = False,
     stacks_window_s: float = DEFAULT_WINDOW_S,
     stacks_rate_hz: int = DEFAULT_RATE_HZ,
@@ -543,8 +582,6 @@ def wrap(
             pipeline (in the workers and in the main process) and ``pipecheck.stage`` blocks
             (:mod:`pipecheck.probes.stages`), and, with 2 or more workers delivering in order,
             head-of-line blocking (:mod:`pipecheck.probes.hol`).
-        clock: monotonic seconds for the consumer probe; tests pass a fake clock (worker
-            timestamps always come from ``time.perf_counter``).
         stacks: sample hot stacks of the main process and the workers with py-spy for
             ``stacks_window_s`` seconds (> 0) from the first ``iter()``; ``report()`` ends the
             window early. ``stacks_rate_hz`` (> 0): samples per second and process. When
@@ -582,7 +619,7 @@ def wrap(
     if save is not None:
         AutoSave.check_path(save)  # now, not at exit when the run is over
     return WrappedLoader(loader, samples=samples, tokens=tokens, host=host, workers=workers,
-                         host_interval_s=host_interval_s, clock=clock, stacks=stacks,
+                         host_interval_s=host_interval_s, stacks=stacks,
                          stacks_window_s=stacks_window_s, stacks_rate_hz=stacks_rate_hz,
                          memory_interval_s=memory_interval_s,
                          device=device, save=save)

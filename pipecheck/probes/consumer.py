@@ -20,13 +20,14 @@ from __future__ import annotations
 import threading
 import time
 from array import array
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from .._clock import Clock, monotonic
 from .._locks import bounded
 from ..records import BatchTiming, ConsumerRecord, EpochTiming
+from .base import BatchObserver
 from .batches import (SampleCounter, TokenCounter, batch_nbytes, count_samples, counter_for,
                       guarded, token_counter_for)
 
@@ -36,6 +37,9 @@ always falls on a sampled batch)."""
 
 FOLD_BATCHES = 4096
 """Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""
+
+ObserverErrorHandler = Callable[[BatchObserver, Exception], None]
+"""``(observer, exc)``: told when a batch observer raised and was dropped."""
 
 DEFAULT_TIMELINE_CAPACITY = 8192
 """Timeline rows kept (about 100 bytes each: under 1 MB)."""
@@ -130,9 +134,11 @@ class _Epoch:
 class ConsumerProbe:
     """Times every batch the consumer takes from an iterable.
 
-    ``iterate(source)`` returns a generator over ``source`` that yields the same objects in the
-    same order and re-raises whatever ``source`` raises, unchanged. Each call is one epoch.
-    ``snapshot()`` returns a :class:`~pipecheck.records.ConsumerRecord` at any time (during an
+    ``iterate(source)`` (or :meth:`open_epoch`) returns one :class:`EpochIterator` over
+    ``source`` that yields the same objects in the same order and re-raises whatever ``source``
+    raises, unchanged; it is also the one place batch observers are called
+    (:class:`~pipecheck.probes.base.BatchObserver`). Each call is one epoch.
+    ``record()`` returns a :class:`~pipecheck.records.ConsumerRecord` at any time (during an
     epoch too), with times relative to ``run_start`` (seconds from ``clock``).
 
     ``samples`` / ``tokens``: optional callables ``batch -> int``; by default samples are read
@@ -161,12 +167,16 @@ class ConsumerProbe:
         self._user_tokens = tokens
         self._count_tokens: Optional[TokenCounter] = None
         self._primed = False
-        self._lock = threading.Lock()  # folds vs a concurrent snapshot()
+        self._lock = threading.Lock()  # folds vs a concurrent record()
         self._last: Optional[ConsumerRecord] = None  # for a snapshot whose lock wait timed out
         self._terminated = False
         self._capacity = timeline_capacity
         self._stride = 1
-        self._rows: list[tuple] = []
+        # Timeline rows as float arrays of (index, epoch, start, wait, compute, samples); made
+        # into records only when read (building a tuple per batch at each fold cost about
+        # 0.3 us a batch while the stride is 1, benchmarks/first_epoch_cost.py).
+        self._rows: list[np.ndarray] = []
+        self._row_count = 0
         self._epochs: list[_Epoch] = []
         self.tokens: Optional[int] = None
         self.batch_bytes: Optional[int] = None
@@ -178,19 +188,55 @@ class ConsumerProbe:
 
     # -- hot path ------------------------------------------------------------------------------
 
-    def iterate(self, source: Iterable[Any],
-                fixed: Optional[FixedBatches] = None) -> "EpochIterator":
+    def iterate(self, source: Iterable[Any], fixed: Optional[FixedBatches] = None,
+                observers: Sequence[BatchObserver] = (),
+                on_observer_error: Optional[ObserverErrorHandler] = None) -> "EpochIterator":
         """One epoch over ``source``: ``iter(source)`` runs now, as it would unwrapped (worker
         start-up, a dataset's ``__iter__`` errors and warnings happen here), and its time is part
         of the first batch's wait. ``fixed``: batch sizes known up front (ignored when a
-        ``samples`` counter was given). See :class:`EpochIterator`."""
-        return EpochIterator(self, lambda: iter(source), fixed)
+        ``samples`` counter was given). ``observers`` and ``on_observer_error``: see
+        :meth:`open_epoch`."""
+        return self.open_epoch(lambda: iter(source), fixed, observers, on_observer_error)
 
     def open_epoch(self, open_iterator: Callable[[], Iterator[Any]],
-                   fixed: Optional[FixedBatches] = None) -> "EpochIterator":
-        """Like :meth:`iterate`, with ``open_iterator()`` making the epoch's iterator (a
-        caller that layers other observers over the source's iterator)."""
-        return EpochIterator(self, open_iterator, fixed)
+                   fixed: Optional[FixedBatches] = None,
+                   observers: Sequence[BatchObserver] = (),
+                   on_observer_error: Optional[ObserverErrorHandler] = None,
+                   periodic: Optional[Callable[[Iterator[Any]], None]] = None) -> "EpochIterator":
+        """Like :meth:`iterate`, with ``open_iterator()`` making the epoch's iterator.
+
+        ``periodic(iterator)``, when given, is called before the epoch's first ``next()`` and
+        then before one in :data:`CPU_SAMPLE_EVERY` (on the calls that already read the CPU
+        clock: nothing is added to the others); one that raises is dropped and reported to
+        ``on_observer_error`` with its owner (``periodic.__self__``).
+
+        Each of ``observers`` (:class:`~pipecheck.probes.base.BatchObserver`) that attaches to
+        that iterator is called around every ``next()`` by the one returned iterator. An
+        observer that raises ``Exception`` is dropped from this epoch and
+        ``on_observer_error(observer, exc)`` is called (the wrapper turns the probe off with a
+        note); nothing reaches the training loop."""
+        epoch = self._begin_epoch(fixed)
+        try:
+            iterator = open_iterator()
+        except BaseException as exc:
+            self._record_raise(epoch, epoch.started, exc)
+            raise
+        active = []
+        for observer in observers:
+            try:
+                if observer.attach(iterator):
+                    active.append(observer)
+            except Exception as exc:
+                if on_observer_error is not None:
+                    on_observer_error(observer, exc)
+        if active:
+            made: EpochIterator = ObservedEpochIterator(self, epoch, iterator, tuple(active),
+                                                        on_observer_error)
+        else:
+            made = EpochIterator(self, epoch, iterator)
+            made._on_observer_error = on_observer_error
+        made._periodic = periodic
+        return made
 
     def _begin_epoch(self, fixed: Optional[FixedBatches]) -> _Epoch:
         if self._user_samples is not None:
@@ -259,21 +305,30 @@ class ConsumerProbe:
             epoch.last = chunk.last_left
         del epoch.sizes[:]
         del epoch.marks[:]
-        self._rows.extend(rows)
-        while len(self._rows) >= self._capacity:
+        if len(rows):
+            self._rows.append(rows)
+            self._row_count += len(rows)
+        while self._row_count >= self._capacity:
             self._stride *= 2
-            self._rows = [r for r in self._rows if r[0] % self._stride == 0]
+            self._rows = [r[r[:, 0] % self._stride == 0] for r in self._rows]
+            self._row_count = sum(len(r) for r in self._rows)
 
-    def _rows_of(self, epoch: _Epoch, chunk: _Chunk) -> list[tuple]:
-        """Timeline rows (every ``stride``-th run-wide batch index) of a chunk."""
+    def _rows_of(self, epoch: _Epoch, chunk: _Chunk) -> np.ndarray:
+        """Timeline rows (every ``stride``-th run-wide batch index) of a chunk: a float array
+        of shape ``(rows, 6)``, columns index, epoch, start (s since the run start), wait,
+        compute (NaN: not known yet) and samples."""
         first = epoch.base_index + epoch.batches
         offset = (-first) % self._stride
         picked = slice(offset, None, self._stride)
-        computes = [None if c != c else c for c in chunk.computes[picked].tolist()]  # NaN: None
-        starts = (chunk.entered[picked] - self._run_start).tolist()
-        indices = range(first + offset, first + len(chunk.sizes), self._stride)
-        return list(zip(indices, [epoch.epoch] * len(starts), starts,
-                        chunk.waits[picked].tolist(), computes, chunk.sizes[picked].tolist()))
+        starts = chunk.entered[picked] - self._run_start
+        rows = np.empty((len(starts), 6))
+        rows[:, 0] = np.arange(first + offset, first + len(chunk.sizes), self._stride)
+        rows[:, 1] = epoch.epoch
+        rows[:, 2] = starts
+        rows[:, 3] = chunk.waits[picked]
+        rows[:, 4] = chunk.computes[picked]
+        rows[:, 5] = chunk.sizes[picked]
+        return rows
 
     def _finish(self, epoch: _Epoch, last_entered: float, end: float, how: str) -> None:
         """Close an epoch: fold what is buffered (the last batch's step ran until
@@ -291,7 +346,15 @@ class ConsumerProbe:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def snapshot(self) -> ConsumerRecord:
+    name = "consumer"
+
+    def start(self) -> None:
+        """Nothing to start: each epoch is timed by the iterator :meth:`open_epoch` makes."""
+
+    def stop(self) -> None:
+        """Nothing to stop (no thread, no file)."""
+
+    def record(self) -> ConsumerRecord:
         """A consistent copy of everything measured so far (buffered batches included). When
         the lock is not free within :data:`~pipecheck._locks.SNAPSHOT_LOCK_TIMEOUT_S` (its
         holder was stopped by a signal whose handler is saving the report), the previous
@@ -306,7 +369,7 @@ class ConsumerProbe:
             epoch_records = []
             for e in self._epochs:
                 chunk = e.chunk(None)
-                rows.extend(self._rows_of(e, chunk))
+                rows.append(self._rows_of(e, chunk))
                 n = len(chunk.sizes)
                 first = e.first
                 if first is None and e.batches == 0 and n:
@@ -320,9 +383,11 @@ class ConsumerProbe:
                     compute_s=e.compute + float(np.nansum(chunk.computes)),
                     wall_s=max(0.0, last - e.started), first_batch_s=first, ended=e.ended,
                     last_wait_s=e.last_wait))
-        rows.sort()
-        timeline = [BatchTiming(index=r[0], epoch=r[1], start_at_s=r[2], wait_s=r[3],
-                                compute_s=r[4], samples=r[5]) for r in rows]
+        table = np.concatenate(rows) if rows else np.empty((0, 6))
+        table = table[np.argsort(table[:, 0], kind="stable")]
+        timeline = [BatchTiming(index=int(r[0]), epoch=int(r[1]), start_at_s=r[2], wait_s=r[3],
+                                compute_s=None if r[4] != r[4] else r[4], samples=int(r[5]))
+                    for r in table.tolist()]
         self._last = ConsumerRecord(
             batches=sum(e.batches for e in epoch_records),
             samples=sum(e.samples for e in epoch_records),
@@ -396,12 +461,14 @@ class EpochIterator:
 
     __slots__ = ("_probe", "_epoch", "_iterator", "_clock", "_marks", "_sizes", "_fast",
                  "_sample_due", "_pending", "_count", "_tokens", "_done", "_raised", "_cpu_mark",
-                 "__weakref__")
+                 "_observers", "_on_observer_error", "_periodic", "__weakref__")
 
-    def __init__(self, probe: ConsumerProbe, open_iterator: Callable[[], Iterator[Any]],
-                 fixed: Optional[FixedBatches]) -> None:
+    def __init__(self, probe: ConsumerProbe, epoch: _Epoch, iterator: Iterator[Any]) -> None:
+        # Made by ConsumerProbe.open_epoch, which opens ``iterator`` (its time is part of the
+        # first wait: ``_pending`` is the epoch's start).
         self._probe = probe
-        self._epoch = epoch = probe._begin_epoch(fixed)
+        self._epoch = epoch
+        self._iterator = iterator
         self._clock = probe._clock
         self._marks = epoch.marks
         self._sizes = epoch.sizes
@@ -414,12 +481,8 @@ class EpochIterator:
         self._count: Optional[SampleCounter] = (None if epoch.fixed is not None
                                                 else probe._count_samples)
         self._tokens: Optional[TokenCounter] = probe._count_tokens
-        try:
-            self._iterator = open_iterator()
-        except BaseException as exc:
-            self._done = True
-            probe._record_raise(epoch, epoch.started, exc)
-            raise
+        self._periodic: Optional[Callable[[Iterator[Any]], None]] = None
+        self._on_observer_error: Optional[ObserverErrorHandler] = None
 
     def __iter__(self) -> "EpochIterator":
         return self
@@ -431,7 +494,7 @@ class EpochIterator:
     def __getattr__(self, name: str) -> Any:
         # Only names this class lacks: the wrapped iterator's own (torch's ``_workers``,
         # ``_num_yielded``, ...), so code that inspects its epoch's iterator still works.
-        if name in EpochIterator.__slots__ or (name.startswith("__") and name.endswith("__")):
+        if name in _OWN_NAMES or (name.startswith("__") and name.endswith("__")):
             raise AttributeError(name)
         return getattr(object.__getattribute__(self, "_iterator"), name)
 
@@ -482,6 +545,8 @@ class EpochIterator:
         if sample:
             if len(epoch.marks) >> 1 >= FOLD_BATCHES:
                 probe._fold(epoch, entered)
+            if self._periodic is not None:
+                self._call_periodic()
             before = cpu_clock()
         try:
             batch = next(self._iterator)
@@ -517,6 +582,20 @@ class EpochIterator:
             probe.tokens = (probe.tokens or 0) + tokens(batch)
         return batch
 
+    def _call_periodic(self) -> None:
+        periodic = self._periodic
+        assert periodic is not None
+        try:
+            periodic(self._iterator)
+        except Exception as exc:  # dropped and reported, never raised into the loop
+            self._periodic = None
+            handler = self._on_observer_error
+            if handler is not None:
+                try:
+                    handler(getattr(periodic, "__self__", periodic), exc)  # type: ignore[arg-type]
+                except Exception:
+                    pass
+
     def _on_raise(self, entered: float, exc: BaseException) -> None:
         self._fast = 0  # the next call takes the full path
         probe = self._probe
@@ -537,3 +616,58 @@ class EpochIterator:
                 self._epoch.dropped_at = self._probe._clock()
         except BaseException:
             pass
+
+
+class ObservedEpochIterator(EpochIterator):
+    """An :class:`EpochIterator` that also calls its batch observers around each ``next()``
+    (:class:`~pipecheck.probes.base.BatchObserver`): before it, and after it with the wait the
+    consumer probe measured, or after it raised. Still one iterator between the loop and the
+    loader. An observer that raises is dropped and reported (``on_observer_error``); the
+    batch, or the loader's exception, passes through unchanged."""
+
+    __slots__ = ()
+
+    def __init__(self, probe: ConsumerProbe, epoch: _Epoch, iterator: Iterator[Any],
+                 observers: tuple[BatchObserver, ...],
+                 on_observer_error: Optional[ObserverErrorHandler]) -> None:
+        super().__init__(probe, epoch, iterator)
+        self._observers = observers
+        self._on_observer_error = on_observer_error
+
+    def __next__(self) -> Any:
+        for observer in self._observers:
+            try:
+                observer.before_next()
+            except Exception as exc:
+                self._drop(observer, exc)
+        try:
+            batch = EpochIterator.__next__(self)
+        except BaseException:
+            for observer in self._observers:
+                try:
+                    observer.after_raise()
+                except Exception as exc:
+                    self._drop(observer, exc)
+            raise
+        if self._done:  # past the end: the source's own behaviour, nothing timed
+            return batch
+        marks = self._marks
+        wait_s = marks[-1] - marks[-2]  # this call's entered, left (appended just now)
+        for observer in self._observers:
+            try:
+                observer.after_next(wait_s, batch)
+            except Exception as exc:
+                self._drop(observer, exc)
+        return batch
+
+    def _drop(self, observer: BatchObserver, exc: Exception) -> None:
+        self._observers = tuple(o for o in self._observers if o is not observer)
+        handler = self._on_observer_error
+        if handler is not None:
+            try:
+                handler(observer, exc)
+            except Exception:  # bookkeeping must never reach the training loop
+                pass
+
+
+_OWN_NAMES = frozenset(EpochIterator.__slots__)

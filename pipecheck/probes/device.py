@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Iterable, Iterator, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from pipecheck.records import DeviceRecord
 
@@ -84,10 +84,13 @@ def cuda_backend() -> Optional[TorchCudaEvents]:
 class DeviceProbe:
     """Times GPU idle around ``next()`` with a pooled :class:`EventBackend`.
 
-    ``iterate(source)`` yields ``source``'s items unchanged, recording an event before and after
-    each ``next()``. :meth:`snapshot` resolves what it can without blocking. ``pool_size`` (an
+    A :class:`~pipecheck.probes.base.BatchObserver`: the consumer probe's epoch iterator calls
+    it around each ``next()`` and it records an event before and after.
+    :meth:`record` resolves what it can without blocking. ``pool_size`` (an
     even number >= 2) bounds the events in flight; ``ValueError`` otherwise.
     """
+
+    name = "device"
 
     def __init__(self, backend: EventBackend, pool_size: int = DEFAULT_POOL_SIZE) -> None:
         if pool_size < 2 or pool_size % 2:
@@ -104,12 +107,34 @@ class DeviceProbe:
         self._pinned_checked = 0
         self._pinned = 0
         self._seen = 0
+        self._pair: Optional[list] = None  # the events of the next() under way
 
-    def iterate(self, source: Iterable[Any]) -> Iterator[Any]:
-        """``source``'s items, each ``next()`` bracketed by events (when the pool allows).
-        ``iter(source)`` runs now; the returned iterator lets exceptions through and keeps
-        going after them, as the iterator it wraps does."""
-        return _EventTimedIterator(iter(source), self)
+    def attach(self, iterator: Any) -> bool:
+        """Observe every epoch (:class:`~pipecheck.probes.base.BatchObserver`)."""
+        self._pair = None
+        return True
+
+    def before_next(self) -> None:
+        """At ``next()`` entry: record the entry event (when the pool allows)."""
+        self._pair = self._begin()
+
+    def after_next(self, wait_s: float, batch: Any = None) -> None:
+        """``next()`` returned ``batch``: record the exit event; on one batch in
+        :data:`PINNED_CHECK_EVERY`, check whether its tensors are page-locked."""
+        pair, self._pair = self._pair, None
+        self._end(pair)
+        self._check_pinned(batch)
+
+    def after_raise(self) -> None:
+        """``next()`` raised (or ended the epoch): no batch to attribute."""
+        pair, self._pair = self._pair, None
+        self._abandon(pair)
+
+    def start(self) -> None:
+        """Nothing to start: events are recorded from the epoch iterator."""
+
+    def stop(self) -> None:
+        """Nothing to stop: pending events are resolved by :meth:`record`."""
 
     def _begin(self) -> Optional[list]:
         with self._lock:
@@ -173,7 +198,7 @@ class DeviceProbe:
                 self._pinned_checked += 1
                 self._pinned += pinned
 
-    def snapshot(self) -> DeviceRecord:
+    def record(self) -> DeviceRecord:
         """Everything resolved so far (non-blocking); pairs the stream has not reached yet are
         counted as ``unresolved``."""
         with self._lock:
@@ -192,41 +217,6 @@ class DeviceProbe:
                 pinned_fraction=self._pinned / self._pinned_checked if self._pinned_checked
                 else None,
             )
-
-
-class _EventTimedIterator:
-    """An iterator over ``iterator`` that brackets each ``next()`` with ``probe``'s events."""
-
-    __slots__ = ("_iterator", "_probe")
-
-    def __init__(self, iterator: Iterator[Any], probe: DeviceProbe) -> None:
-        self._iterator = iterator
-        self._probe = probe
-
-    def __iter__(self) -> "_EventTimedIterator":
-        return self
-
-    def __len__(self) -> int:
-        return len(self._iterator)  # type: ignore[arg-type]
-
-    def __getattr__(self, name: str) -> Any:
-        # The timed iterator's own attributes (see consumer.EpochIterator.__getattr__).
-        if name in _EventTimedIterator.__slots__ or (name.startswith("__")
-                                                     and name.endswith("__")):
-            raise AttributeError(name)
-        return getattr(object.__getattribute__(self, "_iterator"), name)
-
-    def __next__(self) -> Any:
-        probe = self._probe
-        pair = probe._begin()
-        try:
-            batch = next(self._iterator)
-        except BaseException:  # StopIteration included: no batch to attribute
-            probe._abandon(pair)
-            raise
-        probe._end(pair)
-        probe._check_pinned(batch)
-        return batch
 
 
 def _is_pinned(batch: Any) -> Optional[bool]:

@@ -11,7 +11,6 @@ types (torch 1.x to 2.13 keep them) and otherwise the probe stays off and says w
 
 from __future__ import annotations
 
-from time import perf_counter
 from typing import Any, Optional
 
 from pipecheck._torch_compat import awaited_batch, head_of_line_unsupported
@@ -19,7 +18,12 @@ from pipecheck._torch_compat import awaited_batch, head_of_line_unsupported
 
 class HeadOfLineProbe:
     """Per-batch head-of-line bookkeeping (two short calls per batch; the scan covers at most
-    ``prefetch_factor x num_workers`` entries). Totals only, no per-batch storage."""
+    ``prefetch_factor x num_workers`` entries). Totals only, no per-batch storage. A
+    :class:`~pipecheck.probes.base.Probe` and a
+    :class:`~pipecheck.probes.base.BatchObserver` (the consumer probe's epoch iterator calls
+    it; the waits it accounts are the consumer's)."""
+
+    name = "head_of_line"
 
     def __init__(self) -> None:
         self.status = "off"
@@ -61,8 +65,9 @@ class HeadOfLineProbe:
         self._ready_later = 0 if awaited is None or len(awaited) == 2 else sum(
             1 for idx, entry in info.items() if idx != head and len(entry) == 2)
 
-    def after_next(self, wait_s: float) -> None:
-        """After ``next()`` returned: account ``wait_s`` seconds of waiting to that worker."""
+    def after_next(self, wait_s: float, batch: Any = None) -> None:
+        """After ``next()`` returned: account ``wait_s`` seconds of waiting (measured by the
+        consumer probe's clock) to that worker. ``batch`` is not looked at."""
         worker = self._worker
         if self._iterator is None or worker is None:
             return
@@ -75,14 +80,18 @@ class HeadOfLineProbe:
             self.ready_later_sum += self._ready_later
             self.blocked_s_by_worker[worker] = self.blocked_s_by_worker.get(worker, 0.0) + wait_s
 
-    def observe(self, iterator: Any) -> Any:
-        """``iterator`` (a new epoch's) with each ``next()`` reported to this probe, or
-        ``iterator`` itself when the probe cannot attach to it (:meth:`attach`)."""
-        if not self.attach(iterator):
-            return iterator
-        return _ObservedIterator(iterator, self)
+    def after_raise(self) -> None:
+        """``next()`` raised: no batch, no wait to account."""
+        self._worker = None
 
-    def summary(self) -> dict[str, Any]:
+    def start(self) -> None:
+        """Nothing to start: the probe follows each epoch from :meth:`attach`."""
+
+    def stop(self) -> None:
+        """Stop following the current epoch's iterator."""
+        self._iterator = None
+
+    def record(self) -> dict[str, Any]:
         """JSON-ready totals: ``status``, ``note``, ``waits``, ``wait_s``, ``blocked_waits``,
         ``blocked_wait_s`` (seconds waited while later batches were done),
         ``mean_ready_later`` (batches done ahead during those waits), ``wait_s_by_worker`` and
@@ -97,31 +106,3 @@ class HeadOfLineProbe:
             "blocked_s_by_worker": {str(k): v
                                     for k, v in sorted(self.blocked_s_by_worker.items())},
         }
-
-
-class _ObservedIterator:
-    __slots__ = ("iterator", "probe")
-
-    def __init__(self, iterator: Any, probe: HeadOfLineProbe) -> None:
-        self.iterator = iterator
-        self.probe = probe
-
-    def __iter__(self) -> "_ObservedIterator":
-        return self
-
-    def __len__(self) -> int:
-        return len(self.iterator)
-
-    def __getattr__(self, name: str) -> Any:
-        # The observed iterator's own attributes (see consumer.EpochIterator.__getattr__).
-        if name in _ObservedIterator.__slots__ or (name.startswith("__") and name.endswith("__")):
-            raise AttributeError(name)
-        return getattr(object.__getattribute__(self, "iterator"), name)
-
-    def __next__(self) -> Any:
-        probe = self.probe
-        probe.before_next()
-        started = perf_counter()
-        batch = next(self.iterator)
-        probe.after_next(perf_counter() - started)
-        return batch

@@ -134,7 +134,7 @@ class _Role(NamedTuple):
 
 
 class HostProbe:
-    """Samples the host in a background thread; :meth:`snapshot` returns a ``HostRecord``.
+    """Samples the host in a background thread; :meth:`record` returns a ``HostRecord``.
 
     ``run_start``: a ``clock()`` value; sample times (``at_s``) are seconds since it.
     ``interval_s`` (> 0): seconds between ticks. ``pss_interval_s`` (> 0): least seconds between
@@ -440,7 +440,9 @@ class HostProbe:
 
     # -- results -----------------------------------------------------------------------------
 
-    def snapshot(self) -> HostRecord:
+    name = "host"
+
+    def record(self) -> HostRecord:
         """A consistent copy of what was measured so far; callable any time, from any thread.
 
         ``samples_taken`` counts ticks that produced a timeline sample (the baseline reading in

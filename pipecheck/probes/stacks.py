@@ -263,11 +263,11 @@ class StackSampler:
     seen and their busy share counted (``StacksRecord.worker_busy_samples``).
 
     :meth:`start` launches py-spy (or records why it cannot); :meth:`stop` ends the window
-    early if it is still open, waits for py-spy's output and parses it; :meth:`snapshot` returns
+    early if it is still open, waits for py-spy's output and parses it; :meth:`record` returns
     the :class:`~pipecheck.records.StacksRecord` (``running`` until the window is over and
     stopped). ``py_spy``: the executable (default: :func:`find_py_spy`). ``rate_hz`` is truncated
     to whole samples per second. Raises ``ValueError`` for a non-positive window or a rate below
-    1 Hz. Never raises from start/stop/snapshot.
+    1 Hz. Never raises from start/stop/record.
     """
 
     def __init__(
@@ -387,7 +387,9 @@ class StackSampler:
             fd, self._dir_fd = self._dir_fd, None
             _owned.remove(fd, self._dir)
 
-    def snapshot(self) -> StacksRecord:
+    name = "stacks"
+
+    def record(self) -> StacksRecord:
         """The result once stopped; before that a ``running`` record (or ``unavailable`` when
         sampling never started)."""
         with bounded(self._lock) as held:

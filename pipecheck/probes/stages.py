@@ -423,7 +423,16 @@ class StageProbe:
         timed.pipeline = time_pipeline(list(pipeline.pipeline), self.folder, "main")
         return timed
 
-    def snapshots(self) -> list[dict[str, Any]]:
+    name = "stages"
+
+    def start(self) -> None:
+        """Nothing to start: the folder exists from construction."""
+
+    def stop(self) -> None:
+        """:meth:`close`."""
+        self.close()
+
+    def record(self) -> list[dict[str, Any]]:
         """Every process's totals so far: the workers' files and this process's own."""
         if self._final is not None:
             return list(self._final)
@@ -437,7 +446,7 @@ class StageProbe:
         """Keep the final totals, restore the environment variable and remove the folder."""
         if self._final is not None:
             return
-        self._final = self.snapshots()
+        self._final = self.record()
         _TOTALS.pop(self.folder, None)  # this run's in-memory totals, kept in _final now
         # Runs may close out of order: only undo our own setting, and never point back at a
         # folder an earlier run has removed.

@@ -10,7 +10,7 @@ when ``num_workers=0``) the twin adds up fetch time and sample count per batch (
 another, e.g. ``__getitems__`` calling ``self[i]``, is timed once); the timed collate times
 ``collate_fn`` and, when it returns, commits one batch record to that worker's slot of a shared
 file (see :mod:`pipecheck.probes._ring`). The main process reads the slots at any time with
-:meth:`WorkerProbe.snapshot`.
+:meth:`WorkerProbe.record`.
 
 What is measured, per worker id (all durations wall-clock seconds from ``time.perf_counter``):
 
@@ -36,6 +36,7 @@ with ``batch_size=None`` reports one sample per batch.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import mmap
 import os
 import threading
@@ -48,7 +49,8 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from pipecheck import _owned
 from pipecheck._locks import bounded
-from pipecheck._torch_compat import private_copy, substitute_while_iterating
+from pipecheck._torch_compat import main_process_fetcher, private_copy, \
+    substitute_while_iterating
 from pipecheck.errors import PipecheckError
 from pipecheck.probes import _ring
 from pipecheck.records import WorkerBatch, WorkerRecord
@@ -64,6 +66,22 @@ __all__ = ["MAIN_PROCESS_WORKER_ID", "WorkerProbe", "WorkerProbeUnsupported"]
 
 MAIN_PROCESS_WORKER_ID = -1
 """Worker id reported for the main process when the loader has ``num_workers=0``."""
+
+FAST_BATCH_S = 200e-6
+"""Production time per batch (fetch + collate, seconds) under which timing every batch in the
+main process (``num_workers=0``, where the training loop pays for it) costs over 1%: the timed
+dataset and collate cost about 0.3 us a sample plus 1.4 us a batch, 1.1 us of it the ring
+write (timeit against the plain ones on a TensorDataset, on this project's 2-core machine),
+and 2 us is 1% of 200 us."""
+
+MAIN_SAMPLE_AFTER = 32
+"""Batches timed one by one in the main process before it may sample: enough for a mean that
+a first slow batch (imports, page cache) does not decide alone."""
+
+MAIN_WINDOW = 4
+"""Batches timed in a row in each sampling window of the main process; a window opens at
+every call of :meth:`WorkerProbe.between_batches` (the consumer probe makes one every
+``CPU_SAMPLE_EVERY`` = 64 batches), so fast batches are timed 4 in 64."""
 
 
 class WorkerProbeUnsupported(PipecheckError):
@@ -110,7 +128,8 @@ class _BatchAccumulator:
     is only known inside the worker (``get_worker_info()``).
     """
 
-    __slots__ = ("fetch_s", "samples", "attached", "writer", "area", "busy")
+    __slots__ = ("fetch_s", "samples", "attached", "writer", "area", "busy", "window",
+                 "close_window", "timed", "timed_busy_s")
 
     def __init__(self, area: _SharedArea) -> None:
         self.area = area
@@ -121,6 +140,12 @@ class _BatchAccumulator:
         # 1 while a timed fetch runs (a dataset method calling another, e.g. __getitems__
         # calling self[i], is timed once) and while paused (num_workers=0 epochs not timed).
         self.busy = 0
+        # Main-process sampling (WorkerProbe.between_batches): timed batches left in the
+        # open window, and what puts the untimed dataset and collate back when it closes.
+        self.window = 0
+        self.close_window: Optional[Callable[[], None]] = None
+        self.timed = 0  # batches committed in this process, and their fetch + collate s
+        self.timed_busy_s = 0.0
 
     def attach(self) -> None:
         """Open this process's slot and register its pid. Silent (no writer) when this
@@ -147,6 +172,12 @@ class _BatchAccumulator:
         self.samples = 0
         if self.writer is not None:
             self.writer.add_batch(end_time, fetch_s, collate_s, samples)
+        self.timed += 1
+        self.timed_busy_s += fetch_s + collate_s
+        if self.window:
+            self.window -= 1
+            if not self.window and self.close_window is not None:
+                self.close_window()
 
     def flush_unbatched(self, collate_s: float = 0.0) -> None:
         """Count pending fetch time (and ``collate_s``) as producing time that made no batch:
@@ -183,6 +214,9 @@ class _BatchAccumulator:
         self.samples = 0
         self.attached = False
         self.busy = 0
+        self.window = self.timed = 0
+        self.timed_busy_s = 0.0
+        self.close_window = None
         writer, self.writer = self.writer, None
         if writer is not None:
             try:
@@ -571,6 +605,50 @@ class _TimedCollate:
 # ---------------------------------------------------------------------------------------------
 
 
+def scaled_to(record: WorkerRecord, batches: int) -> WorkerRecord:
+    """``record`` (the main process's, whose timed batches were sampled) scaled to
+    ``batches`` produced in all: ``samples``, ``fetch_s``, ``collate_s`` and ``busy_s`` times
+    ``batches / record.batches``, ``timed_batches`` set. ``record`` itself when every batch
+    was timed (``batches <= record.batches``) or none was."""
+    if record.batches == 0 or batches <= record.batches:
+        return record
+    scale = batches / record.batches
+    return dataclasses.replace(
+        record, batches=batches, samples=round(record.samples * scale),
+        fetch_s=record.fetch_s * scale, collate_s=record.collate_s * scale,
+        busy_s=record.busy_s * scale, timed_batches=record.batches)
+
+
+class _FetcherSwap:
+    """Points a main-process fetcher at the timed or the untimed dataset and collate (two
+    attribute writes). Made only when the fetcher holds pipecheck's timed pair."""
+
+    __slots__ = ("fetcher", "timed_pair", "untimed_pair")
+
+    def __init__(self, fetcher: Any, timed_pair: tuple, untimed_pair: tuple) -> None:
+        self.fetcher, self.timed_pair, self.untimed_pair = fetcher, timed_pair, untimed_pair
+
+    @classmethod
+    def of(cls, fetcher: Any) -> Optional[_FetcherSwap]:
+        if fetcher is None:
+            return None
+        dataset, collate = fetcher.dataset, fetcher.collate_fn
+        if not isinstance(collate, _TimedCollate):
+            return None
+        original = (getattr(dataset, "_pipecheck_original", None)
+                    if isinstance(type(dataset).__dict__.get("_pipecheck_key"), str)
+                    else getattr(dataset, "_pipecheck_wrapped", None))
+        if original is None:
+            return None
+        return cls(fetcher, (dataset, collate), (original, collate.collate_fn))
+
+    def timed(self) -> None:
+        self.fetcher.dataset, self.fetcher.collate_fn = self.timed_pair
+
+    def untimed(self) -> None:
+        self.fetcher.dataset, self.fetcher.collate_fn = self.untimed_pair
+
+
 def _release_area(key: str, area: mmap.mmap, path: str, fd: int, owner_pid: int) -> None:
     """Finalizer: stop this process's writer for ``key``, unmap and delete the file. Only the
     creating process deletes it (a forked child exiting must not pull it from the workers)."""
@@ -618,6 +696,8 @@ class WorkerProbe:
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _release_area, self._key, area, path, fd,
                                            os.getpid())
+        self._sampled_iterator: Any = None  # between_batches: the epoch it follows
+        self._swap: Optional[_FetcherSwap] = None
 
     def check_supported(self, loader: torch.utils.data.DataLoader) -> None:
         """Raise unless this probe can time ``loader``: ``ValueError`` if its ``num_workers``
@@ -657,13 +737,50 @@ class WorkerProbe:
             "collate_fn": self.timed_collate(loader.collate_fn)})
         return clone
 
+    def between_batches(self, iterator: Any) -> None:
+        """Main-process sampling (``num_workers=0``): called between two batches of the epoch
+        whose DataLoader iterator is ``iterator``, regularly (the consumer probe calls it every
+        ``CPU_SAMPLE_EVERY`` batches, and at each epoch's first). Once
+        :data:`MAIN_SAMPLE_AFTER` batches are timed and their mean is under
+        :data:`FAST_BATCH_S`, each call opens a window of :data:`MAIN_WINDOW` timed batches and
+        the batches after it are fetched with the untimed dataset and collate (the iterator's
+        fetcher is pointed at them: no pipecheck code runs for those batches); in an epoch
+        :meth:`pause` d, every batch is. Does nothing for other iterators (workers, an
+        iterable dataset, a loader whose iterator torch does not build so), which are timed
+        batch by batch. The caller scales the timed batches to all of them (the ratio
+        estimator, see :attr:`~pipecheck.records.WorkerRecord.timed_batches`)."""
+        acc = _accumulator_for(self._key, self._shared)
+        if iterator is not self._sampled_iterator:  # a new epoch
+            self._sampled_iterator = iterator
+            self._swap = _FetcherSwap.of(main_process_fetcher(iterator)) \
+                if self.num_workers == 0 else None
+            acc.window = 0
+            acc.close_window = None if self._swap is None else self._swap.untimed
+        swap = self._swap
+        if swap is None:
+            return
+        if acc.busy:  # a paused epoch: every batch untimed
+            swap.untimed()
+        elif acc.timed >= MAIN_SAMPLE_AFTER and acc.timed_busy_s < FAST_BATCH_S * acc.timed:
+            swap.timed()
+            acc.window = MAIN_WINDOW
+
     def pause(self, paused: bool) -> None:
         """Stop (``True``) or resume timing in this process, for ``num_workers=0`` loaders
         whose batches are too fast to time every epoch; the timed dataset then costs one
         attribute test per sample."""
         _accumulator_for(self._key, self._shared).busy = 1 if paused else 0
 
-    def snapshot(self) -> list[WorkerRecord]:
+    name = "workers"
+
+    def start(self) -> None:
+        """Nothing to start: the shared file exists from construction."""
+
+    def stop(self) -> None:
+        """:meth:`close`."""
+        self.close()
+
+    def record(self) -> list[WorkerRecord]:
         """Exact counters for every worker id that has produced at least one batch, sorted by
         id. Safe during iteration and after a worker crash; after :meth:`close` it returns the
         records as they were at close. Never waits more than

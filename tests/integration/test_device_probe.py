@@ -7,7 +7,13 @@ import pytest
 import torch
 
 import pipecheck
+from pipecheck.probes.consumer import ConsumerProbe
 from pipecheck.probes.device import DeviceProbe, TorchCudaEvents, cuda_backend
+
+
+def observed(probe: DeviceProbe, source):
+    """``source`` through the one epoch iterator, with ``probe`` as its batch observer."""
+    return ConsumerProbe(run_start=0.0).iterate(source, observers=(probe,))
 
 
 class FakeStream:
@@ -59,7 +65,7 @@ def _loader(stream: FakeStream, batches: int, wait_s: float):
 
 
 def _train(probe: DeviceProbe, stream: FakeStream, batches: int, wait_s: float, gpu_s: float):
-    for _ in probe.iterate(_loader(stream, batches, wait_s)):
+    for _ in observed(probe, _loader(stream, batches, wait_s)):
         stream.launch(gpu_s)
         stream.now += 0.001  # the host's own step time: launching kernels
 
@@ -69,7 +75,7 @@ def test_idle_is_the_wait_the_gpu_could_not_hide():
     probe = DeviceProbe(FakeEvents(stream))
     _train(probe, stream, batches=20, wait_s=0.050, gpu_s=0.030)
     stream.now += 1.0  # let the stream finish so every pair resolves
-    record = probe.snapshot()
+    record = probe.record()
     assert record.status == "ok" and record.batches == 20 and record.unresolved == 0
     # First batch: the stream was empty for the whole 50 ms wait; later: 50 - 30 + 1 ms.
     assert record.idle_s == pytest.approx(0.050 + 19 * 0.021)
@@ -83,7 +89,7 @@ def test_no_idle_when_the_gpu_has_queued_work_to_cover_the_wait():
     stream.launch(10.0)  # a long kernel queued before the loop
     _train(probe, stream, batches=10, wait_s=0.010, gpu_s=0.100)
     stream.now += 100.0
-    record = probe.snapshot()
+    record = probe.record()
     assert record.idle_s == pytest.approx(0.0) and record.batches == 10
 
 
@@ -93,11 +99,11 @@ def test_pairs_resolve_lazily_and_the_pool_bounds_memory():
     probe = DeviceProbe(backend, pool_size=4)
     stream.launch(100.0)  # the stream will not reach any event during the loop
     _train(probe, stream, batches=5, wait_s=0.01, gpu_s=0.01)
-    record = probe.snapshot()
+    record = probe.record()
     assert record.status == "no-data" and record.idle_s is None
     assert record.unresolved == 2 and record.dropped == 3  # two pairs in flight, then no events
     stream.now += 1000.0
-    assert probe.snapshot().batches == 2
+    assert probe.record().batches == 2
     assert backend.created <= 6  # the pool, plus replacements for the span's two ends
 
 
@@ -105,9 +111,9 @@ def test_the_smallest_pool_times_every_batch_it_has_resolved():
     # Two events: one pair in flight at a time; the span's ends must not starve the pool.
     stream = FakeStream()
     probe = DeviceProbe(FakeEvents(stream), pool_size=2)
-    for _ in probe.iterate(_loader(stream, 5, wait_s=0.01)):
+    for _ in observed(probe, _loader(stream, 5, wait_s=0.01)):
         stream.now += 0.001  # no GPU work queued: each pair completes before the next next()
-    record = probe.snapshot()
+    record = probe.record()
     assert record.batches == 5 and record.dropped == 0
     assert record.idle_s == pytest.approx(5 * 0.01)
 
@@ -122,10 +128,10 @@ def test_items_and_errors_pass_through_unchanged():
 
     items = []
     with pytest.raises(ValueError, match="bad shard"):
-        for item in probe.iterate(failing()):
+        for item in observed(probe, failing()):
             items.append(item)
     assert items == [1]
-    assert list(probe.iterate(iter([3, 4]))) == [3, 4]
+    assert list(observed(probe, iter([3, 4]))) == [3, 4]
     with pytest.raises(ValueError):
         DeviceProbe(FakeEvents(stream), pool_size=3)
 

@@ -45,5 +45,5 @@ def test_the_ptrace_opt_in_is_withdrawn_when_py_spy_cannot_start(monkeypatch):
     monkeypatch.setattr(stacks, "_launch", cannot_launch)
     sampler = StackSampler(window_s=5.0, py_spy="/usr/bin/true")
     sampler.start()
-    assert sampler.snapshot().status == "failed"
+    assert sampler.record().status == "failed"
     assert calls == [stacks._PR_SET_PTRACER_ANY.value, 0]

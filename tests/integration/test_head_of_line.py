@@ -48,7 +48,7 @@ def _measure(dataset, **loader_kwargs):
         wait_total += waited
         probe.after_next(waited)
         time.sleep(0.001)  # a short step
-    return attached, probe.summary()
+    return attached, probe.record()
 
 
 def test_a_slow_worker_shows_head_of_line_blocking():
@@ -84,15 +84,15 @@ def test_a_clean_pipeline_shows_none():
 def test_the_probe_stays_off_where_order_cannot_block():
     probe = HeadOfLineProbe()
     assert not probe.attach(iter(DataLoader(list(range(8)), batch_size=2)))
-    assert probe.summary()["status"] == "unavailable"
+    assert probe.record()["status"] == "unavailable"
     if "in_order" in DataLoader.__init__.__code__.co_varnames:
         loader = DataLoader(OddBatchesSlow(8), batch_size=2, num_workers=2, in_order=False)
         iterator = iter(loader)
-        assert not probe.attach(iterator) and "in_order=False" in probe.summary()["note"]
+        assert not probe.attach(iterator) and "in_order=False" in probe.record()["note"]
         del iterator
     probe.before_next()
     probe.after_next(1.0)  # detached: nothing is counted
-    assert probe.summary()["waits"] == 0
+    assert probe.record()["waits"] == 0
     assert head_of_line_finding(None, 1.0, {}) is None
 
 
@@ -138,8 +138,30 @@ def test_an_awaited_batch_that_already_arrived_is_not_a_blocked_wait():
     iterator._task_info, iterator._rcvd_idx = {6: (0,), 7: (1, "data")}, 6
     probe.before_next()  # batch 6 is out while batch 7 is done: head-of-line blocked
     probe.after_next(0.02)
-    summary = probe.summary()
+    summary = probe.record()
     assert (summary["waits"], summary["blocked_waits"]) == (2, 1)
     assert summary["blocked_wait_s"] == pytest.approx(0.02)
     assert summary["mean_ready_later"] == 1  # batch 7 only, never the awaited batch itself
     assert summary["blocked_s_by_worker"] == {"0": pytest.approx(0.02)}
+
+
+def test_a_failing_head_of_line_probe_is_turned_off_with_a_note_and_the_run_goes_on(
+        monkeypatch):
+    import pipecheck
+
+    def broken(self) -> None:
+        raise RuntimeError("torch changed _task_info")
+
+    monkeypatch.setattr(HeadOfLineProbe, "before_next", broken)
+    loader = DataLoader(OddBatchesSlow(n=16, slow_s=0.0, fast_s=0.0), batch_size=2,
+                        num_workers=2)
+    wrapped = pipecheck.wrap(loader, host=False)
+    assert [b.tolist() for b in wrapped] == [b.tolist() for b in loader]
+    assert [b.tolist() for b in wrapped] == [b.tolist() for b in loader]  # a second epoch
+    record = wrapped.record()
+    report = wrapped.report()
+    wrapped.close()
+    assert record.consumer.batches == 16 and report.consumer.batches == 16
+    assert record.probes_off["head_of_line"] == \
+        "head_of_line probe off: RuntimeError: torch changed _task_info"
+    assert record.head_of_line is None  # its half-counted figures are not reported

@@ -79,7 +79,7 @@ def _measure_one_epoch(dataset: Dataset) -> tuple[HostRecord, PidMap]:
         pid_map.add_batch(next(iterator))
     probe.stop()
     del iterator
-    return probe.snapshot(), pid_map
+    return probe.record(), pid_map
 
 
 def _cpu_per_busy_s(record: HostRecord, pid_map: PidMap, samples_per_worker: int) -> float:
@@ -127,7 +127,7 @@ def test_non_persistent_workers_exiting_between_epochs() -> None:
                 pid_map.add_batch(batch)
             epoch_pids.append(set(pid_map()) - before)
         time.sleep(0.15)  # a few ticks after the second epoch's workers are gone
-    record = probe.snapshot()
+    record = probe.record()
 
     assert record.status == "ok", record.note
     assert record.note is None
@@ -165,7 +165,7 @@ def test_child_reading_a_file_shows_read_chars(tmp_path) -> None:
             [sys.executable, "-c", child_code, str(path), str(size_bytes), str(passes)]
         )
         assert child.wait(timeout=30) == 0
-    record = probe.snapshot()
+    record = probe.record()
 
     (stats,) = [p for p in record.processes if p.pid == child.pid]
     assert stats.role == "worker"  # no worker_ids mapping: a direct child counts as a worker
@@ -181,18 +181,18 @@ def test_stop_is_prompt_idempotent_and_snapshots_work_throughout() -> None:
     # tracker after a spawn test).
     probe = HostProbe(run_start=_clock.monotonic(), interval_s=0.5,
                       worker_ids=lambda: {2**22 + 1: 0})
-    assert probe.snapshot().status == "unavailable"  # not started yet
+    assert probe.record().status == "unavailable"  # not started yet
     probe.start()
     probe.start()  # idempotent
     time.sleep(1.2)
-    running = probe.snapshot()
+    running = probe.record()
     assert running.status == "ok" and running.samples_taken >= 1
 
     started = time.perf_counter()
     probe.stop()
     assert time.perf_counter() - started < 2.0
     probe.stop()  # idempotent
-    final = probe.snapshot()
+    final = probe.record()
 
     assert final.status == "ok", final.note
     assert final.samples_taken >= running.samples_taken
@@ -205,14 +205,14 @@ def test_stop_is_prompt_idempotent_and_snapshots_work_throughout() -> None:
         assert 0.0 <= final.iowait_fraction_mean <= 1.0
     assert final.workers_cpu_s is None  # no worker process was ever seen
     probe.start()  # single-use: does not restart
-    assert probe.snapshot().samples_taken == final.samples_taken
+    assert probe.record().samples_taken == final.samples_taken
 
 
 def test_timeline_stays_bounded_and_spans_the_run() -> None:
     probe = HostProbe(run_start=_clock.monotonic(), interval_s=0.01, max_samples=4)
     with probe:
         time.sleep(0.6)
-    record = probe.snapshot()
+    record = probe.record()
 
     assert record.samples_taken > 8
     assert 2 <= len(record.timeline) <= 4
@@ -225,7 +225,7 @@ def test_sample_times_come_from_the_injected_clock() -> None:
     clock = FakeClock(start=100.0)
     with HostProbe(run_start=90.0, interval_s=0.02, clock=clock) as probe:
         time.sleep(0.2)
-    record = probe.snapshot()
+    record = probe.record()
     assert record.samples_taken >= 1
     assert {s.at_s for s in record.timeline} == {10.0}
     assert record.duration_s > 0.1  # rates still use real elapsed time
@@ -242,7 +242,7 @@ def test_main_process_vanishing_ends_sampling_with_a_note() -> None:
         target.wait(timeout=10)
     time.sleep(0.2)
     probe.stop()
-    record = probe.snapshot()
+    record = probe.record()
 
     assert record.status == "ok"
     assert record.note is not None and "NoSuchProcess" in record.note
@@ -256,7 +256,7 @@ def test_unreadable_main_process_is_unavailable_not_an_error() -> None:
     probe = HostProbe(run_start=_clock.monotonic(), pid=gone.pid)
     probe.start()
     probe.stop()
-    record = probe.snapshot()
+    record = probe.record()
     assert record.status == "unavailable"
     assert record.note is not None and str(gone.pid) in record.note
     assert record.main_cpu_s is None and record.processes == []

@@ -180,7 +180,7 @@ def test_a_denied_py_spy_is_reported_with_how_to_enable_it(tmp_path):
     sampler.start()
     time.sleep(0.3)
     sampler.stop()
-    record = sampler.snapshot()
+    record = sampler.record()
     assert record.status == "failed"
     assert "Permission denied" in record.note and "--cap-add SYS_PTRACE" in record.note
 
@@ -300,7 +300,7 @@ def test_a_second_py_spy_that_cannot_start_leaves_no_process_or_directory(monkey
     monkeypatch.setattr(stacks, "ptrace_scope", lambda: None)
     sampler = StackSampler(window_s=5.0, py_spy="/usr/bin/true")
     sampler.start()
-    record = sampler.snapshot()
+    record = sampler.record()
     assert record.status == "failed" and "no more processes" in record.note
     assert launched[0].returncode is not None  # the first py-spy was stopped and reaped
     assert not os.path.exists(sampler._dir)

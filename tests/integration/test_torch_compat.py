@@ -57,3 +57,14 @@ def test_head_of_line_state_is_where_pipecheck_reads_it(workers, in_order, expec
     else:
         assert expected in reason
     del iterator
+
+
+def test_the_main_process_fetcher_is_where_sampling_points_it():
+    from pipecheck._torch_compat import main_process_fetcher
+
+    loader = DataLoader(list(range(8)), batch_size=2)
+    fetcher = main_process_fetcher(iter(loader))
+    assert fetcher is not None and fetcher.dataset is loader.dataset
+    assert fetcher.collate_fn is loader.collate_fn
+    assert main_process_fetcher(iter(DataLoader(list(range(8)), num_workers=1))) is None
+    assert main_process_fetcher(iter([1, 2])) is None

@@ -90,7 +90,7 @@ def test_fetch_time_and_exact_counts_per_worker(context, make_probe):
     batches = list(probe.instrument(loader))
     assert len(batches) == samples // batch_size
 
-    records = probe.snapshot()
+    records = probe.record()
     assert [r.id for r in records] == [0, 1]
     assert sum(r.batches for r in records) == samples // batch_size
     assert sum(r.samples for r in records) == samples
@@ -112,7 +112,7 @@ def test_main_process_is_worker_minus_one(make_probe):
     loader = DataLoader(SleepDataset(12, sleep_s), batch_size=4)
     probe = make_probe(0)
     list(probe.instrument(loader))
-    (record,) = probe.snapshot()
+    (record,) = probe.record()
     assert (record.id, record.pid, record.pids) == (-1, os.getpid(), [os.getpid()])
     assert (record.batches, record.samples) == (3, 12)
     assert 0.8 * 12 * sleep_s <= record.fetch_s <= 3 * 12 * sleep_s
@@ -171,7 +171,7 @@ def test_clone_yields_identical_batches_over_epochs(name, make_probe):
     for expected_epoch, actual_epoch in zip(expected, actual):
         assert_same_batches(expected_epoch, actual_epoch)
     delivered = sum(len(epoch) for epoch in actual)
-    assert sum(r.batches for r in probe.snapshot()) == delivered
+    assert sum(r.batches for r in probe.record()) == delivered
     assert _len_or_error(clone) == _len_or_error(plain)
 
 
@@ -203,7 +203,7 @@ def test_dataset_without_dict_gets_a_forwarding_proxy(make_probe):
     probe = make_probe(0)
     batches = list(probe.instrument(DataLoader(samples, batch_size=3)))
     assert [b.tolist() for b in batches] == [[[0], [1], [2]], [[3], [4], [5]]]
-    (record,) = probe.snapshot()
+    (record,) = probe.record()
     assert (record.batches, record.samples) == (2, 6)
 
 
@@ -212,7 +212,7 @@ def test_getitems_is_used_and_counted_per_sample(make_probe):
     probe = make_probe(0)
     batches = list(probe.instrument(DataLoader(dataset, batch_size=4)))
     assert dataset.getitems_calls == len(batches) == 3  # torch fetched through __getitems__
-    (record,) = probe.snapshot()
+    (record,) = probe.record()
     assert (record.batches, record.samples) == (3, 10)
     assert [b.samples for b in record.recent] == [4, 4, 2]
 
@@ -248,7 +248,7 @@ def test_collate_heavy_collate_fn_dominates(make_probe):
     )
     probe = make_probe(2)
     list(probe.instrument(loader))
-    records = probe.snapshot()
+    records = probe.record()
     collate_s = sum(r.collate_s for r in records)
     fetch_s = sum(r.fetch_s for r in records)
     assert sum(r.batches for r in records) == 4
@@ -260,7 +260,7 @@ def test_unbatched_loader_records_one_batch_per_sample(make_probe):
     probe = make_probe(0, ring_size=4)
     items = list(probe.instrument(DataLoader(IndexDataset(6), batch_size=None)))
     assert len(items) == 6
-    (record,) = probe.snapshot()
+    (record,) = probe.record()
     assert (record.batches, record.samples) == (6, 6)
     assert [b.samples for b in record.recent] == [1, 1, 1, 1]  # the ring keeps the newest 4
 
@@ -270,7 +270,7 @@ def test_iterable_time_until_stop_iteration_counts_as_fetch(make_probe):
     probe = make_probe(0)
     batches = list(probe.instrument(DataLoader(SlowEndRange(10, end_sleep_s), batch_size=4)))
     assert [len(b) for b in batches] == [4, 4, 2]
-    (record,) = probe.snapshot()
+    (record,) = probe.record()
     assert (record.batches, record.samples) == (3, 10)
     assert [b.samples for b in record.recent] == [4, 4, 2]
     assert 0.8 * end_sleep_s <= record.fetch_s <= 3 * end_sleep_s
@@ -289,9 +289,9 @@ def test_counters_accumulate_over_epochs(persistent, make_probe):
     probe = make_probe(2)
     clone = probe.instrument(loader)
     list(clone)
-    first = {r.id: r for r in probe.snapshot()}
+    first = {r.id: r for r in probe.record()}
     list(clone)
-    second = {r.id: r for r in probe.snapshot()}
+    second = {r.id: r for r in probe.record()}
 
     assert sum(r.batches for r in second.values()) == 8
     assert sum(r.samples for r in second.values()) == 32
@@ -343,7 +343,7 @@ def test_worker_exception_reaches_user_unchanged(num_workers, make_probe):
         assert probed_lines[0] == plain_lines[0]
         assert probed_lines[-1] == plain_lines[-1] == "ValueError: sample 5 is corrupt"
 
-    records = probe.snapshot()  # still readable; only successful batches are counted
+    records = probe.record()  # still readable; only successful batches are counted
     assert all(r.samples == 2 * r.batches for r in records)
     if num_workers == 0:
         assert sum(r.batches for r in records) == 2  # batches 0 and 1 came before index 5
@@ -368,7 +368,7 @@ def test_snapshot_after_a_worker_is_killed(make_probe):
     caught.value.__traceback__ = None  # release the iterator's frames: shut workers down now
     del iterator, caught
 
-    records = {r.id: r for r in probe.snapshot()}
+    records = {r.id: r for r in probe.record()}
     assert records[0].pid == victim
     assert records[0].batches >= 2
     for record in records.values():
@@ -387,7 +387,7 @@ def test_snapshot_during_iteration_is_consistent(make_probe):
     iterator = iter(probe.instrument(loader))
     for _ in range(3):
         next(iterator)
-    during = probe.snapshot()
+    during = probe.record()
     produced = sum(r.batches for r in during)
     assert 3 <= produced <= 10
     for record in during:
@@ -396,18 +396,18 @@ def test_snapshot_during_iteration_is_consistent(make_probe):
         assert sum(b.samples for b in record.recent) == record.samples
     remaining = list(iterator)
     assert 3 + len(remaining) == 10
-    assert sum(r.batches for r in probe.snapshot()) == 10
+    assert sum(r.batches for r in probe.record()) == 10
 
 
 def test_close_removes_the_file_and_keeps_the_last_snapshot(make_probe):
     probe = make_probe(0)
     list(probe.instrument(DataLoader(IndexDataset(8), batch_size=4)))
     assert os.path.exists(probe.path)
-    before = probe.snapshot()
+    before = probe.record()
     probe.close()
     probe.close()  # idempotent
     assert not os.path.exists(probe.path)
-    assert probe.snapshot() == before and before[0].batches == 2
+    assert probe.record() == before and before[0].batches == 2
 
 
 def test_clone_keeps_working_silently_after_close(make_probe):
@@ -509,7 +509,7 @@ def test_rejects_mismatched_worker_count_and_datapipes(make_probe):
 def test_ring_keeps_the_newest_records_oldest_first(make_probe):
     probe = make_probe(0, ring_size=4)
     list(probe.instrument(DataLoader(IndexDataset(10), batch_size=1)))
-    (record,) = probe.snapshot()
+    (record,) = probe.record()
     assert record.batches == 10 and len(record.recent) == 4
     ends = [b.end_at_s for b in record.recent]
     assert ends == sorted(ends) and ends[-1] == pytest.approx(record.last_at_s)
@@ -523,7 +523,7 @@ def test_torn_record_and_stuck_header_are_not_reported(make_probe):
         writer.register_process(4242)
         for i in range(3):
             writer.add_batch(probe.run_start + i + 1.0, 0.5, 0.25, 16)
-        (good,) = probe.snapshot()
+        (good,) = probe.record()
         assert (good.batches, good.samples, good.fetch_s) == (3, 48, 1.5)
 
         # A writer killed mid-record: record 4 carries a seq but the header never counted it.
@@ -535,18 +535,18 @@ def test_torn_record_and_stuck_header_are_not_reported(make_probe):
         struct.pack_into("=qq", probe._area, header_at, seq + 1, 999)
 
         started = time.perf_counter()
-        (stuck,) = probe.snapshot()
+        (stuck,) = probe.record()
         first_read_s = time.perf_counter() - started
         assert (stuck.batches, stuck.samples) == (3, 48)  # the last consistent header
         assert [b.samples for b in stuck.recent] == [16, 16, 16]
         started = time.perf_counter()
-        probe.snapshot()
+        probe.record()
         assert time.perf_counter() - started < max(first_read_s, 0.01)  # stuck seq remembered
 
         # The next process serving this id repairs the seqlock and carries on counting.
         struct.pack_into("=qq", probe._area, header_at, seq + 1, 3)
         writer.add_batch(probe.run_start + 5.0, 0.5, 0.25, 16)
-        (repaired,) = probe.snapshot()
+        (repaired,) = probe.record()
         assert (repaired.batches, repaired.samples) == (4, 64)
         assert [b.end_at_s for b in repaired.recent] == [1.0, 2.0, 3.0, 5.0]
         assert repaired.pids == [4242]

@@ -235,3 +235,46 @@ def test_slow_main_process_loader_times_every_epoch():
         list(wrapped)
     assert wrapped.record().probed_epochs == 3
     wrapped.close()
+
+
+def test_final_report_is_public_and_clock_is_not_a_wrap_option():
+    """``final_report()`` (what the exit-time save writes) is public API; ``clock=`` was
+    dropped from ``wrap()`` because worker, stage and head-of-line timing in worker processes
+    cannot follow an injected clock."""
+    wrapped = pipecheck.wrap(DataLoader(SquaresDataset(8), batch_size=4), host=False)
+    assert len(list(wrapped)) == 2
+    report = wrapped.final_report()
+    assert report.consumer.batches == 2
+    assert report.consumer.status == "complete"
+    wrapped.close()
+    with pytest.raises(TypeError, match="clock"):
+        pipecheck.wrap(DataLoader(SquaresDataset(8)), clock=lambda: 0.0)
+
+
+def test_wrapped_main_process_samples_fast_batches_and_scales_the_timed_ones():
+    """num_workers=0 with batches far under FAST_BATCH_S: after MAIN_SAMPLE_AFTER timed
+    batches only windows of MAIN_WINDOW batches are timed; the batch count is the consumer's
+    and the timed totals are scaled to it. A slow loader is timed batch by batch."""
+    from torch.utils.data import TensorDataset
+
+    from helpers_datasets import SleepDataset
+
+    from pipecheck.probes.workers import MAIN_SAMPLE_AFTER
+
+    n = 2000
+    loader = DataLoader(TensorDataset(torch.arange(n).reshape(n, 1)), batch_size=1)
+    wrapped = pipecheck.wrap(loader, host=False)
+    assert [int(b[0]) for b in wrapped] == list(range(n))
+    (record,) = wrapped.record().workers
+    wrapped.close()
+    assert record.batches == n and record.samples == n
+    assert MAIN_SAMPLE_AFTER <= record.timed_batches < n // 4
+    assert len(record.recent) == record.timed_batches
+    timed_busy = sum(b.fetch_s + b.collate_s for b in record.recent)
+    assert record.busy_s == pytest.approx(timed_busy * n / record.timed_batches)
+
+    slow = pipecheck.wrap(DataLoader(SleepDataset(40, 0.0003), batch_size=1), host=False)
+    assert len(list(slow)) == 40
+    (record,) = slow.record().workers
+    slow.close()
+    assert record.batches == 40 and record.timed_batches is None

@@ -42,7 +42,7 @@ def test_wait_and_compute_are_exact():
     source = TimedSource(clock, [0.5, 0.1, 0.1, 0.1])
     got = consume(probe, source, clock, compute_s=0.2)
     assert got == [[i] * 4 for i in range(4)]
-    rec = probe.snapshot()
+    rec = probe.record()
     assert rec.batches == 4 and rec.samples == 16
     assert rec.wait_s == pytest.approx(0.8)
     assert rec.compute_s == pytest.approx(0.8)
@@ -63,7 +63,7 @@ def test_epochs_and_break():
     consume(probe, TimedSource(clock, [0.1] * 5, shutdown_s=0.25), clock, 0.3)
     clock.advance(10.0)  # evaluation between epochs is neither wait nor compute
     consume(probe, TimedSource(clock, [0.1] * 5), clock, 0.3, stop_after=2)
-    rec = probe.snapshot()
+    rec = probe.record()
     assert [e.ended for e in rec.epochs] == ["exhausted", "break"]
     # the final next() of an exhausted epoch: its wait is the workers' shutdown
     assert [e.last_wait_s for e in rec.epochs] == [pytest.approx(0.25), None]
@@ -82,7 +82,7 @@ def test_loader_error_is_reraised_unchanged_and_recorded():
     with pytest.raises(ValueError) as info:
         consume(probe, TimedSource(clock, [0.1] * 5, fail_at=2, exc=err), clock, 0.1)
     assert info.value is err
-    rec = probe.snapshot()
+    rec = probe.record()
     assert rec.status == "error"
     assert rec.error == "ValueError: bad sample 7"
     assert rec.batches == 2
@@ -95,7 +95,7 @@ def test_worker_error_description_keeps_the_original_message():
                      "(most recent call last):\n  File x, line 1\nValueError: corrupt 13\n")
     with pytest.raises(ValueError):
         consume(probe, TimedSource(clock, [0.1], fail_at=0, exc=err), clock, 0.1)
-    assert probe.snapshot().error == ("ValueError: Caught ValueError in DataLoader worker "
+    assert probe.record().error == ("ValueError: Caught ValueError in DataLoader worker "
                                       "process 0. ValueError: corrupt 13")
 
 
@@ -105,7 +105,7 @@ def test_keyboard_interrupt_inside_next_keeps_counts():
     src = TimedSource(clock, [0.1] * 5, fail_at=3, exc=KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         consume(probe, src, clock, 0.1)
-    rec = probe.snapshot()
+    rec = probe.record()
     assert rec.status == "interrupted"
     assert rec.batches == 3
     assert rec.epochs[0].ended == "interrupted"
@@ -115,7 +115,7 @@ def test_zero_batches():
     clock = FakeClock()
     probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
     assert consume(probe, TimedSource(clock, []), clock, 0.1) == []
-    rec = probe.snapshot()
+    rec = probe.record()
     assert rec.batches == 0 and rec.epochs[0].first_batch_s is None
     assert rec.status == "complete"
 
@@ -125,7 +125,7 @@ def test_timeline_is_bounded_and_evenly_spaced():
     probe = ConsumerProbe(run_start=clock(), clock=clock, timeline_capacity=64,
                           cpu_clock=lambda: 0.0)
     consume(probe, TimedSource(clock, [0.001] * 1000, batch_size=1), clock, 0.001)
-    rec = probe.snapshot()
+    rec = probe.record()
     assert rec.batches == 1000
     assert len(rec.timeline) < 64
     strides = {b.index % rec.timeline_stride for b in rec.timeline}
@@ -141,7 +141,7 @@ def test_tokens_from_input_ids_and_mask():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
     batches = [{"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": mask}] * 3
     assert len(list(probe.iterate(batches))) == 3
-    rec = probe.snapshot()
+    rec = probe.record()
     assert rec.tokens == 9 and rec.samples == 6
 
 
@@ -151,7 +151,7 @@ def test_no_tokens_for_image_batches():
     clock = FakeClock()
     probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
     list(probe.iterate([(torch.zeros(8, 3, 4, 4), torch.zeros(8))] * 2))
-    rec = probe.snapshot()
+    rec = probe.record()
     assert rec.tokens is None and rec.samples == 16
 
 
@@ -170,7 +170,7 @@ def test_sampled_cpu_clock_splits_wait_and_compute():
     for _ in probe.iterate(CpuSource()):
         clock.advance(0.2)
         cpu.advance(0.2)  # compute is all CPU
-    rec = probe.snapshot()
+    rec = probe.record()
     assert rec.sampled_wait_cpu_s / rec.sampled_wait_wall_s == pytest.approx(0.5)
     assert rec.sampled_compute_cpu_s / rec.sampled_compute_wall_s == pytest.approx(1.0)
 
@@ -187,10 +187,10 @@ def test_counts_stay_exact_across_folds_and_snapshots():
         clock.advance(0.002)
         seen += 1
         if seen == FOLD_BATCHES + 7:  # mid-epoch snapshot sees buffered batches too
-            mid = probe.snapshot()
+            mid = probe.record()
             assert mid.batches == seen and mid.samples == 2 * seen
             assert mid.status == "in-progress"
-    rec = probe.snapshot()
+    rec = probe.record()
     assert rec.batches == n and rec.samples == 2 * n
     assert rec.wait_s == pytest.approx(0.001 * n)
     assert rec.compute_s == pytest.approx(0.002 * n)
@@ -206,7 +206,7 @@ def test_fixed_batches_count_without_looking_and_clip_the_last():
     probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
     # 10 batches of 4 from 37 samples: the last batch holds 1
     list(probe.iterate(TimedSource(clock, [0.01] * 10, batch_size=4), FixedBatches(4, 37)))
-    rec = probe.snapshot()
+    rec = probe.record()
     assert rec.samples == 37
     assert [b.samples for b in rec.timeline] == [4] * 9 + [1]
 
@@ -220,7 +220,7 @@ def test_memory_stays_bounded_as_the_run_grows():
         tracemalloc.start()
         for _ in probe.iterate(itertools.repeat((1, 2), batches)):
             pass
-        record = probe.snapshot()
+        record = probe.record()
         _, top = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         assert record.batches == batches
@@ -229,3 +229,43 @@ def test_memory_stays_bounded_as_the_run_grows():
     short, long = peak(20_000), peak(200_000)
     assert long < 4 * 2**20  # a few MB whatever the length: the timeline is decimated
     assert long < short * 1.5 + 2**20  # ten times the batches, not ten times the memory
+
+
+class _Observer:
+    """A batch observer that notes what it sees and raises at the ``fail_at``-th batch."""
+
+    name = "test_observer"
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.fail_at, self.waits, self.raises = fail_at, [], 0
+
+    def attach(self, iterator) -> bool:
+        return True
+
+    def before_next(self) -> None:
+        pass
+
+    def after_next(self, wait_s: float, batch=None) -> None:
+        if len(self.waits) == self.fail_at:
+            raise RuntimeError("observer bug")
+        self.waits.append(wait_s)
+
+    def after_raise(self) -> None:
+        self.raises += 1
+
+
+def test_one_iterator_calls_observers_with_the_consumer_wait_and_drops_one_that_raises():
+    clock = FakeClock(100.0)
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    good, bad, dropped = _Observer(), _Observer(fail_at=1), []
+    source = TimedSource(clock, [0.5, 0.25, 0.125, 0.0625], fail_at=3, exc=ValueError("bad"))
+    iterator = probe.iterate(source, observers=(good, bad),
+                             on_observer_error=lambda o, e: dropped.append((o, str(e))))
+    got = [next(iterator) for _ in range(3)]
+    with pytest.raises(ValueError, match="bad"):  # the loader's own error, unchanged
+        next(iterator)
+    assert got == [[0] * 4, [1] * 4, [2] * 4]
+    assert good.waits == [0.5, 0.25, 0.125] and good.raises == 1
+    assert bad.waits == [0.5] and bad.raises == 0  # dropped at its second batch
+    assert dropped == [(bad, "observer bug")]
+    assert probe.record().batches == 3
