@@ -119,12 +119,12 @@ def attach(pid: int, duration_s: Optional[float] = None, *, rate_hz: Optional[in
     ended = time.time()
     with _no_interrupts():  # a second Ctrl-C must not lose what was measured
         sampler.stop()
-        stacks = sampler.snapshot()
+        stacks = sampler.record()
         with lock:
             workers.update({int(p): i for i, p in enumerate(
                 sorted(stacks.worker_samples_by_pid, key=int))})
         host.stop()
-        host_record = host.snapshot()
+        host_record = host.record()
     analysis = analyze_attach(stacks, host_record, pid=pid, status=status,
                               window_start_unix_s=started, window_end_unix_s=ended)
     processes = [dataclasses.replace(p, cpu=[]) for p in host_record.processes]

@@ -158,7 +158,7 @@ def test_host_probe_reads_memory_faster_in_its_early_window():
     probe.start()
     time.sleep(4.0)
     probe.stop()
-    (main,) = [p for p in probe.snapshot().processes if p.role == "main"]
+    (main,) = [p for p in probe.record().processes if p.role == "main"]
     times = [m.at_s - main.memory[0].at_s for m in main.memory]
     early = [t for t in times if t < 1.5]
     late = [t for t in times if t >= 1.6]
