@@ -18,7 +18,7 @@ from pipecheck.analysis import analyze
 from pipecheck.analysis.bound import (CPU_BOUND, IO_BOUND, LATENCY_BOUND, classify,
                                       workers_class)
 from pipecheck.records import WorkerSummary
-from pipecheck.recommend import recommend
+from pipecheck.recommend import MAX_CPU_BOUND_WORKERS_PER_CPU, recommend
 
 SAMPLE_COST_S = 0.01
 STEP_S = 0.005  # a step much shorter than a batch (4 samples): the runs are input-bound
@@ -139,7 +139,9 @@ def test_workers_class_is_the_class_with_most_busy_time():
 
 def test_a_contended_worker_is_held_to_the_cores():
     # Workers at 30% CPU would pass for latency-bound, but they wait for a core the rest of the
-    # time: with the run queue measured the class is cpu-bound and the proposal stays at the cores.
+    # time: with the run queue measured the class is cpu-bound, and the proposal stops where the
+    # fair-share model's CPU cap stops the gain (at most MAX_CPU_BOUND_WORKERS_PER_CPU a CPU),
+    # well below the latency-bound reading's.
     spec = FakeRun(num_workers=1, production_s=0.1, step_s=0.02, worker_cpu_fraction=0.3,
                    main_step_cpu_fraction=0.02)
     run = simulate(spec)
@@ -150,7 +152,12 @@ def test_a_contended_worker_is_held_to_the_cores():
     plain = {r.setting: r for r in recommend(run, analyze(run))}["num_workers"]
     held = {r.setting: r for r in recommend(contended, analyze(contended))}["num_workers"]
     assert analyze(contended).producer.workers_class == CPU_BOUND
-    assert plain.proposed > 2 >= held.proposed
+    assert plain.proposed > held.proposed
+    assert held.proposed <= MAX_CPU_BOUND_WORKERS_PER_CPU * run.environment.usable_cpus
+    model = analyze(contended).model
+    more = model.predict(dataclasses.replace(model.measured, num_workers=held.proposed + 1))
+    assert more.steady_batches_per_s <= 1.05 * model.predict(
+        dataclasses.replace(model.measured, num_workers=held.proposed)).steady_batches_per_s
 
 
 def test_reports_written_before_these_fields_still_load(sleepy):
