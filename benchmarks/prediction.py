@@ -190,6 +190,7 @@ def run(name: str, dataset: Dataset, condition: str, args: argparse.Namespace) -
         report = wrapped.report()
         wrapped.close()
         if args.reports:
+            os.makedirs(args.reports, exist_ok=True)
             report.save(os.path.join(args.reports, f"{name}-{condition}.json"))
         settings, predicted, label, interval = recommendation_of(report)
         achieved = train_for(loader_with(dataset, settings), args.seconds, Model())
