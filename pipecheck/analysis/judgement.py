@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Optional
 
 from pipecheck.analysis.consumer import mean_steady_wait_s
-from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR
+from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR, measured_settings
 from pipecheck.analysis.stats import ratio
 from pipecheck.records import (
     ConsumerSummary,
@@ -94,7 +94,11 @@ def judge_capacity(
     capacity_ratio = capacity / demand if capacity is not None and demand else None
     keeps_up = None if verdict == "no-data" else verdict != "input-bound"
     note = None
-    if capacity_ratio is not None and stall is not None:
+    # With num_workers=0 production and the step take turns (no overlap): the loop waits for
+    # every batch whatever capacity / demand is (stall = 1 / (1 + ratio)), so a high stall
+    # beside a ratio above 1 is what the estimate predicts, not a contradiction.
+    serial = measured_settings(run).num_workers == 0
+    if capacity_ratio is not None and stall is not None and not serial:
         if verdict == "input-bound" and capacity_ratio >= 1.0:
             note = _estimate_too_high(capacity_ratio, stall, steady, run, consumer, producer,
                                       findings)

@@ -112,7 +112,11 @@ def capacity_phrase(report: "Report") -> Optional[str]:
     if judgement is None or judgement.loader_keeps_up is None:
         side = "cannot keep up with" if ratio < 1 else "can keep up with"
         return f"{ratio:.2f}x (the loader {side} the step)"
-    if diagnosis.verdict == "balanced":
+    if (report.loader.num_workers == 0 and report.producer.probe == "main-process"
+            and diagnosis.verdict == "input-bound"):
+        conclusion = ("the loader does not keep up with the step: with num_workers=0 production "
+                      "and the step take turns, so the loop waits for every batch")
+    elif diagnosis.verdict == "balanced":
         conclusion = "the loader nearly keeps up with the step"
     elif judgement.loader_keeps_up:
         conclusion = "the loader keeps up with the step"

@@ -258,3 +258,21 @@ def test_reports_without_the_new_keys_still_load_and_render():
     assert "data goodput" in text.splitlines()[0] or "data goodput" in _flat(text)
     assert "per 10,000 steps" not in text
     render_markdown(old), render_html(old)
+
+
+def test_a_serial_loader_with_capacity_near_demand_is_not_called_a_contradiction():
+    # With num_workers=0 production and the step take turns: capacity equal to demand means
+    # the loop waits half its time, exactly what it measures. That is no contradiction, and
+    # the model must still propose workers (the demo's case: 1.04x and a 49% stall).
+    run = simulate(FakeRun(num_workers=0, prefetch_factor=None, step_s=0.05, production_s=0.048,
+                           worker_cpu_fraction=1.0, main_step_cpu_fraction=0.5))
+    analysis = analyze(run)
+    judgement = analysis.diagnosis.judgement
+    assert analysis.diagnosis.verdict == "input-bound"
+    assert judgement.capacity_demand_ratio > 1.0
+    assert judgement.capacity_note is None
+    proposals = {r.setting: r for r in recommend(run, analysis)}
+    assert proposals["num_workers"].proposed >= 1
+    text = build_report(run).render(width=100)
+    assert "the measured stall, which wins" not in text
+    assert "No recommendations" not in text
