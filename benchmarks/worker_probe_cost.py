@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torch.utils.data import DataLoader, Dataset  # noqa: E402
+from torch.utils.data import Dataset  # noqa: E402
 
 from pipecheck.probes.workers import WorkerProbe  # noqa: E402
 
@@ -63,11 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     dataset = TrivialDataset(args.samples)
-    loader = DataLoader(dataset, batch_size=64, collate_fn=trivial_collate)
     probe = WorkerProbe(0, run_start=time.perf_counter(), ring_size=1024)
     try:
-        clone = probe.instrument(loader)
-        proxy, timed_collate = clone.dataset, clone.collate_fn
+        # What torch's iterator gets (the loader's own attributes read as the user's): the
+        # timed twin of the dataset and the timed collate.
+        proxy = probe.timed_dataset(dataset)
+        timed_collate = probe.timed_collate(trivial_collate)
+        assert proxy is not dataset and timed_collate is not trivial_collate
         indices = range(args.samples)
         batch = list(range(64))
 
