@@ -76,6 +76,23 @@ from pipecheck.records import ConsumerSummary, ProducerSummary, RunRecord
 TORCH_DEFAULT_PREFETCH_FACTOR = 2
 """``DataLoader``'s ``prefetch_factor`` when it is ``None`` and ``num_workers > 0``."""
 
+RECEIVE_FIXED_S = 0.8e-3
+"""Main-thread CPU seconds to receive one ready batch of a tensor and its indices from a worker
+(queue get, unpickling, rebuilding the shared-memory storages), used when the run had no
+workers to measure it in. Measured with ``python benchmarks/receive_cost.py`` on the project's
+2-core machine: 761-928 us a batch in two runs, fitted over 4 KB to 39 MB batches."""
+
+RECEIVE_S_PER_MB = 0.1e-3
+"""Further main-thread CPU seconds per MB of tensor data in the batch (mapping its pages), from
+the same two runs (56-120 us per MB)."""
+
+
+def estimated_receive_s(batch_bytes: Optional[int]) -> float:
+    """The hand-over estimate in seconds per batch for a batch of ``batch_bytes`` tensor bytes
+    (``None``: the fixed part only); see :data:`RECEIVE_FIXED_S`."""
+    return RECEIVE_FIXED_S + RECEIVE_S_PER_MB * (batch_bytes or 0) / 1e6
+
+
 MIN_STEADY_BATCHES = 20
 """Fewest steady batches (not first of an epoch) pipecheck builds a model and recommends from;
 fewer give rates dominated by warm-up noise. pipecheck's choice."""
@@ -479,9 +496,11 @@ def build_model(
     ]
     receive_s = wait_cpu_per_batch_s(run.consumer) if run.worker_probe == "workers" else None
     if receive_s is None:
-        receive_s = 0.0
-        assumptions.append("the main thread's cost of receiving a batch from a worker is not "
-                           "measured and taken as 0")
+        receive_s = estimated_receive_s(run.consumer.batch_bytes)
+        assumptions.append(
+            "the main thread's cost of receiving a batch from a worker was not measured (no "
+            f"workers): estimated at {receive_s * 1e3:.2f} ms a batch from the batch's size "
+            "(pipecheck's measurement of torch's hand-over)")
     worker_cpu = producer.cpu_per_batch_s
     if worker_cpu is None:
         worker_cpu = ASSUMED_PRODUCTION_CPU_FRACTION / per_worker
