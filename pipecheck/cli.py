@@ -582,9 +582,10 @@ class AttachCommand(Command):
         parser.add_argument("pid", metavar="PID", type=_count(1),
                             help="process id of the training script")
         parser.add_argument("--duration", metavar="S", type=_seconds,
-                            help="seconds to sample (default: pipecheck.attach.DEFAULT_DURATION_S)")
+                            help="seconds to sample (default 10: "
+                            "pipecheck.attach.DEFAULT_DURATION_S)")
         parser.add_argument("--rate", metavar="HZ", type=_count(1),
-                            help="samples per second and process (default: "
+                            help="samples per second and process (default 50: "
                             "pipecheck.attach.ATTACH_RATE_HZ)")
         _add_output_options(parser)
 

@@ -228,3 +228,13 @@ def test_wilson_interval_matches_newcombes_worked_example():
     assert low == 0.0 and 0 < high < 0.35
     with pytest.raises(ValueError):
         wilson_interval(11, 10)
+
+
+def test_the_help_states_the_defaults_attach_uses(capsys):
+    from pipecheck import attach as attach_module
+    from pipecheck.cli import main
+
+    assert main(["attach", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"default {attach_module.DEFAULT_DURATION_S:g}:" in text
+    assert f"default {attach_module.ATTACH_RATE_HZ}:" in text
