@@ -19,6 +19,16 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from pipecheck.kinds import (
+    ConsumerStatus,
+    FindingKindName,
+    ProcessRole,
+    ReportKind,
+    Severity,
+    Verdict,
+    WorkerBound,
+)
+
 # ---------------------------------------------------------------------------------------------
 # Context: where the run happened and what loader it measured
 # ---------------------------------------------------------------------------------------------
@@ -132,7 +142,7 @@ class ConsumerRecord:
     epochs: list[EpochTiming]
     timeline: list[BatchTiming]
     timeline_stride: int
-    status: str
+    status: ConsumerStatus
     error: Optional[str] = None
     """The last exception a ``next()`` raised, as one line; ``None`` when none did."""
     errors: int = 0
@@ -252,7 +262,7 @@ class ProcessStats:
     dropped when full)."""
 
     pid: int
-    role: str
+    role: ProcessRole
     cpu_s: float
     cpu_percent_mean: float
     rss_max_bytes: int
@@ -436,7 +446,7 @@ def check_rank(rank: int, world_size: int) -> None:
 class RunRecord:
     """Everything one driver (wrap or stress) measured, before any analysis."""
 
-    kind: str
+    kind: ReportKind
     created: str
     environment: Environment
     loader: LoaderConfig
@@ -508,7 +518,7 @@ class ConsumerSummary:
     demand_batches_per_s: Optional[float] = None
     wait_time_s: Optional[Quantiles] = None
     compute_time_s: Optional[Quantiles] = None
-    status: str = "complete"
+    status: ConsumerStatus = "complete"
     error: Optional[str] = None
     errors: int = 0
     """``next()`` calls that raised; the loop may have gone on past them."""
@@ -540,7 +550,7 @@ class WorkerSummary:
     pss_max_bytes: Optional[int] = None
     runqueue_fraction: Optional[float] = None
     storage_read_bytes_per_s: Optional[float] = None
-    bound: Optional[str] = None
+    bound: Optional[WorkerBound] = None
     uss_max_bytes: Optional[int] = None
     memory_growth_bytes_per_s: Optional[float] = None
 
@@ -562,7 +572,7 @@ class ProducerSummary:
     cpu_per_batch_s: Optional[float] = None
     cpu_fraction: Optional[float] = None
     main_cpu_per_batch_s: Optional[float] = None
-    workers_class: Optional[str] = None
+    workers_class: Optional[WorkerBound] = None
     workers_class_basis: Optional[str] = None
     stages: list[dict[str, Any]] = field(default_factory=list)
     """Exclusive time per pipeline stage, largest first
@@ -578,8 +588,8 @@ class Finding:
     ``severity`` is ``info``, ``warning`` or ``critical``; ``evidence`` holds the numbers behind
     the message, with units in the keys."""
 
-    kind: str
-    severity: str
+    kind: FindingKindName
+    severity: Severity
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
 
@@ -616,7 +626,7 @@ class Diagnosis:
     figures the verdict, the capacity line and the recommendations share (``None`` in reports
     written before it existed)."""
 
-    verdict: str
+    verdict: Verdict
     bottleneck: str
     findings: list[Finding]
     thresholds: dict[str, float] = field(default_factory=dict)
@@ -677,9 +687,9 @@ class RankSummary:
     stall_fraction: Optional[float]
     samples_per_s: Optional[float]
     wait_per_batch_s: Optional[float]
-    verdict: str
+    verdict: Verdict
     hostname: Optional[str] = None
-    status: str = "complete"
+    status: ConsumerStatus = "complete"
     source: Optional[str] = None
     steady_stall_fraction: Optional[float] = None
     shards: Optional[int] = None
@@ -802,7 +812,8 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
     (or ``dict`` key) holding them, ``ValueError`` naming the path otherwise (the unit
     conventions of the module docstring: ``*_fraction`` in 0-1, every other number >= 0 except
     :data:`SIGNED_FIELDS` and times ``at_s`` / ``*_at_s``); ``name`` is that field's name.
-    ``Any``-typed values (``stress``, ``sharding``, evidence) are taken as they are.
+    ``Any``-typed values (``stress``, ``sharding``, evidence) are taken as they are; a
+    ``Literal`` of strings (:mod:`pipecheck.kinds`) takes any string, listed or not.
     """
     kind, args = _plan(cls)
     if kind == "any":
@@ -872,6 +883,10 @@ def _plan(cls: Any) -> tuple[str, Any]:
         args = typing.get_args(cls)
         inner = [a for a in args if a is not type(None)]
         return "optional", (inner[0], type(None) in args)
+    if origin is typing.Literal and all(isinstance(a, str) for a in typing.get_args(cls)):
+        # A Literal of strings (pipecheck.kinds) loads as any string: a newer writer's value
+        # (a new finding kind, say) must not fail the load.
+        return "str", None
     if dataclasses.is_dataclass(cls):
         return "dataclass", None
     if origin is list:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from pipecheck.analysis.verdict import DEFAULT_COMPUTE_BOUND_STALL
+from pipecheck.kinds import FindingKind
 from pipecheck.records import Expected, Finding, Recommendation
 
 SHARE_OF_WAIT_THRESHOLD = 0.25
@@ -54,7 +55,7 @@ def head_of_line_finding(summary: Optional[dict[str, Any]], loop_s: float,
         return None
     ready = summary.get("mean_ready_later")
     return Finding(
-        "head-of-line-blocking", "warning",
+        FindingKind.HEAD_OF_LINE_BLOCKING, "warning",
         f"{blocked / wait:.0%} of the data wait ({blocked:.2f} s, {blocked / loop_s:.1%} of "
         f"loop time) was spent on one batch while later ones were done"
         + (f" ({ready:.1f} on average)" if ready is not None else "")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
+from pipecheck.kinds import FindingKind
+
 if TYPE_CHECKING:
     from pipecheck.records import ConsumerSummary, Finding, ProducerSummary
 
@@ -80,7 +82,7 @@ def pipeline_findings(producer: "ProducerSummary", consumer: "ConsumerSummary"
         place = "worker" if top["where"] == "workers" else "main-process"
         per_item = top["exclusive_s"] / top["samples_out"] if top["samples_out"] else None
         findings.append(Finding(
-            "dominant-stage", "info",
+            FindingKind.DOMINANT_STAGE, "info",
             f"{top['fraction']:.0%} of {place} pipeline time is in the {top['name']} stage "
             f"({top['exclusive_s']:.2f} s exclusive"
             + (f", {per_item * 1e3:.2f} ms per item" if per_item is not None else "") + ")",
