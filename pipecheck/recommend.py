@@ -32,7 +32,14 @@ from pipecheck.analysis.model import (
     ThroughputModel,
 )
 from pipecheck.analysis.stats import mean
-from pipecheck.kinds import COMPUTE_BOUND, CPU_BOUND, FindingKind, INPUT_BOUND, IO_BOUND, LATENCY_BOUND
+from pipecheck.kinds import (
+    COMPUTE_BOUND,
+    CPU_BOUND,
+    INPUT_BOUND,
+    IO_BOUND,
+    LATENCY_BOUND,
+    FindingKind,
+)
 from pipecheck.units import batch_rate, count, percent, seconds, size
 from pipecheck.records import ConsumerSummary, Expected, Recommendation, RunRecord
 

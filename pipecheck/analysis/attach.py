@@ -254,7 +254,8 @@ def _findings(stacks: StacksRecord, verdict: Verdict, stall: Optional[float],
                         "(--duration) to settle it")
         severity: Severity = ("critical" if verdict == INPUT_BOUND and stall >= CRITICAL_STALL
                     else "warning" if verdict == INPUT_BOUND else "info")
-        findings.append(Finding(kind=VERDICT_FINDING[verdict], severity=severity, message=message + ".",
+        findings.append(Finding(kind=VERDICT_FINDING[verdict], severity=severity,
+                                message=message + ".",
                                 evidence=evidence))
     growing = [w["pid"] for w in workers if w["memory_growth_significant"]]
     if growing:

@@ -214,7 +214,8 @@ def _verdict_finding(
         )
         severity = "info"
     evidence["threshold_fraction"] = threshold
-    return Finding(kind=VERDICT_FINDING[verdict], severity=severity, message=message + ".", evidence=evidence)
+    return Finding(kind=VERDICT_FINDING[verdict], severity=severity, message=message + ".",
+                   evidence=evidence)
 
 
 def _negligible(wait_s: Optional[float]) -> bool:

@@ -49,7 +49,8 @@ def stress_diagnosis(diagnosis: Diagnosis) -> Diagnosis:
     (:func:`stress_recommendations`) and the model only proposes the settings the sweep did not
     search, so the finding says that instead, and whether there are recommendations is told
     by the stress section alone."""
-    findings = [_restated(f) if f.kind == FindingKind.INSUFFICIENT_DATA else f for f in diagnosis.findings]
+    findings = [_restated(f) if f.kind == FindingKind.INSUFFICIENT_DATA else f
+                for f in diagnosis.findings]
     return dataclasses.replace(diagnosis, findings=findings)
 
 
