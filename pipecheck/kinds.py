@@ -95,6 +95,14 @@ ATTACH: Final = "attach"
 REPORT_KINDS: Final[tuple[ReportKind, ...]] = (WRAP, STRESS, ATTACH)
 
 # ---------------------------------------------------------------------------------------------
+# Head-of-line probe status (``HeadOfLineSummary.status``)
+# ---------------------------------------------------------------------------------------------
+
+HeadOfLineStatus = Literal["ok", "off", "unavailable"]
+"""``off``: not an in-order multi-worker iterator (or never attached); ``unavailable``: torch's
+private iterator state is not as expected."""
+
+# ---------------------------------------------------------------------------------------------
 # Finding kinds
 # ---------------------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import Any, Optional, Union
 from pipecheck.kinds import (
     ConsumerStatus,
     FindingKindName,
+    HeadOfLineStatus,
     ProcessRole,
     ReportKind,
     Severity,
@@ -408,6 +409,31 @@ class DeviceRecord:
 
 
 @dataclass(frozen=True)
+class HeadOfLineSummary:
+    """Head-of-line blocking totals of an in-order multi-worker loader
+    (:class:`pipecheck.probes.hol.HeadOfLineProbe`).
+
+    ``status`` is ``ok``, ``off`` (the loader is not in-order multi-worker, or the probe was
+    never attached) or ``unavailable`` (torch's private iterator state is not as expected),
+    with ``note`` saying why. ``waits`` / ``wait_s``: ``next()`` calls followed and the seconds
+    waited in them; ``blocked_waits`` / ``blocked_wait_s``: those during which later batches
+    were already done (the awaited batch blocked them); ``mean_ready_later``: batches done
+    ahead on average during a blocked wait (``None`` with no blocked wait).
+    ``wait_s_by_worker`` / ``blocked_s_by_worker``: the same seconds by the awaited batch's
+    worker id (as text)."""
+
+    status: HeadOfLineStatus
+    note: Optional[str]
+    waits: int
+    wait_s: float
+    blocked_waits: int
+    blocked_wait_s: float
+    mean_ready_later: Optional[float]
+    wait_s_by_worker: dict[str, float] = field(default_factory=dict)
+    blocked_s_by_worker: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RankInfo:
     """Which torch.distributed rank recorded a run: ``rank`` (0 to ``world_size - 1``) and
     ``local_rank`` (on its node, from ``LOCAL_RANK``; ``None`` when not set), ``backend`` of the
@@ -466,8 +492,8 @@ class RunRecord:
     stages: list[dict[str, Any]] = field(default_factory=list)
     """Per-process pipeline / user stage totals
     (:meth:`pipecheck.probes.stages.StageTotals.snapshot`)."""
-    head_of_line: Optional[dict[str, Any]] = None
-    """Head-of-line blocking totals (:meth:`pipecheck.probes.hol.HeadOfLineProbe.summary`)."""
+    head_of_line: Optional[HeadOfLineSummary] = None
+    """Head-of-line blocking totals (:meth:`pipecheck.probes.hol.HeadOfLineProbe.record`)."""
     sharding: Optional[dict[str, Any]] = None
     """The shard-assignment dry run of a WebDataset loader
     (:func:`pipecheck.analysis.sharding.analyze_sharding`)."""
@@ -578,7 +604,7 @@ class ProducerSummary:
     """Exclusive time per pipeline stage, largest first
     (:func:`pipecheck.analysis.stages.stage_table`): ``{name, where, exclusive_s, fraction,
     samples_in, samples_out, bytes_read, workers}``."""
-    head_of_line: Optional[dict[str, Any]] = None
+    head_of_line: Optional[HeadOfLineSummary] = None
     """Head-of-line blocking totals for in-order multi-worker loaders (``None``: not probed)."""
 
 
