@@ -95,6 +95,14 @@ ATTACH: Final = "attach"
 REPORT_KINDS: Final[tuple[ReportKind, ...]] = (WRAP, STRESS, ATTACH)
 
 # ---------------------------------------------------------------------------------------------
+# Where a pipeline stage ran (``StageRow.where``)
+# ---------------------------------------------------------------------------------------------
+
+StagePlace = Literal["main", "workers"]
+"""``main``: the main process (``num_workers=0``, or a stage after the DataLoader);
+``workers``: the DataLoader's worker processes."""
+
+# ---------------------------------------------------------------------------------------------
 # Head-of-line probe status (``HeadOfLineSummary.status``)
 # ---------------------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from pipecheck.kinds import (
     ConsumerStatus,
     FindingKindName,
     HeadOfLineStatus,
+    StagePlace,
     ProcessRole,
     ReportKind,
     Severity,
@@ -582,6 +583,30 @@ class WorkerSummary:
 
 
 @dataclass(frozen=True)
+class StageRow:
+    """One pipeline stage's exclusive time in one place
+    (:func:`pipecheck.analysis.stages.stage_table`).
+
+    ``where``: ``main`` or ``workers``; ``exclusive_s``: seconds spent in the stage's own work
+    (not in the stages it pulls from), summed over the processes of that place; ``fraction``:
+    its share (0-1) of that place's stage time (``None`` when that is 0); ``samples_in`` /
+    ``samples_out``: items pulled from upstream / yielded (``samples_in`` is ``None`` for a
+    source or user stage; a filter shows as fewer out than in); ``bytes_read``: bytes of the
+    local shard files an opener stage opened (0 for other stages; ``None`` in reports written
+    before it was measured); ``workers``: exclusive seconds by process (worker id as text,
+    ``main`` for the main process)."""
+
+    name: str
+    where: StagePlace
+    exclusive_s: float
+    fraction: Optional[float]
+    samples_in: Optional[int]
+    samples_out: int
+    bytes_read: Optional[int] = None
+    workers: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ProducerSummary:
     """The producer's side. ``capacity_batches_per_s`` is what the loader could deliver with no
     consumer limit; ``capacity_basis`` says in words how it was derived. ``workers_class`` is
@@ -600,10 +625,9 @@ class ProducerSummary:
     main_cpu_per_batch_s: Optional[float] = None
     workers_class: Optional[WorkerBound] = None
     workers_class_basis: Optional[str] = None
-    stages: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[StageRow] = field(default_factory=list)
     """Exclusive time per pipeline stage, largest first
-    (:func:`pipecheck.analysis.stages.stage_table`): ``{name, where, exclusive_s, fraction,
-    samples_in, samples_out, bytes_read, workers}``."""
+    (:func:`pipecheck.analysis.stages.stage_table`)."""
     head_of_line: Optional[HeadOfLineSummary] = None
     """Head-of-line blocking totals for in-order multi-worker loaders (``None``: not probed)."""
 
