@@ -23,6 +23,7 @@ import os
 import socket
 from typing import Any, Optional
 
+from pipecheck.kinds import FindingKind
 from pipecheck.rank_files import rank_path as rank_path  # re-exported: its documented home
 from pipecheck.records import RankInfo, RankSummary, from_jsonable, to_jsonable
 
@@ -127,7 +128,7 @@ def gather_report(report: Any, timeout_s: float = DEFAULT_GATHER_TIMEOUT_S) -> A
         if report.rank.rank != 0:
             return report
         merged = with_ranks(report, [own], world_size)
-        failed = Finding(kind="gather-failed", severity="warning",
+        failed = Finding(kind=FindingKind.GATHER_FAILED, severity="warning",
                          message=f"Gathering the other ranks' summaries failed after at most "
                          f"{timeout_s:g} s ({err}); each rank's own file still holds its data.",
                          evidence={"timeout_s": timeout_s, "error": str(err)})
@@ -153,7 +154,7 @@ def reuse_gathered(report: Any, last: Any) -> Any:
     own = own_summary(report)
     others = [s for s in last.ranks.ranks if s.rank != own.rank]
     merged = with_ranks(report, [own, *others], report.rank.world_size)
-    failed = [f for f in last.diagnosis.findings if f.kind == "gather-failed"]
+    failed = [f for f in last.diagnosis.findings if f.kind == FindingKind.GATHER_FAILED]
     if not failed:
         return merged
     return dataclasses.replace(merged, diagnosis=dataclasses.replace(

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from pipecheck.analysis.ranks import analyze_ranks, rank_summary
 from pipecheck.errors import BadInputError
+from pipecheck.kinds import FindingKind
 from pipecheck.records import RankSummary
 from pipecheck.report import Report
 
@@ -29,7 +30,7 @@ def with_ranks(report: Report, summaries: Sequence[RankSummary], world_size: int
     rank findings it already had)."""
     ranks, findings = analyze_ranks(summaries, world_size)
     kept = [f for f in report.diagnosis.findings
-            if f.kind not in ("straggler-rank", "ranks-missing")]
+            if f.kind not in (FindingKind.STRAGGLER_RANK, FindingKind.RANKS_MISSING)]
     diagnosis = dataclasses.replace(report.diagnosis, findings=findings + kept)
     return dataclasses.replace(report, ranks=ranks, diagnosis=diagnosis)
 

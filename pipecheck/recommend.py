@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from pipecheck.analysis import Analysis
-from pipecheck.analysis.bound import CPU_BOUND, CPU_BOUND_FRACTION, IO_BOUND, LATENCY_BOUND
+from pipecheck.analysis.bound import CPU_BOUND_FRACTION
 from pipecheck.analysis.causes import CONTENDED_CPU_FRACTION
 from pipecheck.analysis.consumer import mean_epoch_wall_s
 from pipecheck.analysis.memory import SHM_HEADROOM_FACTOR
@@ -32,6 +32,14 @@ from pipecheck.analysis.model import (
     ThroughputModel,
 )
 from pipecheck.analysis.stats import mean
+from pipecheck.kinds import (
+    COMPUTE_BOUND,
+    CPU_BOUND,
+    INPUT_BOUND,
+    IO_BOUND,
+    LATENCY_BOUND,
+    FindingKind,
+)
 from pipecheck.units import batch_rate, count, percent, seconds, size
 from pipecheck.records import ConsumerSummary, Expected, Recommendation, RunRecord
 
@@ -205,7 +213,7 @@ def pipeline_recommendations(run: RunRecord, analysis: Analysis) -> list[Recomme
     found: list[Recommendation] = []
     consumer = analysis.consumer
     for finding in analysis.diagnosis.findings:
-        if finding.kind == "head-of-line-blocking":
+        if finding.kind == FindingKind.HEAD_OF_LINE_BLOCKING:
             rec = in_order_recommendation(finding, wait_s=consumer.wait_s,
                                           compute_s=consumer.compute_s,
                                           samples=consumer.samples,
@@ -260,7 +268,7 @@ def _more_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
     (up to :data:`MAX_CPU_BOUND_WORKERS_PER_CPU` per CPU) only where that is predicted to pay;
     without host data CPU-bound work keeps :func:`cpu_bound_worker_limit`."""
     model = context.model
-    if context.analysis.diagnosis.verdict != "input-bound":
+    if context.analysis.diagnosis.verdict != INPUT_BOUND:
         return None
     capacity, _ = model.capacity(settings.num_workers)
     if settings.num_workers > 0 and capacity >= 1.0 / model.consumer_floor_s():
@@ -455,7 +463,7 @@ def _fewer_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
     """Compute-bound with large headroom: the fewest workers (>= 1) whose capacity stays at
     :data:`DOWN_HEADROOM` x demand and whose predicted stall stays compute-bound."""
     model = context.model
-    if context.analysis.diagnosis.verdict != "compute-bound" or settings.num_workers < 2:
+    if context.analysis.diagnosis.verdict != COMPUTE_BOUND or settings.num_workers < 2:
         return None
     demand = model.demand_batches_per_s
     found = _fewest_sufficient_workers(context, settings)

@@ -19,6 +19,18 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from pipecheck.kinds import (
+    ConsumerStatus,
+    FindingKindName,
+    HeadOfLineStatus,
+    StagePlace,
+    ProcessRole,
+    ReportKind,
+    Severity,
+    Verdict,
+    WorkerBound,
+)
+
 # ---------------------------------------------------------------------------------------------
 # Context: where the run happened and what loader it measured
 # ---------------------------------------------------------------------------------------------
@@ -132,7 +144,7 @@ class ConsumerRecord:
     epochs: list[EpochTiming]
     timeline: list[BatchTiming]
     timeline_stride: int
-    status: str
+    status: ConsumerStatus
     error: Optional[str] = None
     """The last exception a ``next()`` raised, as one line; ``None`` when none did."""
     errors: int = 0
@@ -252,7 +264,7 @@ class ProcessStats:
     dropped when full)."""
 
     pid: int
-    role: str
+    role: ProcessRole
     cpu_s: float
     cpu_percent_mean: float
     rss_max_bytes: int
@@ -398,6 +410,31 @@ class DeviceRecord:
 
 
 @dataclass(frozen=True)
+class HeadOfLineSummary:
+    """Head-of-line blocking totals of an in-order multi-worker loader
+    (:class:`pipecheck.probes.hol.HeadOfLineProbe`).
+
+    ``status`` is ``ok``, ``off`` (the loader is not in-order multi-worker, or the probe was
+    never attached) or ``unavailable`` (torch's private iterator state is not as expected),
+    with ``note`` saying why. ``waits`` / ``wait_s``: ``next()`` calls followed and the seconds
+    waited in them; ``blocked_waits`` / ``blocked_wait_s``: those during which later batches
+    were already done (the awaited batch blocked them); ``mean_ready_later``: batches done
+    ahead on average during a blocked wait (``None`` with no blocked wait).
+    ``wait_s_by_worker`` / ``blocked_s_by_worker``: the same seconds by the awaited batch's
+    worker id (as text)."""
+
+    status: HeadOfLineStatus
+    note: Optional[str]
+    waits: int
+    wait_s: float
+    blocked_waits: int
+    blocked_wait_s: float
+    mean_ready_later: Optional[float]
+    wait_s_by_worker: dict[str, float] = field(default_factory=dict)
+    blocked_s_by_worker: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RankInfo:
     """Which torch.distributed rank recorded a run: ``rank`` (0 to ``world_size - 1``) and
     ``local_rank`` (on its node, from ``LOCAL_RANK``; ``None`` when not set), ``backend`` of the
@@ -436,7 +473,7 @@ def check_rank(rank: int, world_size: int) -> None:
 class RunRecord:
     """Everything one driver (wrap or stress) measured, before any analysis."""
 
-    kind: str
+    kind: ReportKind
     created: str
     environment: Environment
     loader: LoaderConfig
@@ -456,8 +493,8 @@ class RunRecord:
     stages: list[dict[str, Any]] = field(default_factory=list)
     """Per-process pipeline / user stage totals
     (:meth:`pipecheck.probes.stages.StageTotals.snapshot`)."""
-    head_of_line: Optional[dict[str, Any]] = None
-    """Head-of-line blocking totals (:meth:`pipecheck.probes.hol.HeadOfLineProbe.summary`)."""
+    head_of_line: Optional[HeadOfLineSummary] = None
+    """Head-of-line blocking totals (:meth:`pipecheck.probes.hol.HeadOfLineProbe.record`)."""
     sharding: Optional[dict[str, Any]] = None
     """The shard-assignment dry run of a WebDataset loader
     (:func:`pipecheck.analysis.sharding.analyze_sharding`)."""
@@ -508,7 +545,7 @@ class ConsumerSummary:
     demand_batches_per_s: Optional[float] = None
     wait_time_s: Optional[Quantiles] = None
     compute_time_s: Optional[Quantiles] = None
-    status: str = "complete"
+    status: ConsumerStatus = "complete"
     error: Optional[str] = None
     errors: int = 0
     """``next()`` calls that raised; the loop may have gone on past them."""
@@ -540,9 +577,33 @@ class WorkerSummary:
     pss_max_bytes: Optional[int] = None
     runqueue_fraction: Optional[float] = None
     storage_read_bytes_per_s: Optional[float] = None
-    bound: Optional[str] = None
+    bound: Optional[WorkerBound] = None
     uss_max_bytes: Optional[int] = None
     memory_growth_bytes_per_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class StageRow:
+    """One pipeline stage's exclusive time in one place
+    (:func:`pipecheck.analysis.stages.stage_table`).
+
+    ``where``: ``main`` or ``workers``; ``exclusive_s``: seconds spent in the stage's own work
+    (not in the stages it pulls from), summed over the processes of that place; ``fraction``:
+    its share (0-1) of that place's stage time (``None`` when that is 0); ``samples_in`` /
+    ``samples_out``: items pulled from upstream / yielded (``samples_in`` is ``None`` for a
+    source or user stage; a filter shows as fewer out than in); ``bytes_read``: bytes of the
+    local shard files an opener stage opened (0 for other stages; ``None`` in reports written
+    before it was measured); ``workers``: exclusive seconds by process (worker id as text,
+    ``main`` for the main process)."""
+
+    name: str
+    where: StagePlace
+    exclusive_s: float
+    fraction: Optional[float]
+    samples_in: Optional[int]
+    samples_out: int
+    bytes_read: Optional[int] = None
+    workers: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -562,13 +623,12 @@ class ProducerSummary:
     cpu_per_batch_s: Optional[float] = None
     cpu_fraction: Optional[float] = None
     main_cpu_per_batch_s: Optional[float] = None
-    workers_class: Optional[str] = None
+    workers_class: Optional[WorkerBound] = None
     workers_class_basis: Optional[str] = None
-    stages: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[StageRow] = field(default_factory=list)
     """Exclusive time per pipeline stage, largest first
-    (:func:`pipecheck.analysis.stages.stage_table`): ``{name, where, exclusive_s, fraction,
-    samples_in, samples_out, bytes_read, workers}``."""
-    head_of_line: Optional[dict[str, Any]] = None
+    (:func:`pipecheck.analysis.stages.stage_table`)."""
+    head_of_line: Optional[HeadOfLineSummary] = None
     """Head-of-line blocking totals for in-order multi-worker loaders (``None``: not probed)."""
 
 
@@ -578,8 +638,8 @@ class Finding:
     ``severity`` is ``info``, ``warning`` or ``critical``; ``evidence`` holds the numbers behind
     the message, with units in the keys."""
 
-    kind: str
-    severity: str
+    kind: FindingKindName
+    severity: Severity
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
 
@@ -616,7 +676,7 @@ class Diagnosis:
     figures the verdict, the capacity line and the recommendations share (``None`` in reports
     written before it existed)."""
 
-    verdict: str
+    verdict: Verdict
     bottleneck: str
     findings: list[Finding]
     thresholds: dict[str, float] = field(default_factory=dict)
@@ -677,9 +737,9 @@ class RankSummary:
     stall_fraction: Optional[float]
     samples_per_s: Optional[float]
     wait_per_batch_s: Optional[float]
-    verdict: str
+    verdict: Verdict
     hostname: Optional[str] = None
-    status: str = "complete"
+    status: ConsumerStatus = "complete"
     source: Optional[str] = None
     steady_stall_fraction: Optional[float] = None
     shards: Optional[int] = None
@@ -802,7 +862,8 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
     (or ``dict`` key) holding them, ``ValueError`` naming the path otherwise (the unit
     conventions of the module docstring: ``*_fraction`` in 0-1, every other number >= 0 except
     :data:`SIGNED_FIELDS` and times ``at_s`` / ``*_at_s``); ``name`` is that field's name.
-    ``Any``-typed values (``stress``, ``sharding``, evidence) are taken as they are.
+    ``Any``-typed values (``stress``, ``sharding``, evidence) are taken as they are; a
+    ``Literal`` of strings (:mod:`pipecheck.kinds`) takes any string, listed or not.
     """
     kind, args = _plan(cls)
     if kind == "any":
@@ -872,6 +933,10 @@ def _plan(cls: Any) -> tuple[str, Any]:
         args = typing.get_args(cls)
         inner = [a for a in args if a is not type(None)]
         return "optional", (inner[0], type(None) in args)
+    if origin is typing.Literal and all(isinstance(a, str) for a in typing.get_args(cls)):
+        # A Literal of strings (pipecheck.kinds) loads as any string: a newer writer's value
+        # (a new finding kind, say) must not fail the load.
+        return "str", None
     if dataclasses.is_dataclass(cls):
         return "dataclass", None
     if origin is list:

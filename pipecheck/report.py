@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from pipecheck.errors import BadInputError, ReportFormatError
+from pipecheck.kinds import REPORT_KINDS, ReportKind
 from pipecheck.rank_files import rank_path
 from pipecheck.records import (
     ConsumerSummary,
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 SCHEMA = "pipecheck.report/1"
 """Schema identifier written into (and required from) every saved report."""
 
-KINDS = ("wrap", "stress", "attach")
+KINDS = REPORT_KINDS
 """Which driver produced a report: ``wrap`` (online, inside training), ``stress`` (offline) or
 ``attach`` (``pipecheck attach PID``: py-spy and psutil on a process never wrapped)."""
 
@@ -92,7 +93,7 @@ class Report:
     be known without wrapping (:mod:`pipecheck.analysis.attach`); ``None`` otherwise.
     """
 
-    kind: str
+    kind: ReportKind
     created: str
     environment: Environment
     loader: LoaderConfig

@@ -40,6 +40,16 @@ from pipecheck.analysis.verdict import (
     DEFAULT_INPUT_BOUND_STALL,
 )
 from pipecheck.analysis.judgement import MIN_MATERIAL_WAIT_S
+from pipecheck.kinds import (
+    BALANCED,
+    COMPUTE_BOUND,
+    INPUT_BOUND,
+    NO_DATA,
+    VERDICT_FINDING,
+    FindingKind,
+    Severity,
+    Verdict,
+)
 from pipecheck.records import (
     ConsumerSummary,
     Diagnosis,
@@ -139,25 +149,25 @@ def analyze_attach(
         workers_class=chosen, workers_class_basis=basis)
     findings = _findings(stacks, verdict, stall, interval, seen, thresholds, workers)
     judgement = Judgement(
-        stall_fraction=stall if verdict != "no-data" else None, steady=False,
-        goodput_fraction=1.0 - stall if stall is not None and verdict != "no-data" else None,
+        stall_fraction=stall if verdict != NO_DATA else None, steady=False,
+        goodput_fraction=1.0 - stall if stall is not None and verdict != NO_DATA else None,
         wait_per_batch_s=None, min_wait_per_batch_s=MIN_MATERIAL_WAIT_S,
-        loader_keeps_up=None if verdict == "no-data" else verdict != "input-bound")
+        loader_keeps_up=None if verdict == NO_DATA else verdict != INPUT_BOUND)
     diagnosis = Diagnosis(verdict=verdict, bottleneck=BOTTLENECKS[verdict], findings=findings,
                           thresholds=thresholds, judgement=judgement)
     return AttachAnalysis(consumer, producer, diagnosis, section)
 
 
-def _verdict(stall: Optional[float], input_bound: float, compute_bound: float) -> str:
+def _verdict(stall: Optional[float], input_bound: float, compute_bound: float) -> Verdict:
     """The wrapped run's rule (:func:`pipecheck.analysis.judgement.judge_stall`) on the point
     estimate, without the per-batch floor (no per-batch wait is known)."""
     if stall is None:
-        return "no-data"
+        return NO_DATA
     if stall >= input_bound:
-        return "input-bound"
+        return INPUT_BOUND
     if stall <= compute_bound:
-        return "compute-bound"
-    return "balanced"
+        return COMPUTE_BOUND
+    return BALANCED
 
 
 def _process(host: Optional[HostRecord], pid: int) -> Optional[ProcessStats]:
@@ -213,24 +223,24 @@ def _summary(index: int, worker: dict[str, Any]) -> WorkerSummary:
                          bound=worker["bound"])
 
 
-def _findings(stacks: StacksRecord, verdict: str, stall: Optional[float],
+def _findings(stacks: StacksRecord, verdict: Verdict, stall: Optional[float],
               interval: Optional[tuple[float, float]], seen: bool,
               thresholds: dict[str, float], workers: list[dict[str, Any]]) -> list[Finding]:
     findings = []
     if stacks.status != "ok":
         findings.append(Finding(
-            kind="probe-off", severity="warning",
+            kind=FindingKind.PROBE_OFF, severity="warning",
             message=f"Stacks were not sampled ({stacks.status}): {stacks.note or 'no reason given'}",
             evidence={"status": stacks.status}))
     elif not seen:
         findings.append(Finding(
-            kind="no-dataloader", severity="warning",
+            kind=FindingKind.NO_DATALOADER, severity="warning",
             message=("No DataLoader seen: no main-thread sample was inside "
                      "_BaseDataLoaderIter.__next__ and no child process ran torch's worker "
                      "loop, so there is no stall estimate (is this the training process, and "
                      "is it training?)"),
             evidence={"main_thread_samples": stacks.main_thread_samples}))
-    if verdict != "no-data" and stall is not None and interval is not None:
+    if verdict != NO_DATA and stall is not None and interval is not None:
         low, high = interval
         evidence = {"stall_fraction": stall, "stall_interval": [low, high],
                     "main_thread_samples": stacks.main_thread_samples,
@@ -242,18 +252,19 @@ def _findings(stacks: StacksRecord, verdict: str, stall: Optional[float],
         if _verdict(low, **_named(thresholds)) != _verdict(high, **_named(thresholds)):
             message += ("; the interval spans a verdict threshold, so sample longer "
                         "(--duration) to settle it")
-        severity = ("critical" if verdict == "input-bound" and stall >= CRITICAL_STALL
-                    else "warning" if verdict == "input-bound" else "info")
-        findings.append(Finding(kind=verdict, severity=severity, message=message + ".",
+        severity: Severity = ("critical" if verdict == INPUT_BOUND and stall >= CRITICAL_STALL
+                    else "warning" if verdict == INPUT_BOUND else "info")
+        findings.append(Finding(kind=VERDICT_FINDING[verdict], severity=severity,
+                                message=message + ".",
                                 evidence=evidence))
     growing = [w["pid"] for w in workers if w["memory_growth_significant"]]
     if growing:
         findings.append(Finding(
-            kind="memory-growth", severity="warning",
+            kind=FindingKind.MEMORY_GROWTH, severity="warning",
             message=f"Worker memory (USS) grew steadily in pid {', '.join(map(str, growing))}.",
             evidence={"pids": growing}))
     findings.append(Finding(
-        kind="insufficient-data", severity="info",
+        kind=FindingKind.INSUFFICIENT_DATA, severity="info",
         message="No recommendations: attached without wrapping, pipecheck cannot know the "
                 + "; ".join(UNKNOWN_WITHOUT_WRAPPING[:4]) + ".",
         evidence={"gaps": list(UNKNOWN_WITHOUT_WRAPPING)}))

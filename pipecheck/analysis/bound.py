@@ -37,12 +37,11 @@ from __future__ import annotations
 from typing import Optional
 
 from pipecheck.analysis.stats import ratio
+from pipecheck.kinds import CPU_BOUND, IO_BOUND, LATENCY_BOUND, WORKER_BOUNDS, WorkerBound
 from pipecheck.records import CpuSample, HostRecord, ProcessStats, WorkerRecord, WorkerSummary
 
-CPU_BOUND = "cpu-bound"
-IO_BOUND = "io-bound"
-LATENCY_BOUND = "latency-bound"
-CLASSES = (CPU_BOUND, IO_BOUND, LATENCY_BOUND)
+CLASSES = WORKER_BOUNDS
+"""The classes, in the order of the module docstring (:data:`pipecheck.kinds.WORKER_BOUNDS`)."""
 
 CPU_BOUND_FRACTION = 0.5
 """(CPU + run-queue seconds) per busy second at or above which a worker is CPU-bound."""
@@ -69,7 +68,7 @@ def classify(
     storage_read_bytes_per_s: Optional[float],
     iowait_fraction: Optional[float],
     disk_busy_fraction: Optional[float] = None,
-) -> Optional[str]:
+) -> Optional[WorkerBound]:
     """The class of one producer from its per-busy-second figures (fractions 0-1, bytes/s) and
     the system's iowait and busiest-disk shares (0-1); ``None`` when its CPU was not measured.
     Missing run-queue, storage, iowait or disk figures count as 0."""
@@ -204,7 +203,7 @@ def disk_busy_fraction(host: Optional[HostRecord]) -> Optional[float]:
 
 def workers_class(
     workers: list[WorkerSummary], iowait: Optional[float], disk_busy: Optional[float] = None
-) -> tuple[Optional[str], Optional[str]]:
+) -> tuple[Optional[WorkerBound], Optional[str]]:
     """The class holding most of the classified workers' busy time, and the numbers behind it
     in words; ``(None, None)`` when no worker was classified."""
     classified = [w for w in workers if w.bound is not None and w.busy_s > 0]

@@ -14,6 +14,7 @@ from typing import Optional
 from pipecheck.analysis import bound, memory
 from pipecheck.analysis.contention import other_processes_cpus
 from pipecheck.analysis.producer import usable_host
+from pipecheck.kinds import BALANCED, INPUT_BOUND, WORKERS_FINDING, FindingKind, Verdict
 from pipecheck.records import Finding, ProducerSummary, RunRecord
 from pipecheck.units import percent, seconds, size
 
@@ -46,7 +47,7 @@ one busy neighbour (half the CPUs) moved predictions made from ``num_workers=0``
 share starts to change which worker count wins."""
 
 
-def cause_findings(run: RunRecord, producer: ProducerSummary, verdict: str) -> list[Finding]:
+def cause_findings(run: RunRecord, producer: ProducerSummary, verdict: Verdict) -> list[Finding]:
     """All findings of this module that apply to ``run``, in a fixed order."""
     candidates = [
         contended_host_finding(run),
@@ -80,7 +81,7 @@ def contended_host_finding(run: RunRecord) -> Optional[Finding]:
     waited = (f"; this run's processes waited for a core {percent(queued)} of the time they "
               "wanted one" if queued is not None else "")
     return Finding(
-        kind="contended-host",
+        kind=FindingKind.CONTENDED_HOST,
         severity="warning",
         message=f"Contended host: other processes used {others:.1f} of {cpus} CPUs on average "
         f"during the run (the machine was {percent(host.system_cpu_percent_mean / 100)} busy, "
@@ -97,19 +98,19 @@ def contended_host_finding(run: RunRecord) -> Optional[Finding]:
 def probe_off_findings(run: RunRecord) -> list[Finding]:
     """One ``probe-off`` finding per probe that turned itself off during the run, with its
     reason (for example ``/dev/shm`` too full to reserve the worker timing file)."""
-    return [Finding(kind="probe-off", severity="warning", message=reason,
+    return [Finding(kind=FindingKind.PROBE_OFF, severity="warning", message=reason,
                     evidence={"probe": probe})
             for probe, reason in sorted(run.probes_off.items())]
 
 
-def worker_class_finding(producer: ProducerSummary, verdict: str) -> Optional[Finding]:
+def worker_class_finding(producer: ProducerSummary, verdict: Verdict) -> Optional[Finding]:
     """What the producer waits on, when the loop is input-bound or balanced (when it is
     compute-bound the producer's cause does not hold training back)."""
     name = producer.workers_class
-    if name is None or verdict not in ("input-bound", "balanced"):
+    if name is None or verdict not in (INPUT_BOUND, BALANCED):
         return None
     return Finding(
-        kind=f"{name}-workers",
+        kind=WORKERS_FINDING[name],
         severity="info",
         message=f"The producer is {name} ({producer.workers_class_basis}): "
         f"{_CLASS_ADVICE[name]}.",
@@ -186,7 +187,7 @@ def memory_growth_findings(run: RunRecord, producer: ProducerSummary) -> list[Fi
         )
     return [
         Finding(
-            kind="memory-growth",
+            kind=FindingKind.MEMORY_GROWTH,
             severity="warning" if exhaust_s is None or exhaust_s > EXHAUST_CRITICAL_S
             else "critical",
             message=message,
@@ -230,7 +231,7 @@ def shm_headroom_finding(run: RunRecord) -> Optional[Finding]:
     if shm.free_bytes >= wanted:
         return None
     return Finding(
-        kind="shm-headroom",
+        kind=FindingKind.SHM_HEADROOM,
         severity="critical" if shm.free_bytes < needed else "warning",
         message=f"{shm.path} has {size(shm.free_bytes)} free of {size(shm.total_bytes)}, but the "
         f"prefetch queue holds prefetch_factor {loader.prefetch_factor} x {loader.num_workers} "
@@ -252,7 +253,7 @@ def stacks_finding(run: RunRecord) -> Optional[Finding]:
         return None
     if stacks.status in ("unavailable", "failed"):
         return Finding(
-            kind="stacks-unavailable",
+            kind=FindingKind.STACKS_UNAVAILABLE,
             severity="info",
             message=f"Hot stacks were not sampled: {stacks.note}",
             evidence={"status": stacks.status},
@@ -262,7 +263,7 @@ def stacks_finding(run: RunRecord) -> Optional[Finding]:
     top = stacks.top[0]
     where = "worker" if stacks.worker_samples else "main-process"
     return Finding(
-        kind="hot-function",
+        kind=FindingKind.HOT_FUNCTION,
         severity="info",
         message=f"Hottest function in {where} samples: {top.function} ({top.file}:{top.line}), "
         f"{percent(top.fraction)} of {stacks.worker_samples or stacks.main_samples} on-CPU samples "
@@ -280,7 +281,7 @@ def gpu_idle_finding(run: RunRecord) -> Optional[Finding]:
         return None
     warn = device.idle_fraction >= GPU_IDLE_WARNING_FRACTION
     return Finding(
-        kind="gpu-idle",
+        kind=FindingKind.GPU_IDLE,
         severity="warning" if warn else "info",
         message=f"The GPU stream sat idle waiting for data {seconds(device.idle_s)} "
         f"({percent(device.idle_fraction)} of stream time over {device.batches} batches).",

@@ -9,10 +9,11 @@ ready still have to be received.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from pipecheck.analysis.verdict import DEFAULT_COMPUTE_BOUND_STALL
-from pipecheck.records import Expected, Finding, Recommendation
+from pipecheck.kinds import FindingKind
+from pipecheck.records import Expected, Finding, HeadOfLineSummary, Recommendation
 
 SHARE_OF_WAIT_THRESHOLD = 0.25
 """Blocked wait / data wait (0-1) from which ``head-of-line-blocking`` is reported
@@ -30,21 +31,21 @@ worker (pipecheck's choice: below it the waits are the jitter any balanced pipel
 out-of-order delivery would gain little)."""
 
 
-def head_of_line_finding(summary: Optional[dict[str, Any]], loop_s: float,
+def head_of_line_finding(summary: Optional[HeadOfLineSummary], loop_s: float,
                          worker_batch_s: dict[str, float]) -> Optional[Finding]:
     """``head-of-line-blocking`` when the blocked wait passes both thresholds and the worker
     that caused most of it is slower per batch than the fastest by :data:`IMBALANCE_THRESHOLD`
     or more; else ``None``. ``loop_s`` is the consumer's wait + compute seconds;
     ``worker_batch_s`` maps worker id (text) to its mean production time per batch in seconds
     (the worker probe's busy time / batches)."""
-    if not summary or summary.get("status") != "ok" or loop_s <= 0:
+    if summary is None or summary.status != "ok" or loop_s <= 0:
         return None
-    blocked = summary.get("blocked_wait_s") or 0.0
-    wait = summary.get("wait_s") or 0.0
+    blocked = summary.blocked_wait_s
+    wait = summary.wait_s
     if wait <= 0 or blocked / wait < SHARE_OF_WAIT_THRESHOLD \
             or blocked / loop_s < SHARE_OF_LOOP_THRESHOLD:
         return None
-    by_worker = summary.get("blocked_s_by_worker") or {}
+    by_worker = summary.blocked_s_by_worker
     if not by_worker:
         return None
     worst, worst_s = max(by_worker.items(), key=lambda kv: kv[1])
@@ -52,9 +53,9 @@ def head_of_line_finding(summary: Optional[dict[str, Any]], loop_s: float,
     if worst not in worker_batch_s or not times \
             or worker_batch_s[worst] < IMBALANCE_THRESHOLD * min(times):
         return None
-    ready = summary.get("mean_ready_later")
+    ready = summary.mean_ready_later
     return Finding(
-        "head-of-line-blocking", "warning",
+        FindingKind.HEAD_OF_LINE_BLOCKING, "warning",
         f"{blocked / wait:.0%} of the data wait ({blocked:.2f} s, {blocked / loop_s:.1%} of "
         f"loop time) was spent on one batch while later ones were done"
         + (f" ({ready:.1f} on average)" if ready is not None else "")

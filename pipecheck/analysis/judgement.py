@@ -20,6 +20,7 @@ from typing import Optional
 from pipecheck.analysis.consumer import mean_steady_wait_s
 from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR, measured_settings
 from pipecheck.analysis.stats import ratio
+from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND, NO_DATA, FindingKind, Verdict
 from pipecheck.records import (
     ConsumerSummary,
     Finding,
@@ -52,14 +53,14 @@ def judge_stall(
     run: RunRecord,
     input_bound_stall: float,
     compute_bound_stall: float,
-) -> tuple[str, Optional[float], bool, Optional[float]]:
+) -> tuple[Verdict, Optional[float], bool, Optional[float]]:
     """``(verdict, stall judged, whether it is the steady stall, mean wait per batch in s)``.
 
     The steady stall (epoch starts left out) and mean steady wait are judged when there are
     steady batches, else the whole run's. Thresholds are stall fractions (0-1). A mean wait per
     batch below :data:`MIN_MATERIAL_WAIT_S` is ``compute-bound`` whatever the stall."""
     if consumer.batches == 0 or consumer.stall_fraction is None:
-        return "no-data", None, False, None
+        return NO_DATA, None, False, None
     steady = consumer.steady_stall_fraction is not None
     stall = consumer.steady_stall_fraction if steady else consumer.stall_fraction
     assert stall is not None  # stall_fraction checked above, steady_stall_fraction by steady
@@ -67,16 +68,16 @@ def judge_stall(
     if wait_s is None:
         wait_s = ratio(consumer.wait_s, consumer.batches)
     if wait_s is not None and wait_s < MIN_MATERIAL_WAIT_S:
-        return "compute-bound", stall, steady, wait_s
+        return COMPUTE_BOUND, stall, steady, wait_s
     if stall >= input_bound_stall:
-        return "input-bound", stall, steady, wait_s
+        return INPUT_BOUND, stall, steady, wait_s
     if stall <= compute_bound_stall:
-        return "compute-bound", stall, steady, wait_s
-    return "balanced", stall, steady, wait_s
+        return COMPUTE_BOUND, stall, steady, wait_s
+    return BALANCED, stall, steady, wait_s
 
 
 def judge_capacity(
-    verdict: str,
+    verdict: Verdict,
     stall: Optional[float],
     steady: bool,
     wait_per_batch_s: Optional[float],
@@ -92,17 +93,17 @@ def judge_capacity(
     threshold (0-1) the verdict used."""
     capacity, demand = producer.capacity_batches_per_s, consumer.demand_batches_per_s
     capacity_ratio = capacity / demand if capacity is not None and demand else None
-    keeps_up = None if verdict == "no-data" else verdict != "input-bound"
+    keeps_up = None if verdict == NO_DATA else verdict != INPUT_BOUND
     note = None
     # With num_workers=0 production and the step take turns (no overlap): the loop waits for
     # every batch whatever capacity / demand is (stall = 1 / (1 + ratio)), so a high stall
     # beside a ratio above 1 is what the estimate predicts, not a contradiction.
     serial = measured_settings(run).num_workers == 0
     if capacity_ratio is not None and stall is not None and not serial:
-        if verdict == "input-bound" and capacity_ratio >= 1.0:
+        if verdict == INPUT_BOUND and capacity_ratio >= 1.0:
             note = _estimate_too_high(capacity_ratio, stall, steady, run, consumer, producer,
                                       findings)
-        elif verdict != "input-bound" and capacity_ratio < 1.0 - input_bound_stall:
+        elif verdict != INPUT_BOUND and capacity_ratio < 1.0 - input_bound_stall:
             note = _estimate_too_low(capacity_ratio, stall, steady, wait_per_batch_s)
     return Judgement(
         stall_fraction=stall,
@@ -142,20 +143,20 @@ def _reasons_estimate_high(
     """What in this run can make busy-rate capacity overstate what the loop receives."""
     kinds = {f.kind for f in findings}
     reasons = []
-    if "head-of-line-blocking" in kinds:
+    if FindingKind.HEAD_OF_LINE_BLOCKING in kinds:
         reasons.append("in-order delivery made ready batches wait behind a slow one")
     tail = _tail_beyond_lead(run, consumer, producer)
     if tail is not None:
         reasons.append(tail)
-    if "workers-unbalanced" in kinds:
+    if FindingKind.WORKERS_UNBALANCED in kinds:
         reasons.append("unbalanced workers: the slowest one sets the pace of in-order delivery")
-    if "slow-batch-handover" in kinds:
+    if FindingKind.SLOW_BATCH_HANDOVER in kinds:
         reasons.append("receiving each batch from a worker costs the main thread CPU")
     contended = _contended_workers(producer.workers)
     if contended is not None:
         reasons.append(f"CPU contention: workers waited for a core {percent(contended)} of "
                        "their busy time")
-    elif "cpu-saturated" in kinds:
+    elif FindingKind.CPU_SATURATED in kinds:
         reasons.append("the CPUs were saturated, so the workers' rates do not add up")
     if not reasons:
         reasons.append("worker start-up, inter-process hand-over and CPU contention, which the "

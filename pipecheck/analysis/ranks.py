@@ -18,6 +18,7 @@ import statistics
 from typing import Any, Iterable, Optional
 
 from pipecheck.analysis.verdict import DEFAULT_COMPUTE_BOUND_STALL, DEFAULT_INPUT_BOUND_STALL
+from pipecheck.kinds import FindingKind, Severity, Verdict
 from pipecheck.records import ConsumerSummary, Finding, RankInfo, RankSummary, RanksSummary
 from pipecheck.units import percent, rate, seconds
 
@@ -30,7 +31,7 @@ STRAGGLER_CRITICAL_FRACTION = DEFAULT_INPUT_BOUND_STALL
 """From this fraction (the input-bound threshold, 10%) the finding is ``critical``."""
 
 
-def rank_summary(rank: RankInfo, consumer: ConsumerSummary, verdict: str,
+def rank_summary(rank: RankInfo, consumer: ConsumerSummary, verdict: Verdict,
                  source: Optional[str] = None) -> RankSummary:
     """One rank's consumer side (``consumer`` from its report) as a :class:`RankSummary`."""
     per_batch = consumer.wait_s / consumer.batches if consumer.batches else None
@@ -69,7 +70,7 @@ def analyze_ranks(summaries: Iterable[RankSummary],
     if missing:
         names = ", ".join(str(r) for r in missing)
         findings.append(Finding(
-            kind="ranks-missing", severity="warning",
+            kind=FindingKind.RANKS_MISSING, severity="warning",
             message=f"No data from rank(s) {names} of {world_size}: the rank died before "
             "saving, its file was not given, or it did not call report() in time; the "
             "comparison covers the other ranks only.",
@@ -98,7 +99,7 @@ def _straggler_finding(slow: RankSummary, others: list[RankSummary]) -> Optional
     fraction = excess_s / loop_s
     if fraction < STRAGGLER_MIN_FRACTION:
         return None
-    severity = "critical" if fraction >= STRAGGLER_CRITICAL_FRACTION else "warning"
+    severity: Severity = "critical" if fraction >= STRAGGLER_CRITICAL_FRACTION else "warning"
     other_shards = [r.shards for r in others if r.shards is not None]
     shards = ""
     evidence_shards: dict[str, Any] = {}
@@ -108,7 +109,7 @@ def _straggler_finding(slow: RankSummary, others: list[RankSummary]) -> Optional
                   f"{median_shards:g} on the other ranks.")
         evidence_shards = {"shards": slow.shards, "median_other_shards": median_shards}
     return Finding(
-        kind="straggler-rank", severity=severity,
+        kind=FindingKind.STRAGGLER_RANK, severity=severity,
         message=(f"Rank {slow.rank} is the straggler: it waits {seconds(slow.wait_per_batch_s)} "
                  f"for data per step against a median of {seconds(median_other)} on the other "
                  f"ranks, {seconds(excess_s)} more over its {slow.batches} steps "

@@ -27,6 +27,7 @@ from statistics import median
 from typing import Any, Optional, Sequence
 
 from pipecheck import units as fmt
+from pipecheck.kinds import FindingKind
 from pipecheck.probes.shards import ShardStat
 from pipecheck.records import Expected, Finding, Recommendation, to_jsonable
 
@@ -118,7 +119,7 @@ def _empty_workers(assignments: list[dict[str, Any]], shards: int, readers: int,
     names = ", ".join(f"rank {r} worker {w}" for r, w in empty[:8])
     more = f" and {len(empty) - 8} more" if len(empty) > 8 else ""
     findings.append(Finding(
-        "empty-workers", "critical",
+        FindingKind.EMPTY_WORKERS, "critical",
         f"{len(empty)} of {readers} (rank, worker) readers get no shard ({names}{more}): "
         f"{shards} shards for {readers} readers. Those workers yield nothing; webdataset's "
         f"WebDataset raises 'No samples found' for them unless empty_check=False",
@@ -133,7 +134,7 @@ def _imbalance(idle: Optional[float], per_worker: list[float], known: bool, shar
         return  # empty workers are reported on their own
     unit = "samples" if known else "shards"
     findings.append(Finding(
-        "shard-imbalance", "warning",
+        FindingKind.SHARD_IMBALANCE, "warning",
         f"workers get {min(per_worker):,.0f} to {max(per_worker):,.0f} {unit}: about "
         f"{idle:.0%} of worker time at each epoch's end is idle while the busiest finishes",
         {"min_per_worker": min(per_worker), "max_per_worker": max(per_worker),
@@ -164,7 +165,7 @@ def _unequal_ranks(ranks: list[dict[str, Any]], batch_size: Optional[int],
     if len(ranks) < 2 or any(c is None for c in counts) or len(set(counts)) == 1:
         return
     findings.append(Finding(
-        "unequal-rank-batches", "critical",
+        FindingKind.UNEQUAL_RANK_BATCHES, "critical",
         f"ranks yield {min(counts):,.0f} to {max(counts):,.0f} {key} per epoch: under "
         f"DistributedDataParallel the ranks with more wait in a collective for the ones that "
         f"finished (a hang, or a timeout error)",
@@ -190,7 +191,7 @@ def _skew(stats: Sequence[ShardStat], findings: list[Finding]) -> None:
         return
     largest = max(stats, key=lambda s: s.samples or 0.0)
     findings.append(Finding(
-        "shard-size-skew", "warning",
+        FindingKind.SHARD_SIZE_SKEW, "warning",
         f"the largest shard ({largest.url}) holds {ratio:.1f}x the median shard's samples "
         f"({max(sizes):,.0f} vs {median(sizes):,.0f}); its worker finishes last",
         {"largest_samples": max(sizes), "median_samples": median(sizes), "ratio": ratio}))
@@ -210,7 +211,7 @@ def _shuffle_buffer(stats: Sequence[ShardStat], buffer: Optional[int],
               f"at the shards' {fmt.size(int(median(sample_bytes)))} per sample (tar bytes)"
               if sample_bytes else "")
     findings.append(Finding(
-        "small-shuffle-buffer", "warning",
+        FindingKind.SMALL_SHUFFLE_BUFFER, "warning",
         f"shuffle buffer of {buffer:,} samples is smaller than a shard ({per_shard:,.0f} "
         f"samples): batches mix only neighbouring samples of one or two shards",
         {"shuffle_buffer": buffer, "samples_per_shard": per_shard}))

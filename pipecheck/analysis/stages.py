@@ -11,23 +11,23 @@ in decode" reads directly.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-if TYPE_CHECKING:
-    from pipecheck.records import ConsumerSummary, Finding, ProducerSummary
+from pipecheck.kinds import FindingKind, StagePlace
+from pipecheck.records import ConsumerSummary, Finding, ProducerSummary, StageRow
 
 
-def stage_table(snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows ``{name, where, exclusive_s, fraction, samples_in, samples_out, bytes_read,
-    workers}``, largest exclusive time first; ``bytes_read`` is the size of the local shard
-    files an opener stage opened (0 for other stages). ``snapshots`` are
+def stage_table(snapshots: list[dict[str, Any]]) -> list[StageRow]:
+    """One :class:`~pipecheck.records.StageRow` per stage and place, largest exclusive time
+    first; ``bytes_read`` is the size of the local shard files an opener stage opened (0 for
+    other stages). ``snapshots`` are
     :meth:`pipecheck.probes.stages.StageTotals.snapshot` dicts; ``worker_id`` ``None`` marks
     the main process. ``samples_in`` is ``None`` for a source or user stage; ``workers`` maps
     worker id (``"main"`` for the main process) to that process's exclusive seconds. Empty
     when no stage ran."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for snapshot in snapshots:
-        where = "main" if snapshot.get("worker_id") is None else "workers"
+        where: StagePlace = "main" if snapshot.get("worker_id") is None else "workers"
         process = "main" if where == "main" else str(snapshot["worker_id"])
         stages = {s["key"]: s for s in snapshot.get("stages", [])}
         for key, entry in stages.items():
@@ -53,12 +53,13 @@ def stage_table(snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows.values():
         total = totals[row["where"]]
         row["fraction"] = row["exclusive_s"] / total if total > 0 else None
-    return sorted(rows.values(), key=lambda r: -r["exclusive_s"])
+    return [StageRow(**row) for row in sorted(rows.values(), key=lambda r: -r["exclusive_s"])]
 
 
-def top_stage(rows: list[dict[str, Any]], where: str = "workers") -> Optional[dict[str, Any]]:
-    """The stage with the most exclusive time in ``where`` (``workers`` or ``main``)."""
-    return next((r for r in rows if r["where"] == where), None)
+def top_stage(rows: list[StageRow], where: StagePlace = "workers") -> Optional[StageRow]:
+    """The stage with the most exclusive time in ``where`` (``workers`` or ``main``) of
+    ``rows`` (largest first, as :func:`stage_table` gives them)."""
+    return next((r for r in rows if r.where == where), None)
 
 
 DOMINANT_STAGE_FRACTION = 0.5
@@ -66,26 +67,25 @@ DOMINANT_STAGE_FRACTION = 0.5
 (pipecheck's choice: at half or more, speeding up that stage is the first lever)."""
 
 
-def pipeline_findings(producer: "ProducerSummary", consumer: "ConsumerSummary"
-                      ) -> list["Finding"]:
+def pipeline_findings(producer: ProducerSummary, consumer: ConsumerSummary
+                      ) -> list[Finding]:
     """``dominant-stage`` (one worker stage holds :data:`DOMINANT_STAGE_FRACTION` or more of
     the stage time) and ``head-of-line-blocking`` (:mod:`pipecheck.analysis.hol`)."""
     from pipecheck.analysis.hol import head_of_line_finding
-    from pipecheck.records import Finding
 
     findings = []
     top = top_stage(producer.stages, "workers") or top_stage(producer.stages, "main")
-    if top is not None and top["fraction"] is not None \
-            and top["fraction"] >= DOMINANT_STAGE_FRACTION:
-        place = "worker" if top["where"] == "workers" else "main-process"
-        per_item = top["exclusive_s"] / top["samples_out"] if top["samples_out"] else None
+    if top is not None and top.fraction is not None \
+            and top.fraction >= DOMINANT_STAGE_FRACTION:
+        place = "worker" if top.where == "workers" else "main-process"
+        per_item = top.exclusive_s / top.samples_out if top.samples_out else None
         findings.append(Finding(
-            "dominant-stage", "info",
-            f"{top['fraction']:.0%} of {place} pipeline time is in the {top['name']} stage "
-            f"({top['exclusive_s']:.2f} s exclusive"
+            FindingKind.DOMINANT_STAGE, "info",
+            f"{top.fraction:.0%} of {place} pipeline time is in the {top.name} stage "
+            f"({top.exclusive_s:.2f} s exclusive"
             + (f", {per_item * 1e3:.2f} ms per item" if per_item is not None else "") + ")",
-            {"stage": top["name"], "where": top["where"], "exclusive_s": top["exclusive_s"],
-             "fraction": top["fraction"], "exclusive_s_per_item": per_item}))
+            {"stage": top.name, "where": top.where, "exclusive_s": top.exclusive_s,
+             "fraction": top.fraction, "exclusive_s_per_item": per_item}))
     batch_s = {str(w.id): w.busy_s / w.batches for w in producer.workers if w.batches}
     hol = head_of_line_finding(producer.head_of_line, consumer.wait_s + consumer.compute_s,
                                batch_s)

@@ -24,6 +24,16 @@ from pipecheck.analysis.judgement import MIN_MATERIAL_WAIT_S, judge_stall
 from pipecheck.analysis.model import MIN_STEADY_BATCHES
 from pipecheck.analysis.producer import usable_host
 from pipecheck.analysis.stats import ratio
+from pipecheck.kinds import (
+    BALANCED,
+    COMPUTE_BOUND,
+    INPUT_BOUND,
+    NO_DATA,
+    VERDICT_FINDING,
+    FindingKind,
+    Severity,
+    Verdict,
+)
 from pipecheck.units import batch_rate, percent, seconds
 from pipecheck.records import ConsumerSummary, Diagnosis, Finding, ProducerSummary, RunRecord
 
@@ -50,10 +60,10 @@ CPU_SATURATED_FRACTION = 0.9
 """Main process plus workers using this share of the usable CPUs or more is saturation."""
 
 BOTTLENECKS = {
-    "input-bound": "input pipeline",
-    "compute-bound": "training step",
-    "balanced": "neither",
-    "no-data": "unknown",
+    INPUT_BOUND: "input pipeline",
+    COMPUTE_BOUND: "training step",
+    BALANCED: "neither",
+    NO_DATA: "unknown",
 }
 
 
@@ -99,7 +109,7 @@ def _status_finding(consumer: ConsumerSummary) -> Optional[Finding]:
     if consumer.status != "error" and consumer.error is not None:
         raised = consumer.errors or 1
         return Finding(
-            kind="loader-error",
+            kind=FindingKind.LOADER_ERROR,
             severity="warning",
             message=f"The loader raised {raised} time{'s' if raised != 1 else ''} "
             f"(last: {consumer.error}) and the loop went on past "
@@ -108,7 +118,7 @@ def _status_finding(consumer: ConsumerSummary) -> Optional[Finding]:
         )
     if consumer.status == "error":
         return Finding(
-            kind="loader-error",
+            kind=FindingKind.LOADER_ERROR,
             severity="critical",
             message=f"The run ended with an error after {consumer.batches} batches "
             f"({seconds(consumer.wall_s)}): {consumer.error or 'no message'}; the figures cover "
@@ -118,7 +128,7 @@ def _status_finding(consumer: ConsumerSummary) -> Optional[Finding]:
     if consumer.status in ("interrupted", "terminated"):
         how = "interrupted" if consumer.status == "interrupted" else "terminated (SIGTERM)"
         return Finding(
-            kind="run-interrupted",
+            kind=FindingKind.RUN_INTERRUPTED,
             severity="warning",
             message=f"The run was {how} after {consumer.batches} batches "
             f"({seconds(consumer.wall_s)}); the figures cover the part that ran.",
@@ -131,7 +141,7 @@ def _no_batches_finding(consumer: ConsumerSummary) -> Optional[Finding]:
     if consumer.batches > 0:
         return None
     return Finding(
-        kind="no-batches",
+        kind=FindingKind.NO_BATCHES,
         severity="critical",
         message=f"The loader yielded no batch over {consumer.epochs} epoch(s) "
         f"(status {consumer.status}), so there is nothing to measure.",
@@ -140,7 +150,7 @@ def _no_batches_finding(consumer: ConsumerSummary) -> Optional[Finding]:
 
 
 def _verdict_finding(
-    verdict: str,
+    verdict: Verdict,
     stall: Optional[float],
     steady: bool,
     wait_s: Optional[float],
@@ -148,7 +158,7 @@ def _verdict_finding(
     producer: ProducerSummary,
     thresholds: dict[str, float],
 ) -> Optional[Finding]:
-    if verdict == "no-data" or stall is None:
+    if verdict == NO_DATA or stall is None:
         return None
     scope = " in steady state" if steady else ""
     evidence = {
@@ -162,7 +172,7 @@ def _verdict_finding(
     }
     capacity = producer.capacity_batches_per_s
     demand = consumer.demand_batches_per_s
-    if verdict == "input-bound":
+    if verdict == INPUT_BOUND:
         threshold = thresholds["input_bound_stall_fraction"]
         message = (
             f"Input-bound: the training loop waited for data {percent(stall)} of its time{scope} "
@@ -172,8 +182,8 @@ def _verdict_finding(
             message += (
                 f"; the step could take {batch_rate(demand)} but received {batch_rate(consumer.batches_per_s)}"
             )
-        severity = "critical" if stall >= CRITICAL_STALL else "warning"
-    elif verdict == "compute-bound" and _negligible(wait_s) and stall > thresholds[
+        severity: Severity = "critical" if stall >= CRITICAL_STALL else "warning"
+    elif verdict == COMPUTE_BOUND and _negligible(wait_s) and stall > thresholds[
             "compute_bound_stall_fraction"]:
         threshold = thresholds["compute_bound_stall_fraction"]
         message = (
@@ -184,7 +194,7 @@ def _verdict_finding(
         if demand is not None:
             message += f"; the step sets the pace at {batch_rate(demand)}"
         severity = "info"
-    elif verdict == "compute-bound":
+    elif verdict == COMPUTE_BOUND:
         threshold = thresholds["compute_bound_stall_fraction"]
         message = (
             f"Compute-bound: the training loop waited for data only {percent(stall)} of its "
@@ -204,7 +214,8 @@ def _verdict_finding(
         )
         severity = "info"
     evidence["threshold_fraction"] = threshold
-    return Finding(kind=verdict, severity=severity, message=message + ".", evidence=evidence)
+    return Finding(kind=VERDICT_FINDING[verdict], severity=severity, message=message + ".",
+                   evidence=evidence)
 
 
 def _negligible(wait_s: Optional[float]) -> bool:
@@ -226,7 +237,7 @@ def _slow_first_batch_finding(run: RunRecord) -> Optional[Finding]:
         "" if steady_wait_s is None else f", against a steady wait of {seconds(steady_wait_s)}"
     )
     return Finding(
-        kind="slow-first-batch",
+        kind=FindingKind.SLOW_FIRST_BATCH,
         severity="warning",
         message=f"Slow first batch: an epoch's first batch took {seconds(first_s)} on average "
         f"(worker start-up and the first fetch), {percent(share)} of a {seconds(epoch_s)} "
@@ -251,7 +262,7 @@ def _unbalanced_finding(producer: ProducerSummary) -> Optional[Finding]:
     if spread <= UNBALANCED_RATE_RATIO:
         return None
     return Finding(
-        kind="workers-unbalanced",
+        kind=FindingKind.WORKERS_UNBALANCED,
         severity="warning",
         message=f"Workers are unbalanced: worker {fastest.id} produces "
         f"{batch_rate(fastest.rate_batches_per_s)} while busy, worker {slowest.id} only "
@@ -283,7 +294,7 @@ def _cpu_saturated_finding(run: RunRecord) -> Optional[Finding]:
     if busy is None or busy < CPU_SATURATED_FRACTION:
         return None
     return Finding(
-        kind="cpu-saturated",
+        kind=FindingKind.CPU_SATURATED,
         severity="warning",
         message=f"CPU saturated: the main process and its workers kept {cores_used:.2f} of "
         f"{usable} usable CPUs busy on average ({percent(busy)}); more workers cannot add "
@@ -310,7 +321,7 @@ def _handover_finding(
         return None
     material = share >= thresholds["input_bound_stall_fraction"]
     return Finding(
-        kind="slow-batch-handover",
+        kind=FindingKind.SLOW_BATCH_HANDOVER,
         severity="warning" if material else "info",
         message=f"Receiving each batch from a worker costs the main thread {seconds(receive_s)} "
         f"of CPU inside next() (unpickling, mapping shared memory), {percent(share)} of the "
@@ -325,7 +336,7 @@ def _short_run_finding(run: RunRecord, consumer: ConsumerSummary) -> Optional[Fi
     if consumer.batches == 0 or steady >= MIN_STEADY_BATCHES:
         return None
     return Finding(
-        kind="short-run",
+        kind=FindingKind.SHORT_RUN,
         severity="warning",
         message=f"Short run: only {steady} steady batches ({consumer.batches} in all); rates and "
         f"the verdict are rough below {MIN_STEADY_BATCHES}.",
@@ -338,7 +349,7 @@ def _insufficient_data_finding(data_gaps: list[str]) -> Optional[Finding]:
     if not data_gaps:
         return None
     return Finding(
-        kind="insufficient-data",
+        kind=FindingKind.INSUFFICIENT_DATA,
         severity="info",
         message="No recommendations: " + "; ".join(data_gaps) + ".",
         evidence={"gaps": list(data_gaps)},

@@ -26,6 +26,8 @@ import numpy as np
 
 from .._clock import Clock, monotonic
 from .._locks import bounded
+from ..kinds import (COMPLETE, ERROR, IN_PROGRESS, INTERRUPTED, NOT_STARTED, TERMINATED,
+                     ConsumerStatus)
 from ..records import BatchTiming, ConsumerRecord, EpochTiming
 from .base import BatchObserver
 from .batches import (SampleCounter, TokenCounter, batch_nbytes, count_samples, counter_for,
@@ -428,20 +430,20 @@ class ConsumerProbe:
         elif status == "terminated":
             self._terminated = True
 
-    def _status(self, epochs: list[EpochTiming]) -> str:
+    def _status(self, epochs: list[EpochTiming]) -> ConsumerStatus:
         # An error that the loop went on after (a skipped bad batch) does not make the run
         # an error; ``errors`` and ``error`` still tell of it.
         if self._failed or any(e.ended == "error" for e in epochs):
-            return "error"
+            return ERROR
         if self._interrupted:
-            return "interrupted"
+            return INTERRUPTED
         if self._terminated:
-            return "terminated"
+            return TERMINATED
         if not epochs:
-            return "not-started"
+            return NOT_STARTED
         if any(e.ended == "running" for e in epochs):
-            return "in-progress"
-        return "complete"
+            return IN_PROGRESS
+        return COMPLETE
 
 
 class EpochIterator:

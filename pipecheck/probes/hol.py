@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from pipecheck._torch_compat import awaited_batch, head_of_line_unsupported
+from pipecheck.kinds import HeadOfLineStatus
+from pipecheck.records import HeadOfLineSummary
 
 
 class HeadOfLineProbe:
@@ -26,7 +28,7 @@ class HeadOfLineProbe:
     name = "head_of_line"
 
     def __init__(self) -> None:
-        self.status = "off"
+        self.status: HeadOfLineStatus = "off"
         self.note: Optional[str] = "not attached"
         self._iterator: Any = None
         self._worker: Optional[int] = None
@@ -91,18 +93,17 @@ class HeadOfLineProbe:
         """Stop following the current epoch's iterator."""
         self._iterator = None
 
-    def record(self) -> dict[str, Any]:
-        """JSON-ready totals: ``status``, ``note``, ``waits``, ``wait_s``, ``blocked_waits``,
-        ``blocked_wait_s`` (seconds waited while later batches were done),
-        ``mean_ready_later`` (batches done ahead during those waits), ``wait_s_by_worker`` and
-        ``blocked_s_by_worker`` (keys are worker ids as text)."""
-        return {
-            "status": self.status, "note": self.note, "waits": self.waits,
-            "wait_s": self.wait_s, "blocked_waits": self.blocked_waits,
-            "blocked_wait_s": self.blocked_wait_s,
-            "mean_ready_later": (self.ready_later_sum / self.blocked_waits
-                                 if self.blocked_waits else None),
-            "wait_s_by_worker": {str(k): v for k, v in sorted(self.wait_s_by_worker.items())},
-            "blocked_s_by_worker": {str(k): v
-                                    for k, v in sorted(self.blocked_s_by_worker.items())},
-        }
+    def record(self) -> HeadOfLineSummary:
+        """The totals so far (:class:`~pipecheck.records.HeadOfLineSummary`: seconds waited,
+        seconds waited while later batches were done, batches done ahead during those waits,
+        both by worker id as text)."""
+        return HeadOfLineSummary(
+            status=self.status, note=self.note, waits=self.waits,
+            wait_s=self.wait_s, blocked_waits=self.blocked_waits,
+            blocked_wait_s=self.blocked_wait_s,
+            mean_ready_later=(self.ready_later_sum / self.blocked_waits
+                              if self.blocked_waits else None),
+            wait_s_by_worker={str(k): v for k, v in sorted(self.wait_s_by_worker.items())},
+            blocked_s_by_worker={str(k): v
+                                 for k, v in sorted(self.blocked_s_by_worker.items())},
+        )

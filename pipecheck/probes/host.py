@@ -34,6 +34,7 @@ import psutil
 from pipecheck import _clock
 from pipecheck._clock import Clock
 from pipecheck._locks import bounded
+from pipecheck.kinds import CHILD, MAIN, WORKER, ProcessRole
 from pipecheck.records import CpuSample, HostRecord, HostSample, MemorySample, ProcessStats
 
 DEFAULT_MAX_SAMPLES = 2048
@@ -128,7 +129,7 @@ class _ProcessTrack:
 
 
 class _Role(NamedTuple):
-    name: str  # "main", "worker" or "child"
+    name: ProcessRole
     worker_id: Optional[int]
     in_worker_tree: bool  # a worker or a descendant of one: counts towards workers_cpu_s
 
@@ -490,7 +491,7 @@ class HostProbe:
         in_worker_tree = [
             track for key, track in self._tracks.items() if roles[key].in_worker_tree
         ]
-        main_cpu_s = sum(t.cpu_s for k, t in self._tracks.items() if roles[k].name == "main")
+        main_cpu_s = sum(t.cpu_s for k, t in self._tracks.items() if roles[k].name == MAIN)
         disk, disk_busy = _busiest_disk(first.disk_busy_ms, last.disk_busy_ms, duration_s)
         return HostRecord(
             status="ok",
@@ -610,17 +611,17 @@ def _classify(
         return ppid_of.get(candidate) == main_pid
 
     if pid == main_pid:
-        return _Role("main", None, False)
+        return _Role(MAIN, None, False)
     if is_worker(pid):
-        return _Role("worker", mapping.get(pid), True)
+        return _Role(WORKER, mapping.get(pid), True)
     seen = {pid}
     ancestor = ppid_of.get(pid)
     while ancestor is not None and ancestor != main_pid and ancestor not in seen:
         if is_worker(ancestor):  # a process a worker started: its CPU is that worker's
-            return _Role("child", mapping.get(ancestor), True)
+            return _Role(CHILD, mapping.get(ancestor), True)
         seen.add(ancestor)
         ancestor = ppid_of.get(ancestor)
-    return _Role("child", None, False)
+    return _Role(CHILD, None, False)
 
 
 def _process_stats(track: _ProcessTrack, role: _Role) -> ProcessStats:

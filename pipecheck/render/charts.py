@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from pipecheck.records import BatchTiming, WorkerBatch
+    from pipecheck.records import BatchTiming, StageRow, WorkerBatch
     from pipecheck.report import Report
 
 WIDTH_IN = 10.0
@@ -299,24 +299,24 @@ STAGE_BARS = 10
 """Stages drawn in the stage chart, most exclusive time first."""
 
 
-def stages_svg(rows: Sequence[dict[str, Any]]) -> Optional[str]:
+def stages_svg(rows: Sequence[StageRow]) -> Optional[str]:
     """Exclusive seconds per pipeline stage (``producer.stages`` rows), most first, coloured by
     where the stage ran (workers or main process), each bar labelled with its share of that
     place's stage time. ``None`` when no stage was timed."""
-    rows = [r for r in rows if _number(r.get("exclusive_s")) is not None][:STAGE_BARS]
+    rows = [r for r in rows if _number(r.exclusive_s) is not None][:STAGE_BARS]
     if not rows:
         return None
     fig, ax = _figure(1.0 + 0.3 * len(rows))
     positions = list(range(len(rows)))
-    colors = [FETCH_COLOR if r.get("where") == "workers" else COLLATE_COLOR for r in rows]
-    values = [float(r["exclusive_s"]) for r in rows]
+    colors = [FETCH_COLOR if r.where == "workers" else COLLATE_COLOR for r in rows]
+    values = [float(r.exclusive_s) for r in rows]
     ax.barh(positions, values, color=colors)
     for position, row, value in zip(positions, rows, values):
-        share = _number(row.get("fraction"))
+        share = _number(row.fraction)
         if share is not None:
-            ax.text(value, position, f" {share * 100:.0f}% of {row.get('where')}",
+            ax.text(value, position, f" {share * 100:.0f}% of {row.where}",
                     va="center", fontsize=8)
-    ax.set_yticks(positions, [_plain(f"{r.get('name')} ({r.get('where')})") for r in rows])
+    ax.set_yticks(positions, [_plain(f"{r.name} ({r.where})") for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel("exclusive time (s)")
     ax.set_xlim(0, max(values) * 1.35 or 1.0)

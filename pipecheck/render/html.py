@@ -22,6 +22,7 @@ import dataclasses
 import html
 from typing import TYPE_CHECKING, Any
 
+from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND
 from pipecheck.records import to_jsonable
 from pipecheck.render import charts
 from pipecheck.render.base import Renderer
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 """The page's policy: inline styles and data: images only; no script, no fetch of any kind."""
 
-_VERDICT_CLASSES = {"input-bound": "bad", "compute-bound": "good", "balanced": "warn"}
+_VERDICT_CLASSES = {INPUT_BOUND: "bad", COMPUTE_BOUND: "good", BALANCED: "warn"}
 _TONE_CLASSES = {"plain": "", "dim": "dim", "bold": "bold", "warning": "alert",
                  "alert": "alert"}
 

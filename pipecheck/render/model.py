@@ -14,11 +14,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal, Optional, Union
 
+from pipecheck.kinds import CRITICAL, INFO, WARNING
+
 Tone = Literal["plain", "dim", "bold", "warning", "alert"]
 """How a note reads: ``dim`` an aside, ``warning`` (yellow) something to check, ``alert`` a
 caveat on the numbers (the run did not complete, the capacity estimate is contradicted)."""
 
-SEVERITY_ORDER: dict[str, int] = {"critical": 0, "warning": 1, "info": 2}
+SEVERITY_ORDER: dict[str, int] = {CRITICAL: 0, WARNING: 1, INFO: 2}
 """Sort key of a finding's severity, most severe first; unknown severities sort last (3)."""
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from pipecheck import units as fmt
+from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND, NO_DATA, FindingKind, Verdict
 
 if TYPE_CHECKING:
     from pipecheck.records import Recommendation
@@ -71,17 +72,17 @@ def verdict_line(report: "Report") -> str:
     diagnosis = report.diagnosis
     verdict = diagnosis.verdict
     label = verdict.upper()
-    if verdict == "no-data":
+    if verdict == NO_DATA:
         return f"{label}: no batches were measured, so there is no verdict"
     stall, steady = _verdict_stall(report)
     scope = " in steady state" if steady else ""
-    if verdict == "compute-bound":
+    if verdict == COMPUTE_BOUND:
         sentence = f"the training loop waited for data only {fmt.percent(stall)} of the time{scope}"
     else:
         sentence = f"the training loop waited for data {fmt.percent(stall)} of the time{scope}"
     judgement = diagnosis.judgement
     wait_s = judgement.wait_per_batch_s if judgement is not None else None
-    if verdict == "compute-bound" and judgement is not None and wait_s is not None \
+    if verdict == COMPUTE_BOUND and judgement is not None and wait_s is not None \
             and wait_s < judgement.min_wait_per_batch_s:
         # Compute-bound on the floor, not the stall: say so instead of "only 22%".
         sentence = (f"the training loop waited for data {fmt.percent(stall)} of the time{scope} "
@@ -113,10 +114,10 @@ def capacity_phrase(report: "Report") -> Optional[str]:
         side = "cannot keep up with" if ratio < 1 else "can keep up with"
         return f"{ratio:.2f}x (the loader {side} the step)"
     if (report.loader.num_workers == 0 and report.producer.probe == "main-process"
-            and diagnosis.verdict == "input-bound"):
+            and diagnosis.verdict == INPUT_BOUND):
         conclusion = ("the loader does not keep up with the step: with num_workers=0 production "
                       "and the step take turns, so the loop waits for every batch")
-    elif diagnosis.verdict == "balanced":
+    elif diagnosis.verdict == BALANCED:
         conclusion = "the loader nearly keeps up with the step"
     elif judgement.loader_keeps_up:
         conclusion = "the loader keeps up with the step"
@@ -188,21 +189,21 @@ def why_no_recommendations(report: "Report") -> str:
         return ("No recommendations: attached without wrapping, the effect of a change cannot "
                 "be predicted (no batch or per-worker times); `pipecheck run -- python "
                 "train.py` measures them.")
-    if diagnosis.verdict == "no-data" or consumer.batches == 0:
+    if diagnosis.verdict == NO_DATA or consumer.batches == 0:
         measured = fmt.count(consumer.batches, "batch", "batches")
         return f"No recommendations: insufficient data ({measured} measured); run more steps."
-    if any(finding.kind == "insufficient-data" for finding in diagnosis.findings):
+    if any(finding.kind == FindingKind.INSUFFICIENT_DATA for finding in diagnosis.findings):
         return (
             "No recommendations: the measurements are insufficient to predict the effect of a "
             "change (see Findings)."
         )
-    if diagnosis.verdict == "compute-bound":
+    if diagnosis.verdict == COMPUTE_BOUND:
         return (
             "No recommendations: the loop is compute-bound, so no loader change is predicted "
             "to help."
         )
     judgement = diagnosis.judgement
-    if diagnosis.verdict == "input-bound" and judgement is not None and judgement.capacity_note:
+    if diagnosis.verdict == INPUT_BOUND and judgement is not None and judgement.capacity_note:
         return (
             "No recommendations: the measured stall says the loop is input-bound, but the "
             "what-if model is built on the capacity estimate "
@@ -215,8 +216,8 @@ def why_no_recommendations(report: "Report") -> str:
             "No recommendations: producer capacity was not measured, so the effect of a change "
             "cannot be predicted."
         )
-    contended = next((f for f in diagnosis.findings if f.kind == "contended-host"), None)
-    if diagnosis.verdict == "input-bound" and contended is not None:
+    contended = next((f for f in diagnosis.findings if f.kind == FindingKind.CONTENDED_HOST), None)
+    if diagnosis.verdict == INPUT_BOUND and contended is not None:
         others = number(contended.evidence.get("other_processes_cpus"))
         cpus = contended.evidence.get("cpu_count")
         used = "" if others is None else f" (other processes used {others:.1f} of {cpus} CPUs)"
@@ -248,7 +249,7 @@ def _verdict_stall(report: "Report") -> tuple[Optional[float], bool]:
     return report.consumer.stall_fraction, False
 
 
-def _threshold_phrase(verdict: str, thresholds: dict[str, float]) -> str:
+def _threshold_phrase(verdict: Verdict, thresholds: dict[str, float]) -> str:
     """`` (threshold 10%)`` for the key naming this verdict, else all thresholds, else nothing."""
     if not thresholds:
         return ""

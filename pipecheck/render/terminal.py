@@ -24,6 +24,7 @@ from rich.padding import Padding
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from pipecheck.kinds import BALANCED, COMPUTE_BOUND, CRITICAL, INFO, INPUT_BOUND, NO_DATA, WARNING
 from pipecheck.render.base import Renderer
 from pipecheck.render.inert import Inert
 from pipecheck.render.model import Block, Chart, Facts, Items, Note, Section, Table
@@ -44,12 +45,12 @@ MIN_WIDTH = 20
 and its value on one line."""
 
 _VERDICT_STYLES = {
-    "input-bound": "bold red",
-    "compute-bound": "bold green",
-    "balanced": "bold yellow",
-    "no-data": "bold",
+    INPUT_BOUND: "bold red",
+    COMPUTE_BOUND: "bold green",
+    BALANCED: "bold yellow",
+    NO_DATA: "bold",
 }
-_SEVERITY_STYLES = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_SEVERITY_STYLES = {CRITICAL: "bold red", WARNING: "yellow", INFO: "cyan"}
 _TONE_STYLES = {"plain": "", "dim": "dim", "bold": "bold", "warning": "yellow",
                 "alert": "bold yellow"}
 _DIM = "dim"

@@ -31,6 +31,7 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any, Optional
 
+from pipecheck.kinds import MAIN
 from pipecheck.render.base import Renderer
 
 if TYPE_CHECKING:
@@ -212,6 +213,6 @@ def _worker_track(worker_id: int) -> tuple[int, int]:
 def _main_os_pid(report: "Report") -> Optional[int]:
     if report.host is not None:
         for process in report.host.processes:
-            if process.role == "main":
+            if process.role == MAIN:
                 return process.pid
     return None

@@ -195,7 +195,8 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
             section["epoch_start"] = {"status": "skipped", "reason": extra.shortfall(short, short)}
         else:
             section["epoch_start"] = measure_epoch_start(chosen, limits, extra)
-        apply_epoch_start(section["recommended"], section["epoch_start"])
+        section["recommended"] = apply_epoch_start(section["recommended"],
+                                                   section["epoch_start"])
     if unprofiled is None and not extra.fits(limits):
         unprofiled = extra.shortfall(limits)
     record, section["profile"] = _profile(unprofiled, stacks, extra, chosen, limits)

@@ -107,26 +107,29 @@ def trial_limits(best: Optional[TrialResult], limits: TrialLimits) -> TrialLimit
                        epoch_batches=SHORT_EPOCH_BATCHES)
 
 
-def apply(recommended: Optional[dict[str, Any]], epoch_start: dict[str, Any]) -> None:
-    """Set ``persistent_workers`` in the stress section's ``recommended`` entry (config and
+def apply(recommended: Optional[dict[str, Any]], epoch_start: dict[str, Any]
+          ) -> Optional[dict[str, Any]]:
+    """The stress section's ``recommended`` entry with ``persistent_workers`` set (config and
     ``changes`` against its baseline): ``True`` when epoch start matters (with
     ``expected.epoch_saving_s``), else the baseline's own value, since the sweep's trials, all
-    without persistent workers, say nothing against it. Nothing for a configuration without
-    workers."""
+    without persistent workers, say nothing against it. ``recommended`` itself is not changed:
+    a new entry is returned, or ``recommended`` as it is for a configuration without workers
+    (or none)."""
     if not recommended or not recommended["config"].get("num_workers"):
-        return
+        return recommended
     before = (recommended.get("baseline") or {}).get("persistent_workers", False)
     matters = epoch_start.get("matters") is True
     after = True if matters else bool(before)
-    recommended["config"] = {**recommended["config"], "persistent_workers": after}
     changes = {k: v for k, v in (recommended.get("changes") or {}).items()
                if k != "persistent_workers"}
     if after != bool(before):
         changes["persistent_workers"] = [before, after]
-    recommended["changes"] = changes
+    updated = {**recommended, "config": {**recommended["config"], "persistent_workers": after},
+               "changes": changes}
     if matters:
-        recommended["expected"] = {**(recommended.get("expected") or {}),
-                                   "epoch_saving_s": epoch_start["saving_s"]}
+        updated["expected"] = {**(recommended.get("expected") or {}),
+                               "epoch_saving_s": epoch_start["saving_s"]}
+    return updated
 
 
 def _later_epochs(result: TrialResult) -> list[Any]:

@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Optional
 
 import psutil
 
+from pipecheck.kinds import MAIN, WORKER
 from pipecheck.records import RunRecord
 from pipecheck.stress.settings import TrialConfig
 from pipecheck.units import size
@@ -52,9 +53,9 @@ def footprint(records: Iterable[Optional[RunRecord]]) -> Optional[MemoryFootprin
         if record is None or record.host is None:
             continue
         for process in record.host.processes:
-            if process.role == "main":
+            if process.role == MAIN:
                 main = max(main, process.rss_max_bytes)
-            elif process.role == "worker":
+            elif process.role == WORKER:
                 rss.append(process.rss_max_bytes)
                 if process.pss_max_bytes is not None:
                     pss.append(process.pss_max_bytes)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
+from pipecheck.kinds import FindingKind
 from pipecheck.records import Diagnosis, Expected, Finding, Recommendation
 from pipecheck.stress.settings import TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.units import percent, rate, seconds, setting_value
@@ -48,7 +49,8 @@ def stress_diagnosis(diagnosis: Diagnosis) -> Diagnosis:
     (:func:`stress_recommendations`) and the model only proposes the settings the sweep did not
     search, so the finding says that instead, and whether there are recommendations is told
     by the stress section alone."""
-    findings = [_restated(f) if f.kind == "insufficient-data" else f for f in diagnosis.findings]
+    findings = [_restated(f) if f.kind == FindingKind.INSUFFICIENT_DATA else f
+                for f in diagnosis.findings]
     return dataclasses.replace(diagnosis, findings=findings)
 
 

@@ -51,6 +51,7 @@ from typing import Any, Optional, Sequence, cast
 
 from pipecheck.analysis import analyze
 from pipecheck.environment import torch_has_in_order
+from pipecheck.kinds import FindingKind
 from pipecheck.stress.memory import skip_reason
 from pipecheck.stress.noise import MIN_WORTHWHILE_GAIN, rate_noise_fraction
 from pipecheck.stress.runner import Source, Sweep
@@ -230,7 +231,7 @@ def _no_model_reason(sweep: Sweep) -> str:
     gaps: list[str] = []
     if best is not None and best.record is not None:
         gaps = [str(gap) for finding in analyze(best.record).diagnosis.findings
-                if finding.kind == "insufficient-data"
+                if finding.kind == FindingKind.INSUFFICIENT_DATA
                 for gap in finding.evidence.get("gaps", [])]
     why = "; ".join(gaps) if gaps else "no trial of a batch size measured"
     return f"no model ({why}): measured in grid order"

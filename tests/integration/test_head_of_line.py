@@ -8,7 +8,9 @@ import pytest
 from torch.utils.data import DataLoader, Dataset
 
 from pipecheck.analysis.hol import head_of_line_finding, in_order_recommendation
+from pipecheck.kinds import FindingKind
 from pipecheck.probes.hol import HeadOfLineProbe
+from pipecheck.records import HeadOfLineSummary
 
 
 class OddBatchesSlow(Dataset):
@@ -54,19 +56,19 @@ def _measure(dataset, **loader_kwargs):
 def test_a_slow_worker_shows_head_of_line_blocking():
     dataset = OddBatchesSlow()
     attached, summary = _measure(dataset)
-    assert attached and summary["status"] == "ok"
-    assert summary["blocked_wait_s"] > 0.5 * summary["wait_s"]
-    assert summary["mean_ready_later"] >= 1
-    by_worker = summary["blocked_s_by_worker"]
-    assert by_worker.get("1", 0.0) > 0.8 * summary["blocked_wait_s"]
-    loop_s = summary["wait_s"] + 24 * 0.001
+    assert attached and summary.status == "ok"
+    assert summary.blocked_wait_s > 0.5 * summary.wait_s
+    assert summary.mean_ready_later >= 1
+    by_worker = summary.blocked_s_by_worker
+    assert by_worker.get("1", 0.0) > 0.8 * summary.blocked_wait_s
+    loop_s = summary.wait_s + 24 * 0.001
     finding = head_of_line_finding(summary, loop_s, dataset.batch_s())
-    assert finding is not None and finding.kind == "head-of-line-blocking"
+    assert finding is not None and finding.kind == FindingKind.HEAD_OF_LINE_BLOCKING
     assert "worker 1's batches (60.0 ms each vs 4.0 ms" in finding.message
-    rec = in_order_recommendation(finding, wait_s=summary["wait_s"], compute_s=0.024,
+    rec = in_order_recommendation(finding, wait_s=summary.wait_s, compute_s=0.024,
                                   samples=48, torch_has_in_order=True)
     assert (rec.setting, rec.current, rec.proposed) == ("in_order", True, False)
-    assert rec.expected.stall_fraction < summary["wait_s"] / loop_s
+    assert rec.expected.stall_fraction < summary.wait_s / loop_s
     assert in_order_recommendation(finding, wait_s=1, compute_s=1, samples=1,
                                    torch_has_in_order=False) is None
 
@@ -77,28 +79,30 @@ def test_a_clean_pipeline_shows_none():
     dataset = OddBatchesSlow(slow_s=0.01, fast_s=0.01)
     attached, summary = _measure(dataset)
     assert attached
-    assert head_of_line_finding(summary, summary["wait_s"] + 24 * 0.001,
+    assert head_of_line_finding(summary, summary.wait_s + 24 * 0.001,
                                 dataset.batch_s()) is None
 
 
 def test_the_probe_stays_off_where_order_cannot_block():
     probe = HeadOfLineProbe()
     assert not probe.attach(iter(DataLoader(list(range(8)), batch_size=2)))
-    assert probe.record()["status"] == "unavailable"
+    assert probe.record().status == "unavailable"
     if "in_order" in DataLoader.__init__.__code__.co_varnames:
         loader = DataLoader(OddBatchesSlow(8), batch_size=2, num_workers=2, in_order=False)
         iterator = iter(loader)
-        assert not probe.attach(iterator) and "in_order=False" in probe.record()["note"]
+        assert not probe.attach(iterator) and "in_order=False" in probe.record().note
         del iterator
     probe.before_next()
     probe.after_next(1.0)  # detached: nothing is counted
-    assert probe.record()["waits"] == 0
+    assert probe.record().waits == 0
     assert head_of_line_finding(None, 1.0, {}) is None
 
 
 @pytest.mark.parametrize("loop_s", [0.0, -1.0])
 def test_no_finding_without_loop_time(loop_s):
-    summary = {"status": "ok", "wait_s": 1.0, "blocked_wait_s": 1.0}
+    summary = HeadOfLineSummary(status="ok", note=None, waits=1, wait_s=1.0, blocked_waits=1,
+                                blocked_wait_s=1.0, mean_ready_later=1.0,
+                                blocked_s_by_worker={"0": 1.0})
     assert head_of_line_finding(summary, loop_s, {"0": 1.0}) is None
 
 
@@ -110,7 +114,8 @@ def test_wrap_finds_the_slow_worker_and_recommends_in_order_false():
         for _ in wrapped:
             time.sleep(0.001)
     report = wrapped.report()
-    assert report.producer.head_of_line["status"] == "ok"
+    assert report.producer.head_of_line is not None
+    assert report.producer.head_of_line.status == "ok"
     kinds = [f.kind for f in report.diagnosis.findings]
     assert "head-of-line-blocking" in kinds
     if "in_order" in DataLoader.__init__.__code__.co_varnames:
@@ -139,10 +144,10 @@ def test_an_awaited_batch_that_already_arrived_is_not_a_blocked_wait():
     probe.before_next()  # batch 6 is out while batch 7 is done: head-of-line blocked
     probe.after_next(0.02)
     summary = probe.record()
-    assert (summary["waits"], summary["blocked_waits"]) == (2, 1)
-    assert summary["blocked_wait_s"] == pytest.approx(0.02)
-    assert summary["mean_ready_later"] == 1  # batch 7 only, never the awaited batch itself
-    assert summary["blocked_s_by_worker"] == {"0": pytest.approx(0.02)}
+    assert (summary.waits, summary.blocked_waits) == (2, 1)
+    assert summary.blocked_wait_s == pytest.approx(0.02)
+    assert summary.mean_ready_later == 1  # batch 7 only, never the awaited batch itself
+    assert summary.blocked_s_by_worker == {"0": pytest.approx(0.02)}
 
 
 def test_a_failing_head_of_line_probe_is_turned_off_with_a_note_and_the_run_goes_on(

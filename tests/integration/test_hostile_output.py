@@ -15,7 +15,7 @@ import webdataset as wds
 from rich.console import Console
 
 from pipecheck.records import (DeviceRecord, HotFunction, RankInfo, RankSummary, RanksSummary,
-                               StacksRecord)
+                               StacksRecord, StageRow)
 from pipecheck.render.terminal import render_terminal
 from pipecheck.shards import shards
 from render_fixtures import hostile_report
@@ -72,8 +72,8 @@ def _hostile_json(tmp_path) -> dict:
                              wait_per_batch_s=0.01, verdict="input-bound", hostname="node",
                              source="file") for r in range(2)]
     producer = report.producer.__class__(**{**report.producer.__dict__, "stages": [
-        {"name": "decode", "where": "workers", "exclusive_s": 1.0, "fraction": 1.0,
-         "samples_in": 4, "samples_out": 4, "bytes_read": 10, "workers": 2}]})
+        StageRow(name="decode", where="workers", exclusive_s=1.0, fraction=1.0, samples_in=4,
+                 samples_out=4, bytes_read=10, workers={"0": 0.5, "1": 0.5})]})
     report = dataclasses.replace(
         report, stacks=stacks, device=device, producer=producer,
         rank=RankInfo(rank=0, world_size=2, hostname="node", backend="gloo"),

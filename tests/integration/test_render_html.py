@@ -12,7 +12,7 @@ from typing import Any, Optional
 import pytest
 
 from pipecheck.errors import BadInputError
-from pipecheck.records import BatchTiming, Timeline, WorkerBatch
+from pipecheck.records import BatchTiming, StageRow, Timeline, WorkerBatch
 from pipecheck.render.html import CONTENT_SECURITY_POLICY, render_html
 from pipecheck.report import Report
 from render_fixtures import SCRIPT, hostile_report, real_report, stress_report
@@ -196,10 +196,10 @@ def test_save_html_writes_atomically_and_reports_bad_paths(tmp_path):
 
 
 def test_pipeline_stages_get_a_chart_and_an_escaped_table():
-    rows = [{"name": "<script>decode</script>", "where": "workers", "exclusive_s": 2.0,
-             "fraction": 0.8, "samples_in": 10, "samples_out": 10, "workers": {"0": 2.0}},
-            {"name": "DataLoader", "where": "main", "exclusive_s": 0.5, "fraction": 1.0,
-             "samples_in": None, "samples_out": 5, "workers": {"main": 0.5}}]
+    rows = [StageRow(name="<script>decode</script>", where="workers", exclusive_s=2.0,
+                     fraction=0.8, samples_in=10, samples_out=10, workers={"0": 2.0}),
+            StageRow(name="DataLoader", where="main", exclusive_s=0.5, fraction=1.0,
+                     samples_in=None, samples_out=5, workers={"main": 0.5})]
     report = sample_report()
     report = dataclasses.replace(report, producer=dataclasses.replace(report.producer,
                                                                       stages=rows))

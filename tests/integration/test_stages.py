@@ -79,16 +79,16 @@ def test_the_slow_stage_comes_first_with_its_true_time(tmp_path, context):
     assert sorted(got) == sorted(expected) and len(got) == 40  # identical samples
     rows = stage_table(read_stage_files(str(folder)))
     top = top_stage(rows)
-    assert top["name"] == "slow_augment"
+    assert top.name == "slow_augment"
     true_s = len(got) * SLOW_S
-    assert 0.8 * true_s <= top["exclusive_s"] <= 3 * true_s
-    assert set(top["workers"]) == {"0", "1"}
-    assert top["samples_in"] == top["samples_out"] == 40
-    select = next(r for r in rows if r["name"] == "select")
-    assert (select["samples_in"], select["samples_out"]) == (80, 40)  # the filter shows
-    assert sum(r["fraction"] for r in rows if r["where"] == "workers") == pytest.approx(1.0)
-    opener = next(r for r in rows if r["name"] == "StreamingOpen")
-    assert opener["bytes_read"] == sum(os.path.getsize(u) for u in urls)  # the source's bytes
+    assert 0.8 * true_s <= top.exclusive_s <= 3 * true_s
+    assert set(top.workers) == {"0", "1"}
+    assert top.samples_in == top.samples_out == 40
+    select = next(r for r in rows if r.name == "select")
+    assert (select.samples_in, select.samples_out) == (80, 40)  # the filter shows
+    assert sum(r.fraction for r in rows if r.where == "workers") == pytest.approx(1.0)
+    opener = next(r for r in rows if r.name == "StreamingOpen")
+    assert opener.bytes_read == sum(os.path.getsize(u) for u in urls)  # the source's bytes
 
 
 def test_user_stages_are_exclusive_and_reach_the_report_from_workers(tmp_path, monkeypatch):
@@ -98,14 +98,14 @@ def test_user_stages_are_exclusive_and_reach_the_report_from_workers(tmp_path, m
     monkeypatch.setenv(stage_probe.STAGE_DIR_ENV, str(folder))
     dataset = wds.WebDataset(urls, shardshuffle=False).map(user_marked)
     list(DataLoader(dataset, batch_size=None, num_workers=2))
-    rows = {r["name"]: r for r in stage_table(read_stage_files(str(folder)))}
-    assert rows["user_resize"]["samples_out"] == rows["user_inner"]["samples_out"] == 20
+    rows = {r.name: r for r in stage_table(read_stage_files(str(folder)))}
+    assert rows["user_resize"].samples_out == rows["user_inner"].samples_out == 20
     # The inner 6 ms sleep is not counted in the outer stage's 1 ms (were it counted, the
     # outer stage would hold more than the inner one, however slow sleeps get under load).
-    assert rows["user_resize"]["exclusive_s"] >= 0.8 * 20 * 0.001
-    assert rows["user_inner"]["exclusive_s"] >= 0.8 * 20 * 0.006
-    assert rows["user_resize"]["exclusive_s"] < rows["user_inner"]["exclusive_s"]
-    assert rows["user_inner"]["samples_in"] is None
+    assert rows["user_resize"].exclusive_s >= 0.8 * 20 * 0.001
+    assert rows["user_inner"].exclusive_s >= 0.8 * 20 * 0.006
+    assert rows["user_resize"].exclusive_s < rows["user_inner"].exclusive_s
+    assert rows["user_inner"].samples_in is None
 
 
 def test_user_stage_in_the_main_process_and_as_a_decorator():
@@ -116,8 +116,8 @@ def test_user_stage_in_the_main_process_and_as_a_decorator():
     for _ in range(5):
         work()
     here = totals(os.environ.get(stage_probe.STAGE_DIR_ENV))  # where stage() puts them
-    rows = {r["name"]: r for r in stage_table([here.snapshot()])}
-    assert rows["main_work"]["where"] == "main" and rows["main_work"]["samples_out"] >= 5
+    rows = {r.name: r for r in stage_table([here.snapshot()])}
+    assert rows["main_work"].where == "main" and rows["main_work"].samples_out >= 5
     with pytest.raises(TypeError, match="non-empty name"):
         pipecheck.stage("")
 
@@ -131,10 +131,10 @@ def test_wrap_reports_worker_and_main_process_stages(tmp_path):
     assert sum(len(b[0]) for b in batches) == 20  # odd samples dropped by the select stage
     report = wrapped.report()
     rows = report.producer.stages
-    worker_top = next(r for r in rows if r["where"] == "workers")
-    assert worker_top["name"] == "slow_augment"
-    assert worker_top["exclusive_s"] >= 0.8 * 20 * SLOW_S
-    main_names = {r["name"] for r in rows if r["where"] == "main"}
+    worker_top = next(r for r in rows if r.where == "workers")
+    assert worker_top.name == "slow_augment"
+    assert worker_top.exclusive_s >= 0.8 * 20 * SLOW_S
+    main_names = {r.name for r in rows if r.where == "main"}
     assert {"DataLoader", "unbatched", "batched"} <= main_names
     data = report.to_dict()
     assert data["producer"]["stages"][0]["name"] in {"slow_augment", "DataLoader"}

@@ -4,6 +4,7 @@ without persistent workers (real worker processes, a costly worker_init_fn), and
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -115,19 +116,25 @@ def test_apply_changes_only_a_recommendation_that_epoch_start_matters_to():
     recommended = {"config": {"num_workers": 2, "persistent_workers": False},
                    "baseline": {"num_workers": 0, "persistent_workers": False},
                    "changes": {"num_workers": [0, 2]}, "expected": {"samples_per_s": 10.0}}
-    apply(recommended, {"matters": None, "saving_s": 1.0})
-    assert recommended["config"]["persistent_workers"] is False
-    apply(recommended, {"matters": True, "saving_s": 1.0})
-    assert recommended["changes"] == {"num_workers": [0, 2], "persistent_workers": [False, True]}
-    assert recommended["expected"] == {"samples_per_s": 10.0, "epoch_saving_s": 1.0}
+    saved = copy.deepcopy(recommended)
+    assert apply(recommended, {"matters": None, "saving_s": 1.0})["config"][
+        "persistent_workers"] is False
+    matters = apply(recommended, {"matters": True, "saving_s": 1.0})
+    assert matters["changes"] == {"num_workers": [0, 2], "persistent_workers": [False, True]}
+    assert matters["expected"] == {"samples_per_s": 10.0, "epoch_saving_s": 1.0}
+    assert matters["config"] == {"num_workers": 2, "persistent_workers": True}
+    assert recommended == saved  # the section's entry is replaced, never edited in place
     # A baseline that already keeps its workers keeps them: trials without persistent workers
     # won on throughput, which says nothing about epoch start.
     kept = {"config": {"num_workers": 4, "persistent_workers": False},
             "baseline": {"num_workers": 2, "persistent_workers": True},
             "changes": {"num_workers": [2, 4], "persistent_workers": [True, False]}}
-    apply(kept, {"matters": False, "saving_s": 0.01})
+    kept = apply(kept, {"matters": False, "saving_s": 0.01})
     assert kept["config"]["persistent_workers"] is True
     assert kept["changes"] == {"num_workers": [2, 4]}
+    no_workers = {"config": {"num_workers": 0}}
+    assert apply(no_workers, {"matters": True, "saving_s": 1.0}) == {"config": {"num_workers": 0}}
+    assert apply(None, {"matters": True, "saving_s": 1.0}) is None
 
 
 def test_epoch_start_text_states_its_numbers_and_its_limits():

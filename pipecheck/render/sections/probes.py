@@ -26,10 +26,9 @@ def stages(report: "Report") -> Optional[Section]:
     rows = report.producer.stages
     if not rows:
         return None
-    cells = [[str(row.get("name")), str(row.get("where")), fmt.seconds(row.get("exclusive_s")),
-              fmt.percent(row.get("fraction")),
-              "-" if row.get("samples_in") is None else f"{row['samples_in']:,}",
-              f"{row.get('samples_out') or 0:,}"] for row in rows[:STAGE_ROWS]]
+    cells = [[row.name, row.where, fmt.seconds(row.exclusive_s), fmt.percent(row.fraction),
+              "-" if row.samples_in is None else f"{row.samples_in:,}",
+              f"{row.samples_out:,}"] for row in rows[:STAGE_ROWS]]
     blocks: list[Block] = [table(["stage", "runs in", "exclusive", "share", "in", "out"], cells,
                                  right=range(2, 6))]
     if len(rows) > STAGE_ROWS:
