@@ -59,6 +59,7 @@ def _pipecheck(*args: str, **kw) -> subprocess.CompletedProcess:
                           text=True, timeout=120, **kw)
 
 
+@pytest.mark.slow  # two 10 s attach windows: CI runs them with -m slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_stall_estimate_matches_the_scripts_own_over_the_attach_window(tmp_path, workers):
     # Latency-bound: each sample sleeps 10 ms (40 ms a batch), the step burns 20 ms of CPU.
@@ -117,6 +118,7 @@ def test_samples_inside_next_are_the_stall_and_its_interval_is_wilsons():
     assert result.consumer.stall_fraction == pytest.approx(0.12)
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_the_window_and_still_writes_the_report(tmp_path):
     target, _ = _start_target(tmp_path, "--workers", "0")
     out = tmp_path / "attach.json"

@@ -51,6 +51,7 @@ def test_search_measures_fewer_configs_and_finds_a_good_one(searched):
     assert search["search"]["stop_reason"]
 
 
+@pytest.mark.slow  # the module fixture runs two real stress searches
 def test_search_best_is_a_measured_trial_and_predictions_are_recorded(searched):
     search, _ = searched
     measured = [t for t in search["trials"] if t["measured"]]
@@ -66,6 +67,7 @@ def test_search_best_is_a_measured_trial_and_predictions_are_recorded(searched):
     assert len(measured) > len(calibration)  # the model chose at least one trial
 
 
+@pytest.mark.slow
 def test_skipped_candidates_carry_predictions_and_measured_false(searched):
     search, _ = searched
     unmeasured = [t for t in search["trials"] if not t["measured"]]
