@@ -61,8 +61,9 @@ HOST_INTERVAL_S = 0.5
 """Seconds between psutil readings of the target and its children."""
 
 HOST_PSS_INTERVAL_S = 0.5
-"""Seconds between USS/PSS readings: a 10 s window then has the 9 readings the memory-growth
-test needs (:data:`pipecheck.analysis.memory.MIN_READINGS` after its warm-up third)."""
+"""Seconds between USS/PSS readings: a 10 s window then has about 20, well above what the
+memory-growth test needs (:data:`pipecheck.analysis.memory.MIN_READINGS` after its warm-up
+third)."""
 
 _POLL_S = 0.1
 
