@@ -185,7 +185,7 @@ def _cycle(
             runnable_part = min(worker_cpu_s / worker_share / worker_s, 1.0) if worker_s > 0 \
                 else 1.0
         if reference_share is not None:
-            step_s = step_meas_s * reference_share / step_share
+            step_s = scaled_step_s(step_meas_s, step_threads, reference_share / step_share)
         rate = min(workers / worker_s, 1.0 / (step_s + receive_s)) if worker_s > 0 else (
             1.0 / (step_s + receive_s))
         utilization = min(rate * worker_s / workers, 1.0)
@@ -201,9 +201,19 @@ def _cycle(
     if worker_fixed_s is not None:
         worker_s = worker_fixed_s
     if reference_share is not None:
-        step_s = step_meas_s * reference_share / step_share
+        step_s = scaled_step_s(step_meas_s, step_threads, reference_share / step_share)
     return Cycle(step_s=step_s, worker_s=worker_s, step_share=step_share,
                  worker_share=worker_share)
+
+
+def scaled_step_s(step_meas_s: float, step_threads: float, slowdown: float) -> float:
+    """The step's time in seconds when its runnable threads get ``slowdown`` times less CPU
+    (share then / share now). Only the part of the step during which it is runnable stretches:
+    a step that keeps ``step_threads`` < 1 runnable on average (it sleeps, waits on a GPU, a
+    network or a lock the rest of the time) is runnable that fraction of its time; with one or
+    more threads runnable it is runnable all of it."""
+    runnable = min(max(step_threads, 0.0), 1.0)
+    return step_meas_s * ((1.0 - runnable) + runnable * slowdown)
 
 
 def _step_group(step_threads: float) -> tuple[float, float]:
@@ -315,7 +325,7 @@ class ThroughputModel:
                          if self.measured.num_workers == 0
                          else self.shares(self.measured.num_workers).step_share)
             now = step_alone_share(threads, load.group_runnable(), load.cores_left(others_cpus))
-            return step_meas_s * reference / now
+            return scaled_step_s(step_meas_s, threads, reference / now)
         return self.shares(num_workers, others_cpus).step_s
 
     def capacity(self, num_workers: int, others_cpus: Optional[float] = None

@@ -205,3 +205,14 @@ def test_a_serial_run_charges_workers_the_estimated_hand_over():
     assert any("not measured (no workers)" in a for a in model.assumptions)
     many = model.predict(LoaderSettings(num_workers=64))
     assert many.steady_batches_per_s <= 1.0 / (0.004 + model.receive_s) * 1.001
+
+
+def test_only_the_runnable_part_of_a_step_stretches_when_workers_take_cores():
+    # A step that sleeps (or waits on a GPU) most of its time keeps under one thread runnable:
+    # a worker taking cores slows only its CPU part. Seen under load: a 20 ms sleeping step
+    # predicted at 26.6 ms beside 2 workers, which hid a 2-worker gain.
+    from pipecheck.analysis.model import scaled_step_s
+
+    assert scaled_step_s(0.02, 0.05, 3.0) == pytest.approx(0.02 * (0.95 + 0.05 * 3.0))
+    assert scaled_step_s(0.2, 2.0, 1.25) == pytest.approx(0.25)  # all runnable: all stretches
+    assert scaled_step_s(0.2, 1.0, 1.0) == pytest.approx(0.2)
