@@ -1,7 +1,9 @@
 """Does the recommendation deliver what it predicts, on real pipelines, quiet and contended?
 
 For each pipeline below, in each condition (``quiet``, and ``busy``: one CPU-burning neighbour
-process the benchmark starts), it:
+process the benchmark starts, by default in a new session: another scheduling group, as another
+user's or job's process is; ``--neighbour group`` puts it in this session, ``child`` makes it a
+child of the training process), it:
 
 1. trains from ``num_workers=0`` under ``pipecheck.wrap`` for ``--seconds`` and takes the
    report's recommendation (its ``num_workers`` / ``prefetch_factor`` / ``persistent_workers``
@@ -24,6 +26,7 @@ on batches of 64 (torch's default intra-op threads, as a user's loop has):
 * ``latency``: 2 ms of sleep per item (storage or network latency).
 
     python benchmarks/prediction.py [--seconds 12] [--max-workers 4] [--only jpeg] [--quiet-only]
+        [--neighbour session|group|child] [--pipelines jpeg,fft]
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ import io
 import multiprocessing
 import os
 import random
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -179,11 +184,49 @@ def burn() -> None:
         pass
 
 
+class Neighbour:
+    """One CPU-burning process beside the training, placed as ``where`` says:
+
+    * ``session``: a new session, outside this process tree (another login's or job's process;
+      under autogroups, or in another container, it is another CPU scheduling group);
+    * ``group``: this session, outside this process tree (a job started from the same shell:
+      the same scheduling group, sharing cores thread for thread);
+    * ``child``: a child of the training process (a process the training script started).
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.pid: Optional[int] = None
+        self.child: Optional[multiprocessing.process.BaseProcess] = None
+
+    def __enter__(self) -> "Neighbour":
+        if self.where == "child":
+            self.child = multiprocessing.get_context("fork").Process(target=burn, daemon=True)
+            self.child.start()
+            return self
+        # Through a shell that exits at once, so the burner is reparented out of this tree.
+        shell = subprocess.run(
+            ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+            capture_output=True, text=True, check=True,
+            start_new_session=self.where == "session")
+        self.pid = int(shell.stdout.strip())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.child is not None:
+            self.child.kill()
+            self.child.join()
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def run(name: str, dataset: Dataset, condition: str, args: argparse.Namespace) -> dict[str, Any]:
-    neighbour = None
-    if condition == "busy":
-        neighbour = multiprocessing.get_context("fork").Process(target=burn, daemon=True)
-        neighbour.start()
+    neighbour = Neighbour(args.neighbour) if condition == "busy" else None
+    if neighbour is not None:
+        neighbour.__enter__()
     try:
         wrapped = pipecheck.wrap(loader_with(dataset, {"num_workers": 0}))
         measured_from = train_for(wrapped, args.seconds, Model())
@@ -198,8 +241,7 @@ def run(name: str, dataset: Dataset, condition: str, args: argparse.Namespace) -
                 for n in range(args.max_workers + 1)}
     finally:
         if neighbour is not None:
-            neighbour.kill()
-            neighbour.join()
+            neighbour.__exit__()
     best_workers = max(grid, key=grid.get)
     row = {"pipeline": name, "condition": condition, "baseline": measured_from,
            "verdict": report.diagnosis.verdict, "recommended": label, "predicted": predicted,
@@ -226,6 +268,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--max-workers", type=int, default=4)
     parser.add_argument("--only", choices=["jpeg", "fft", "latency"])
     parser.add_argument("--quiet-only", action="store_true")
+    parser.add_argument("--neighbour", choices=["session", "group", "child"], default="session",
+                        help="where the busy condition's CPU burner runs: a new session "
+                        "(another scheduling group, default), this session outside the "
+                        "training's process tree, or a child of the training process")
+    parser.add_argument("--pipelines", default="jpeg,fft,latency",
+                        help="comma-separated pipelines to run (default all three)")
     parser.add_argument("--reports", metavar="DIR",
                         help="save each wrapped run's report as DIR/PIPELINE-CONDITION.json")
     args = parser.parse_args(argv)
@@ -236,7 +284,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         rows = []
         for condition in ("quiet",) if args.quiet_only else ("quiet", "busy"):
             for name, make in pipelines.items():
-                if args.only and name != args.only:
+                if args.only and name != args.only or name not in args.pipelines.split(","):
                     continue
                 rows.append(run(name, make(), condition, args))
     errors = [abs(r["achieved"] / r["predicted"] - 1) for r in rows if r["predicted"]]

@@ -369,6 +369,10 @@ def contention_words(
         words += (f" Other processes used {load.others_cpus:.1f} of the {load.usable_cpus:g} "
                   "usable cores during the run; the prediction assumes they keep them (their "
                   "load's low and high over the run bound the interval).")
+    if load.same_group_cpus >= CONTENDED_CPU_FRACTION * load.usable_cpus:
+        words += (f" Processes in this run's CPU scheduling group (same session or cgroup) used "
+                  f"{load.same_group_cpus:.1f} cores; the kernel shares those cores thread for "
+                  "thread, so the workers are predicted to get part of them.")
     return words
 
 

@@ -285,7 +285,11 @@ class HostRecord:
     """What the psutil sampler saw. ``overhead_cpu_s`` is the sampler thread's own CPU time;
     ``status`` is ``ok`` or ``unavailable`` (with ``note`` saying why).
     ``disk_busy_fraction_mean``: share of the run (0-1) the busiest disk (``busiest_disk``) had
-    I/O in flight, system-wide (iostat's %util); ``None`` where not measured."""
+    I/O in flight, system-wide (iostat's %util); ``None`` where not measured.
+    ``others_scanned_s``: seconds the scans of other processes covered
+    (:mod:`pipecheck.probes.neighbours`), in which they used ``others_cpu_s`` CPU seconds, of which
+    ``others_same_group_cpu_s`` by processes in this run's CPU scheduling group; ``None`` where
+    not scanned (not Linux, a run shorter than two scans, or an older report)."""
 
     status: str
     interval_s: float
@@ -303,6 +307,9 @@ class HostRecord:
     note: Optional[str] = None
     disk_busy_fraction_mean: Optional[float] = None
     busiest_disk: Optional[str] = None
+    others_scanned_s: Optional[float] = None
+    others_cpu_s: Optional[float] = None
+    others_same_group_cpu_s: Optional[float] = None
 
 
 @dataclass(frozen=True)

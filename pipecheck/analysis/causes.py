@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from pipecheck.analysis import bound, memory
-from pipecheck.analysis.contention import other_processes_cpus
+from pipecheck.analysis.contention import other_processes_cpus, same_group_fraction
 from pipecheck.analysis.producer import usable_host
 from pipecheck.kinds import BALANCED, INPUT_BOUND, WORKERS_FINDING, FindingKind, Verdict
 from pipecheck.records import Finding, ProducerSummary, RunRecord
@@ -80,17 +80,22 @@ def contended_host_finding(run: RunRecord) -> Optional[Finding]:
     queued = waiting_s / (running_s + waiting_s) if running_s + waiting_s > 0 else None
     waited = (f"; this run's processes waited for a core {percent(queued)} of the time they "
               "wanted one" if queued is not None else "")
+    in_group = same_group_fraction(run)
+    group = (f"; {in_group * others:.1f} of those CPUs went to processes in this run's CPU "
+             "scheduling group (same session or cgroup), which share cores with its workers "
+             "thread for thread" if in_group * others >= 0.05 else "")
     return Finding(
         kind=FindingKind.CONTENDED_HOST,
         severity="warning",
         message=f"Contended host: other processes used {others:.1f} of {cpus} CPUs on average "
         f"during the run (the machine was {percent(host.system_cpu_percent_mean / 100)} busy, "
-        f"this run {ours:.1f} CPUs){waited}. Rates and predictions here hold only under the "
+        f"this run {ours:.1f} CPUs){waited}{group}. Rates and predictions here hold only under the "
         "same contention; measure the candidate settings on this host with 'pipecheck stress "
         "FILE.py:make_loader --workers 0,1,2,4' (a function that builds your DataLoader).",
         evidence={"other_processes_cpus": others, "cpu_count": cpus, "run_cpus": ours,
                   "system_cpu_fraction": host.system_cpu_percent_mean / 100,
                   "runqueue_fraction": queued,
+                  "same_group_cpus": in_group * others,
                   "contended_cpu_fraction": CONTENDED_CPU_FRACTION},
     )
 

@@ -5,15 +5,18 @@ Two levels of fairness, as Linux schedules them:
 
 * **between scheduling groups** (sessions under ``kernel.sched_autogroup_enabled``, on by
   default on desktop distributions and on this project's machine; cgroups for containers,
-  systemd services and batch jobs): processes outside this run's process tree are taken to be
-  in other groups, so they **keep the cores they used** whatever this run adds. The cores left
-  to this run are ``usable CPUs - other processes' load on them`` (never below what the run
-  itself used). More workers therefore take cores from the step, not from the neighbours;
+  systemd services and batch jobs): processes outside this run's process tree and outside its
+  group (:mod:`pipecheck.probes.neighbours` tells them apart) **keep the cores they used**
+  whatever this run adds. The cores left to this run are ``usable CPUs - those processes' load
+  on them`` (never below what the run itself used). More workers therefore take cores from the
+  step, not from those neighbours;
 * **within this run's group**, max-min fairness among runnable threads (CFS, kernel
   ``Documentation/scheduler/sched-design-CFS``: "an ideal, precise multi-tasking CPU"): the
   step's threads (its CPU per wall second of step over the share it got), the workers (each
-  runnable for the part of a batch it is not sleeping or reading) and this run's own other
-  child processes (not workers: e.g. a process the training script started).
+  runnable for the part of a batch it is not sleeping or reading), this run's own other
+  child processes (not workers: e.g. a process the training script started) and other
+  processes in the same group (a second job or a compile started from the same session): more
+  workers get a part of the cores those use.
 
 The share this run's threads got is measured, not assumed: ``1 - run-queue fraction`` (time
 runnable but waiting for a core, ``/proc/<pid>/schedstat``, over the time they ran or waited),
@@ -38,7 +41,7 @@ load seen in 80% of the host sampler's ticks (pipecheck's choice)."""
 @dataclass(frozen=True)
 class HostLoad:
     """The CPU contention a run measured. ``usable_cpus``: cores this process may use;
-    ``others_cpus``: cores' worth processes outside this run's tree used on them (mean, and
+    ``others_cpus``: cores' worth processes outside this run's tree and group used on them (mean, and
     ``others_low`` / ``others_high`` at :data:`OTHERS_PERCENTILES` of the host ticks);
     ``share``: the fraction of a core a runnable thread of this run got (0-1];
     ``step_cores``: main-process CPU per wall second of step (cores, > 1 with intra-op
@@ -54,18 +57,23 @@ class HostLoad:
     """Cores' worth this run's main process and workers used on average."""
     children_cpus: float = 0.0
     """Cores' worth this run's other child processes (not workers) used on average."""
+    same_group_cpus: float = 0.0
+    """Cores' worth processes outside this run but in its scheduling group used on average
+    (on its usable cores); not part of ``others_cpus``."""
 
     def cores_left(self, others_cpus: Optional[float] = None) -> float:
-        """Cores left to this run: the usable CPUs less what processes outside its tree use
-        (``others_cpus``, default the measured mean), never below what the run itself used
+        """Cores left to this run's group: the usable CPUs less what processes in other groups
+        use (``others_cpus``, default the measured mean), never below what the group used
         (it demonstrably got those) nor below a hundredth of a core."""
         used = self.others_cpus if others_cpus is None else others_cpus
-        return max(self.usable_cpus - used, self.own_cpus + self.children_cpus, 0.01)
+        return max(self.usable_cpus - used,
+                   self.own_cpus + self.children_cpus + self.same_group_cpus, 0.01)
 
     def group_runnable(self) -> float:
-        """Runnable threads of this run's own non-worker children: the cores they used over
-        the share every runnable thread of the group got."""
-        return self.children_cpus / self.share
+        """Runnable threads in this run's group besides its step and workers (its non-worker
+        children and other processes in the group): the cores they used over the share every
+        runnable thread of the group got."""
+        return (self.children_cpus + self.same_group_cpus) / self.share
 
     def step_threads(self) -> float:
         """Threads the step keeps runnable on average: its cores over the share it got, at
@@ -127,6 +135,17 @@ def others_per_tick(run: RunRecord) -> list[float]:
             for s in host.timeline]
 
 
+def same_group_fraction(run: RunRecord) -> float:
+    """The fraction (0-1) of other processes' CPU that processes in this run's scheduling group
+    used, as the scans of other processes saw it (:attr:`HostRecord.others_same_group_cpu_s`
+    over :attr:`HostRecord.others_cpu_s`); 0 when not scanned (then every other process counts
+    as another group's: they keep their cores, the cautious side)."""
+    host = _usable(run.host)
+    if host is None or host.others_same_group_cpu_s is None or not host.others_cpu_s:
+        return 0.0
+    return min(max(host.others_same_group_cpu_s / host.others_cpu_s, 0.0), 1.0)
+
+
 def children_cpus(run: RunRecord) -> Optional[float]:
     """Cores' worth this run's child processes outside the workers' trees used on average
     (role ``child`` without a worker id); ``None`` without host data."""
@@ -162,9 +181,14 @@ def host_load(run: RunRecord, step_cores: Optional[float]) -> HostLoad:
     own = 0.0
     if host is not None and host.duration_s > 0:
         own = ((host.main_cpu_s or 0.0) + (host.workers_cpu_s or 0.0)) / host.duration_s
+    # Other processes in this run's group compete per thread, as its own children do.
+    in_group = same_group_fraction(run)
+    same_group = mean * in_group
+    mean -= same_group
     ticks = others_per_tick(run)
     if ticks:
-        low, high = (float(v) * on_ours for v in np.percentile(ticks, OTHERS_PERCENTILES))
+        low, high = (float(v) * on_ours * (1.0 - in_group)
+                     for v in np.percentile(ticks, OTHERS_PERCENTILES))
     else:
         low = high = mean
     share = measured_share(run)
@@ -177,6 +201,7 @@ def host_load(run: RunRecord, step_cores: Optional[float]) -> HostLoad:
         step_cores=step_cores,
         own_cpus=own,
         children_cpus=children,
+        same_group_cpus=same_group,
     )
 
 

@@ -35,6 +35,7 @@ from pipecheck import _clock
 from pipecheck._clock import Clock
 from pipecheck._locks import bounded
 from pipecheck.kinds import CHILD, MAIN, WORKER, ProcessRole
+from pipecheck.probes.neighbours import NeighbourScan
 from pipecheck.records import CpuSample, HostRecord, HostSample, MemorySample, ProcessStats
 
 DEFAULT_MAX_SAMPLES = 2048
@@ -215,6 +216,7 @@ class HostProbe:
         self._unavailable = False
         self._note: Optional[str] = None
         self._last_record: Optional[HostRecord] = None  # for a reader whose lock wait timed out
+        self._neighbours: Optional[NeighbourScan] = None  # other processes, by scheduling group
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -231,6 +233,7 @@ class HostProbe:
         try:
             self._main = psutil.Process(self._pid)
             self._main.cpu_times()  # fails now, not in the thread, if the process is unreadable
+            self._neighbours = _neighbour_scan(self._pid)
             with self._tick_lock:
                 self._tick()
         except Exception as error:  # psutil unusable here: report it, never break the run
@@ -331,6 +334,7 @@ class HostProbe:
         self._pss_read_pids.update(
             key[0] for key, reading in processes.items() if reading.pss_bytes is not None
         )
+        self._scan_neighbours(elapsed_s, {key[0] for key in processes})
         return _Tick(
             elapsed_s=elapsed_s,
             at_s=self._clock() - self._run_start,
@@ -339,6 +343,17 @@ class HostProbe:
             available_memory_bytes=psutil.virtual_memory().available,
             disk_busy_ms=_disk_busy_ms(),
         )
+
+    def _scan_neighbours(self, elapsed_s: float, own_pids: set[int]) -> None:
+        """Other processes' CPU by scheduling group, every few seconds. A failure turns only
+        this scan off (the analysis then treats every other process as another group's)."""
+        scan = self._neighbours
+        if scan is None:
+            return
+        try:
+            scan.maybe_scan(elapsed_s, own_pids)
+        except Exception:
+            self._neighbours = None
 
     def _current_worker_ids(self) -> dict[int, int]:
         if self._worker_ids is None:
@@ -493,6 +508,9 @@ class HostProbe:
         ]
         main_cpu_s = sum(t.cpu_s for k, t in self._tracks.items() if roles[k].name == MAIN)
         disk, disk_busy = _busiest_disk(first.disk_busy_ms, last.disk_busy_ms, duration_s)
+        seen = self._neighbours.totals if self._neighbours is not None else None
+        if seen is not None and not seen.window_s > 0:
+            seen = None
         return HostRecord(
             status="ok",
             interval_s=self._interval_s,
@@ -510,6 +528,9 @@ class HostProbe:
             note=self._note,
             disk_busy_fraction_mean=disk_busy,
             busiest_disk=disk,
+            others_scanned_s=None if seen is None else seen.window_s,
+            others_cpu_s=None if seen is None else seen.others_cpu_s,
+            others_same_group_cpu_s=None if seen is None else seen.same_group_cpu_s,
         )
 
 
@@ -565,6 +586,13 @@ def _runqueue_s(pid: int) -> Optional[float]:
             return int(handle.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _neighbour_scan(pid: int) -> Optional[NeighbourScan]:
+    """A :class:`NeighbourScan` for ``pid``'s scheduling group; ``None`` where it cannot be
+    read (not Linux, no procfs), so no scan runs."""
+    scan = NeighbourScan(pid)
+    return scan if scan.group is not None else None
 
 
 def _update_track(track: _ProcessTrack, reading: _ProcessReading, at_s: float, dt_s: float) -> None:

@@ -170,6 +170,37 @@ def test_the_runs_own_children_share_cores_thread_by_thread():
     assert two > 1.2 * one
 
 
+def test_processes_in_the_runs_scheduling_group_share_cores_thread_by_thread():
+    # The same core's worth used by a process outside the run but in its group (a job started
+    # from the same shell): the scans saw all of the others' CPU in the group, so it is taken
+    # off "others" and competes per thread, and a second worker takes a fair part of it.
+    run = with_host(simulate(LIGHT_STEP), others_cpus=1.0)
+    scanned = dataclasses.replace(run.host, others_scanned_s=10.0, others_cpu_s=10.0,
+                                  others_same_group_cpu_s=10.0)
+    model = analyze(dataclasses.replace(run, host=scanned)).model
+    assert model.load.others_cpus == pytest.approx(0.0, abs=1e-9)
+    assert model.load.same_group_cpus == pytest.approx(1.0)
+    one, two = (model.predict(LoaderSettings(num_workers=n)).steady_batches_per_s
+                for n in (1, 2))
+    assert two > 1.2 * one
+    # Half of the others' CPU in the group: half a core stays with the other groups.
+    half = dataclasses.replace(scanned, others_same_group_cpu_s=5.0)
+    load = analyze(dataclasses.replace(run, host=half)).model.load
+    assert load.others_cpus == pytest.approx(0.5)
+    assert load.same_group_cpus == pytest.approx(0.5)
+
+
+def test_the_contended_host_finding_names_the_part_in_the_runs_group():
+    run = with_host(simulate(LIGHT_STEP), others_cpus=1.0)
+    scanned = dataclasses.replace(run.host, others_scanned_s=10.0, others_cpu_s=10.0,
+                                  others_same_group_cpu_s=8.0)
+    report = build_report(dataclasses.replace(run, host=scanned))
+    finding = next(f for f in report.diagnosis.findings if f.kind == "contended-host")
+    assert finding.evidence["same_group_cpus"] == pytest.approx(0.8, rel=0.05)
+    assert "0.8 of those CPUs went to processes in this run's CPU scheduling group" in (
+        finding.message)
+
+
 def test_markdown_and_html_show_the_interval_beside_the_figure():
     report = build_report(simulate(NOISY))
     expected = report.recommendations[0].expected

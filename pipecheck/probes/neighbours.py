@@ -1,0 +1,197 @@
+"""Other processes' CPU, split by whether they share this run's CPU scheduling group.
+
+Linux shares CPU fairly at two levels (kernel ``Documentation/scheduler/sched-design-CFS``):
+between scheduling groups, then between the runnable threads inside one group. A process in
+another group (another container or systemd service with the ``cpu`` controller, another
+login session under ``kernel.sched_autogroup_enabled``) keeps its group's share whatever this
+run adds; a busy process in this run's own group (a compile or a second job started from the
+same shell) competes thread for thread with the run's workers, so more workers still get a
+part of the cores it uses. :mod:`pipecheck.analysis.contention` needs to know which is which.
+
+A process's group is the pair (effective ``cpu`` cgroup, autogroup):
+
+* the ``cpu`` cgroup is the ``cpu`` controller's line of ``/proc/<pid>/cgroup`` (cgroup v1), or
+  for cgroup v2 the deepest ancestor of the unified path whose ``cgroup.controllers`` lists
+  ``cpu`` (a cgroup without the controller is scheduled in its parent's group; ``cgroups(7)``);
+* the autogroup (``/proc/<pid>/autogroup``, ``sched(7)``) counts only while the process is in
+  the root ``cpu`` cgroup and autogrouping is enabled: the kernel ignores it elsewhere.
+
+:class:`NeighbourScan` walks the process table with psutil every few seconds (about 15 us a
+process; the interval grows so that the scans cost at most :data:`MAX_COST_FRACTION` of one
+core) and adds up, between consecutive scans, the CPU seconds of processes outside the run,
+and of those in its group. Blind spots: a process born and gone between two scans is not seen
+(its CPU is counted as another group's by the analysis, the cautious side), and one whose
+group cannot be read (another user's, under ``hidepid``) counts as another group's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple, Optional
+
+import psutil
+
+GroupKey = tuple[str, Optional[str]]
+"""A scheduling group: (effective ``cpu`` cgroup path, autogroup name or ``None``)."""
+
+MIN_SCAN_INTERVAL_S = 5.0
+"""Least seconds between two scans of the process table (pipecheck's choice: the host
+sampler's memory cadence; other processes' load changes on that scale)."""
+
+MAX_COST_FRACTION = 0.005
+"""Largest share of one core the scans may take (0.5%): a scan that took ``c`` seconds of CPU
+waits at least ``c / MAX_COST_FRACTION`` before the next (2,000 processes at ~15 us each: 30 ms,
+so one scan every 6 s)."""
+
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied)
+
+
+def scheduling_group(pid: int, proc_root: str = "/proc",
+                     cgroup_root: str = "/sys/fs/cgroup") -> Optional[GroupKey]:
+    """The scheduling group of process ``pid`` (see the module docstring), or ``None`` when its
+    ``cgroup`` file cannot be read (gone, not Linux, no permission). ``proc_root`` and
+    ``cgroup_root`` are where procfs and the cgroup v2 hierarchy are mounted."""
+    try:
+        with open(f"{proc_root}/{pid}/cgroup", encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    v1_cpu: Optional[str] = None
+    unified: Optional[str] = None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if hierarchy == "0" and controllers == "":
+            unified = path
+        elif "cpu" in controllers.split(","):
+            v1_cpu = path
+    if v1_cpu is not None:
+        path = v1_cpu
+    elif unified is not None:
+        path = _effective_v2_cpu_cgroup(unified, cgroup_root)
+    else:
+        return None
+    autogroup = None
+    if path == "/" and _autogroup_enabled(proc_root):
+        autogroup = _autogroup(pid, proc_root)
+    return path, autogroup
+
+
+def _effective_v2_cpu_cgroup(path: str, cgroup_root: str) -> str:
+    """The deepest ancestor of ``path`` (itself included) with the ``cpu`` controller; ``path``
+    itself when the hierarchy is not readable there (a cgroup namespace: taken as is)."""
+    candidate = path.rstrip("/") or "/"
+    while candidate != "/":
+        try:
+            with open(f"{cgroup_root}{candidate}/cgroup.controllers", encoding="ascii") as handle:
+                if "cpu" in handle.read().split():
+                    return candidate
+        except OSError:
+            return path
+        candidate = candidate.rsplit("/", 1)[0] or "/"
+    return "/"
+
+
+def _autogroup_enabled(proc_root: str) -> bool:
+    try:
+        with open(f"{proc_root}/sys/kernel/sched_autogroup_enabled", encoding="ascii") as handle:
+            return handle.read().strip() == "1"
+    except OSError:
+        return False
+
+
+def _autogroup(pid: int, proc_root: str) -> Optional[str]:
+    try:
+        with open(f"{proc_root}/{pid}/autogroup", encoding="ascii") as handle:
+            fields = handle.read().split()
+    except OSError:
+        return None
+    return fields[0] if fields else None
+
+
+class NeighbourTotals(NamedTuple):
+    """What the scans saw: ``window_s``, the real seconds from the first scan to the latest;
+    ``others_cpu_s``, the CPU seconds processes outside the run used in it;
+    ``same_group_cpu_s``, the part of those used by processes in the run's group."""
+
+    window_s: float
+    others_cpu_s: float
+    same_group_cpu_s: float
+
+
+class NeighbourScan:
+    """Other processes' CPU seconds, in total and in the group of process ``pid``.
+
+    Call :meth:`maybe_scan` from the host sampler's tick with the pids of the run's own
+    processes; it scans when :meth:`due`. ``totals`` (:class:`NeighbourTotals`) is replaced as a
+    whole after each scan, so another thread may read it at any time. ``group`` is ``None``
+    (and nothing is ever counted) when the run's own group cannot be read. :meth:`maybe_scan`
+    is called from one thread only.
+    """
+
+    def __init__(self, pid: int, *, proc_root: str = "/proc",
+                 cgroup_root: str = "/sys/fs/cgroup") -> None:
+        self._proc_root = proc_root
+        self._cgroup_root = cgroup_root
+        self.group = scheduling_group(pid, proc_root, cgroup_root)
+        self.totals = NeighbourTotals(0.0, 0.0, 0.0)
+        self._cpu: dict[tuple[int, float], float] = {}
+        self._same: dict[tuple[int, float], bool] = {}
+        self._last_at: Optional[float] = None
+        self._next_at = 0.0
+
+    def due(self, now_s: float) -> bool:
+        """Whether a scan is due at ``now_s`` (``time.perf_counter`` seconds)."""
+        return self.group is not None and now_s >= self._next_at
+
+    def maybe_scan(self, now_s: float, own_pids: set[int]) -> None:
+        """Scan the process table if :meth:`due`, leaving out ``own_pids`` (this run's main
+        process, workers and their children)."""
+        if not self.due(now_s):
+            return
+        cost_start = time.thread_time()
+        readings = self._read(own_pids)
+        if self._last_at is not None:
+            self._add_window(readings, now_s - self._last_at)
+        self._cpu = readings
+        self._same = {key: same for key, same in self._same.items() if key in readings}
+        self._last_at = now_s
+        cost_s = time.thread_time() - cost_start
+        self._next_at = now_s + max(MIN_SCAN_INTERVAL_S, cost_s / MAX_COST_FRACTION)
+
+    def _read(self, own_pids: set[int]) -> dict[tuple[int, float], float]:
+        readings: dict[tuple[int, float], float] = {}
+        for proc in psutil.process_iter():
+            if proc.pid in own_pids:
+                continue
+            try:
+                times = proc.cpu_times()
+                key = (proc.pid, proc.create_time())
+            except _GONE:
+                continue
+            readings[key] = times.user + times.system
+        return readings
+
+    def _add_window(self, readings: dict[tuple[int, float], float], window_s: float) -> None:
+        others_s = same_s = 0.0
+        for key, cpu_s in readings.items():
+            before = self._cpu.get(key)
+            # A process first seen now was born since the last scan: all its CPU is new.
+            used_s = cpu_s - before if before is not None else cpu_s
+            if used_s <= 0:
+                continue
+            others_s += used_s
+            if self._in_group(key):
+                same_s += used_s
+        total = self.totals
+        self.totals = NeighbourTotals(total.window_s + window_s, total.others_cpu_s + others_s,
+                                      total.same_group_cpu_s + same_s)
+
+    def _in_group(self, key: tuple[int, float]) -> bool:
+        same = self._same.get(key)
+        if same is None:
+            same = scheduling_group(key[0], self._proc_root, self._cgroup_root) == self.group
+            self._same[key] = same
+        return same

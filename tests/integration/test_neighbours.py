@@ -1,0 +1,117 @@
+"""The scan of other processes (:class:`pipecheck.probes.neighbours.NeighbourScan`) against real
+busy processes: one in this session's scheduling group but outside this process tree (started
+through a shell that exits, as a job from the same terminal is), one in a new session (its own
+autogroup). Linux only; the second needs autogroups in the root ``cpu`` cgroup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from pipecheck.probes.host import HostProbe
+from pipecheck.probes.neighbours import NeighbourScan, scheduling_group
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
+
+BURN = [sys.executable, "-c", "while True: pass"]
+
+
+def detached_burner(*, new_session: bool) -> int:
+    """A CPU-burning process reparented away from this process (its shell exits at once);
+    returns its pid."""
+    shell = subprocess.run(
+        ["sh", "-c", " ".join(f"'{a}'" for a in BURN) + " >/dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True, start_new_session=new_session)
+    return int(shell.stdout.strip())
+
+
+@pytest.fixture
+def burners():
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def test_a_busy_process_in_this_session_counts_as_the_runs_group(burners):
+    own = scheduling_group(os.getpid())
+    if own is None:
+        pytest.skip("this process's scheduling group is not readable")
+    same = detached_burner(new_session=False)
+    burners.append(same)
+    assert psutil.Process(same).ppid() != os.getpid()
+    scan = NeighbourScan(os.getpid())
+    scan.maybe_scan(0.0, {os.getpid()})
+    before = cpu_s(same)
+    time.sleep(1.5)
+    after = cpu_s(same)
+    scan.maybe_scan(100.0, {os.getpid()})
+    totals = scan.totals
+    assert totals.window_s == pytest.approx(100.0)
+    # Every CPU second the burner used between the scans is in the group's figure (other
+    # processes in the session may add more).
+    assert totals.same_group_cpu_s >= 0.9 * (after - before) > 0
+    assert totals.others_cpu_s >= totals.same_group_cpu_s
+    assert not scan.due(101.0)  # the next scan waits MIN_SCAN_INTERVAL_S
+
+
+def test_a_busy_process_in_a_new_session_is_another_group(burners):
+    own = scheduling_group(os.getpid())
+    if own is None or own[1] is None:
+        pytest.skip("no autogroups here (disabled, or not in the root cpu cgroup)")
+    apart = detached_burner(new_session=True)
+    burners.append(apart)
+    assert scheduling_group(apart) != own
+    scan = NeighbourScan(os.getpid())
+    scan.maybe_scan(0.0, {os.getpid()})
+    time.sleep(1.0)
+    before_same = scan.totals.same_group_cpu_s
+    scan.maybe_scan(100.0, {os.getpid()})
+    totals = scan.totals
+    assert totals.others_cpu_s > 0.3  # the burner ran
+    # Its CPU is in "others" but not in the group's part (anything else in the session is).
+    apart_cpu = cpu_s(apart)
+    assert totals.same_group_cpu_s - before_same <= totals.others_cpu_s - 0.8 * min(
+        apart_cpu, 1.0)
+
+
+def test_the_host_probe_leaves_the_runs_own_children_out_of_the_scan():
+    child = subprocess.Popen(BURN, stdout=subprocess.DEVNULL)
+    try:
+        probe = HostProbe(run_start=time.monotonic(), interval_s=0.2)
+        probe.start()
+        scan = probe._neighbours
+        assert scan is not None
+        excluded: list[set[int]] = []
+        real_scan = scan.maybe_scan
+
+        def spy(now_s, own_pids):
+            excluded.append(set(own_pids))
+            real_scan(now_s, own_pids)
+
+        scan.maybe_scan = spy  # type: ignore[method-assign]
+        scan._next_at = 0.0  # the next tick scans now rather than after 5 s
+        time.sleep(1.0)
+        probe.stop()
+        record = probe.record()
+    finally:
+        child.kill()
+        child.wait()
+    assert excluded and all({os.getpid(), child.pid} <= pids for pids in excluded)
+    assert record.others_scanned_s is not None and record.others_scanned_s > 0
+    assert record.others_cpu_s is not None and record.others_same_group_cpu_s is not None
+    assert 0 <= record.others_same_group_cpu_s <= record.others_cpu_s
