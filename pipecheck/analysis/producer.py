@@ -20,6 +20,7 @@ from typing import Any, Optional, cast
 from pipecheck.analysis import bound, memory
 from pipecheck.analysis.consumer import steady_batches_per_s, wait_cpu_per_batch_s
 from pipecheck.analysis.stats import mean, quantiles, ratio
+from pipecheck.kinds import MAIN
 from pipecheck.records import (
     ConsumerSummary,
     HostRecord,
@@ -300,7 +301,8 @@ def _main_process_summary(
     if fraction is not None and production_s is not None:
         cpu_per_batch_s = fraction * production_s
     workers = []
-    main_class = bound.classify(fraction, None, None, bound.iowait_fraction(run.host),
+    runqueue = _main_runqueue_fraction(run, fraction)
+    main_class = bound.classify(fraction, runqueue, None, bound.iowait_fraction(run.host),
                                 bound.disk_busy_fraction(run.host))
     if record is not None:
         cpu_s = None if fraction is None else fraction * record.busy_s
@@ -331,9 +333,26 @@ def _main_process_summary(
         main_cpu_per_batch_s=main_cpu.per_batch_s,
         workers_class=main_class,
         workers_class_basis=None if main_class is None or fraction is None else (
-            f"num_workers=0: the main process used {fraction * 100:.1f}% CPU while producing "
-            f"batches inside next() (cpu-bound at >= {bound.CPU_BOUND_FRACTION * 100:.0f}%)"),
+            f"num_workers=0: the main process used {fraction * 100:.1f}% CPU"
+            + ("" if not runqueue else f" and waited for a core about {runqueue * 100:.1f}%")
+            + " of the time it spent producing batches inside next() (cpu-bound at >= "
+            f"{bound.CPU_BOUND_FRACTION * 100:.0f}% together)"),
     )
+
+
+def _main_runqueue_fraction(run: RunRecord, cpu_fraction: Optional[float]) -> Optional[float]:
+    """Run-queue seconds per second of production in the main process (``num_workers=0``),
+    estimated: production's CPU per second (``cpu_fraction``) x the main process's run-queue
+    wait per CPU second over the whole run (``/proc/<pid>/schedstat``, its main thread). On a
+    saturated host a CPU-bound producer gets a core only part of the time it wants one, so its
+    CPU alone would read as waiting on something else. ``None`` where not measured."""
+    host = usable_host(run.host)
+    if host is None or cpu_fraction is None:
+        return None
+    main = next((p for p in host.processes if p.role == MAIN), None)
+    if main is None or main.runqueue_s is None or not main.cpu_s > 0:
+        return None
+    return cpu_fraction * main.runqueue_s / main.cpu_s
 
 
 def _samples(batches_per_s: Optional[float], run: RunRecord) -> Optional[float]:

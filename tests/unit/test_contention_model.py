@@ -247,3 +247,17 @@ def test_only_the_runnable_part_of_a_step_stretches_when_workers_take_cores():
     assert scaled_step_s(0.02, 0.05, 3.0) == pytest.approx(0.02 * (0.95 + 0.05 * 3.0))
     assert scaled_step_s(0.2, 2.0, 1.25) == pytest.approx(0.25)  # all runnable: all stretches
     assert scaled_step_s(0.2, 1.0, 1.0) == pytest.approx(0.2)
+
+
+def test_a_serial_producer_starved_of_cores_is_still_cpu_bound():
+    # num_workers=0 production that computes all the time it runs but gets a core only 27% of
+    # the time it wants one: 27% CPU per busy second alone reads as latency-bound (and would
+    # invite many workers); its run-queue wait makes it CPU-bound.
+    spec = dataclasses.replace(SERIAL, worker_cpu_fraction=0.27)
+    run = simulate(spec)
+    assert analyze(run).producer.workers_class == "latency-bound"
+    main = next(p for p in run.host.processes if p.pid == MAIN_PID)
+    starved = with_host(run, main_runqueue_s=main.cpu_s * 0.73 / 0.27)
+    producer = analyze(starved).producer
+    assert producer.workers_class == "cpu-bound"
+    assert "waited for a core about 73.0%" in producer.workers_class_basis
