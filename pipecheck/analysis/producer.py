@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, cast
 
 from pipecheck.analysis import bound, memory
+from pipecheck.analysis.contention import host_load
 from pipecheck.analysis.consumer import steady_batches_per_s, wait_cpu_per_batch_s
 from pipecheck.analysis.stats import mean, quantiles, ratio
 from pipecheck.kinds import MAIN
@@ -265,14 +266,15 @@ def _workers_cpu_cap(
         assert busy_per_batch is not None  # producing workers have batches > 0 and busy_s > 0
         worker_cpu = busy_per_batch * ASSUMED_PRODUCTION_CPU_FRACTION
         worker_source = "not measured, assumed CPU-bound"
-    cap = cpu_cap_batches_per_s(run.environment.usable_cpus, worker_cpu, main_per_batch, demand)
+    cpus, cpus_words = _cores_for_the_run(run)
+    cap = cpu_cap_batches_per_s(cpus, worker_cpu, main_per_batch, demand)
     if cap is None:
         return None
     main_source = main_cpu.source if main_cpu.per_batch_s is not None else (
         "not measured, assumed one core per step"
     )
     basis = (
-        f"{run.environment.usable_cpus} usable CPUs, {worker_cpu * 1e3:.1f} ms worker CPU per "
+        f"{cpus_words}, {worker_cpu * 1e3:.1f} ms worker CPU per "
         f"batch ({worker_source}) and {main_per_batch * 1e3:.1f} ms main-process CPU per batch "
         f"({main_source})"
     )
@@ -281,6 +283,22 @@ def _workers_cpu_cap(
         # The CPUs demonstrably sustained the observed rate, whatever the estimate says.
         return sustained, basis + f"; raised to the {sustained:.2f} batches/s the run sustained"
     return cap, basis
+
+
+def _cores_for_the_run(run: RunRecord) -> tuple[float, str]:
+    """Cores the run's step and workers had (the usable CPUs less what other processes used
+    of them, :mod:`pipecheck.analysis.contention`; never below what the run used) and how to
+    say it; the usable CPUs without host data."""
+    usable = run.environment.usable_cpus
+    if usable_host(run.host) is None:
+        return float(usable), f"{usable} usable CPUs"
+    load = host_load(run, None)
+    cores = max(load.cores_left() - load.children_cpus - load.same_group_cpus, load.own_cpus,
+                0.01)
+    if cores >= usable - 0.05:
+        return float(usable), f"{usable} usable CPUs"
+    return cores, (f"{cores:.1f} of {usable} usable CPUs left to this run (other processes "
+                   "used the rest)")
 
 
 def _main_process_summary(

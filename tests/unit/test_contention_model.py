@@ -261,3 +261,17 @@ def test_a_serial_producer_starved_of_cores_is_still_cpu_bound():
     producer = analyze(starved).producer
     assert producer.workers_class == "cpu-bound"
     assert "waited for a core about 73.0%" in producer.workers_class_basis
+
+
+def test_the_capacity_cpu_cap_counts_only_the_cores_left_to_the_run():
+    # Two workers (50 ms a batch, 45% of it on a CPU) beside a light step: with another
+    # group's process on one of the 2 cores, the CPU cap on capacity counts the one core left.
+    spec = dataclasses.replace(SERIAL, num_workers=2, production_s=0.05,
+                               worker_cpu_fraction=0.45, main_step_cpu_fraction=0.1,
+                               contention=False)
+    run = simulate(spec)
+    quiet = analyze(run).producer
+    busy = analyze(with_host(run, others_cpus=1.0)).producer
+    assert "CPU cap" in quiet.capacity_basis and "(2 usable CPUs" in quiet.capacity_basis
+    assert "(1.0 of 2 usable CPUs left to this run" in busy.capacity_basis
+    assert busy.capacity_batches_per_s <= quiet.capacity_batches_per_s
