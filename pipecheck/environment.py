@@ -20,7 +20,8 @@ def collect_environment() -> Environment:
     process may run on (``os.sched_getaffinity``, else ``cpu_count``). ``torch`` is ``None`` when
     torch is not importable, and then ``cuda`` is ``False``. ``cuda_device`` is a GPU name, or
     ``None`` when it cannot be known without creating a CUDA context (see
-    :func:`_cuda_device_name`). Never raises for a missing optional component.
+    :func:`_cuda_device_name`). ``intra_op_threads`` is ``torch.get_num_threads()``. Never
+    raises for a missing optional component.
     """
     cpu_count = os.cpu_count() or 1
     torch = _import_torch()
@@ -35,7 +36,17 @@ def collect_environment() -> Environment:
         cuda_device=_cuda_device_name(torch) if cuda else None,
         total_memory_bytes=int(psutil.virtual_memory().total),
         pipecheck=_pipecheck_version(),
+        intra_op_threads=_intra_op_threads(torch),
     )
+
+
+def _intra_op_threads(torch: Optional[Any]) -> Optional[int]:
+    if torch is None:
+        return None
+    try:
+        return int(torch.get_num_threads())
+    except Exception:  # a torch build without it: not measured
+        return None
 
 
 def _usable_cpus(cpu_count: int) -> int:

@@ -118,7 +118,7 @@ FindingKindName = Literal[
     "input-bound", "compute-bound", "balanced",
     "loader-error", "run-interrupted", "no-batches", "slow-first-batch", "workers-unbalanced",
     "cpu-saturated", "slow-batch-handover", "short-run", "insufficient-data",
-    "contended-host", "probe-off", "cpu-bound-workers", "io-bound-workers",
+    "contended-host", "intra-op-threads", "probe-off", "cpu-bound-workers", "io-bound-workers",
     "latency-bound-workers", "memory-growth", "shm-headroom", "stacks-unavailable",
     "hot-function", "gpu-idle", "head-of-line-blocking", "dominant-stage",
     "ranks-missing", "straggler-rank", "gather-failed",
@@ -168,6 +168,9 @@ class FindingKind:
     """Other processes took the cores the workers needed: the workers waited to run."""
     PROBE_OFF: Final = "probe-off"
     """A probe asked for turned itself off during the run, with its reason."""
+    INTRA_OP_THREADS: Final = "intra-op-threads"
+    """With ``num_workers=0``, production ran on torch's intra-op pool, whose overhead inflates
+    its CPU beyond what a one-thread worker would pay."""
     CPU_BOUND_WORKERS: Final = "cpu-bound-workers"
     """The producer's workers spend their busy time on the CPU."""
     IO_BOUND_WORKERS: Final = "io-bound-workers"

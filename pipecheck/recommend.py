@@ -436,6 +436,10 @@ def _more_workers_reason(
             f"batch between {seconds(1.0 / demand)} steps, so the loop waits {stall} of its time; "
             f"with {count(workers, 'worker')} production overlaps the step for about "
             f"{batch_rate(prediction.steady_batches_per_s)} in steady state (demand {batch_rate(demand)})."
+            + (" Production's CPU here was inflated by torch's intra-op threads, which "
+               "workers do not run: the workers are taken to pay the calling thread's CPU, "
+               "and the interval reaches up to free production."
+               if model.worker_cpu_range_s is not None else "")
         )
     cpu_fraction = model.worker_cpu_fraction
     kind = producer_class(model)

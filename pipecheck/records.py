@@ -42,6 +42,9 @@ class Environment:
 
     ``cpu_count`` is logical CPUs (``os.cpu_count()``); ``usable_cpus`` the ones this process may
     run on (``os.sched_getaffinity``), which is what a worker count must respect.
+    ``intra_op_threads``: torch's intra-op thread count in this process when the environment
+    was read (``torch.get_num_threads()``; DataLoader workers run 1); ``None`` without torch
+    or in older reports.
     """
 
     cpu_count: int
@@ -53,6 +56,7 @@ class Environment:
     cuda_device: Optional[str] = None
     total_memory_bytes: Optional[int] = None
     pipecheck: Optional[str] = None
+    intra_op_threads: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,10 @@ class ConsumerRecord:
     sampled_compute_cpu_s: float = 0.0
     batch_bytes: Optional[int] = None
     """Bytes of tensor (and numpy) storage in the run's first batch; ``None``: not measured."""
+    sampled_wait_thread_cpu_s: Optional[float] = None
+    """CPU seconds of the thread calling ``next()`` alone (``time.thread_time``) over the same
+    sampled waits as ``sampled_wait_cpu_s``: with ``num_workers=0``, production's CPU without
+    the other threads' (torch's intra-op pool); ``None`` in older reports."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ from pipecheck.analysis.consumer import (
 from pipecheck.analysis.producer import (
     ASSUMED_PRODUCTION_CPU_FRACTION,
     cpu_cap_batches_per_s,
+    intra_op_inflation,
     main_cpu_per_batch_s,
 )
 from pipecheck.analysis.contention import HostLoad, fair_shares, host_load
@@ -264,6 +265,11 @@ class ThroughputModel:
     noise_fraction: float = 0.0
     """Relative half-width of the run's own per-batch noise (batch means,
     :func:`pipecheck.analysis.stats.batch_means_spread`), applied to every prediction."""
+    worker_cpu_range_s: Optional[tuple[float, float]] = None
+    """Lowest and highest plausible worker CPU seconds per batch when the point figure is
+    uncertain beyond the run's noise (``num_workers=0`` production inflated by torch's
+    intra-op threads: from free to the process's CPU); ``None`` otherwise. The interval
+    spans the predictions at both ends."""
 
     @property
     def worker_cpu_fraction(self) -> float:
@@ -338,7 +344,7 @@ class ThroughputModel:
             return self._serial_rate(others_cpus), "serial"
         if self.load is not None:
             cycle = self.shares(num_workers, others_cpus)
-            rate = num_workers / cycle.worker_s
+            rate = num_workers / max(cycle.worker_s, 1e-9)  # free production: no limit
             return rate, "cpu" if cycle.worker_share < 1.0 - 1e-9 else "workers"
         worker_limited = num_workers * self.per_worker_batches_per_s
         cap = self.cpu_cap_batches_per_s()
@@ -352,12 +358,14 @@ class ThroughputModel:
         if load is None or (self.measured.num_workers == 0 and others_cpus is None):
             return self.per_worker_batches_per_s
         if self.measured.num_workers == 0:
-            # Only the other processes' load changes: the producing threads keep their count.
-            threads = max(self.worker_cpu_fraction / load.share, 1.0)
+            # Only the other processes' load changes: the producing threads keep their count
+            # and their CPU as measured (intra-op overhead included: it stays in this process).
+            cpu_s = (self.worker_cpu_range_s[1] if self.worker_cpu_range_s is not None
+                     else self.worker_cpu_per_batch_s)
+            threads = max(cpu_s * self.per_worker_batches_per_s / load.share, 1.0)
             before = step_alone_share(threads, load.group_runnable(), load.cores_left())
             after = step_alone_share(threads, load.group_runnable(),
                                      load.cores_left(others_cpus))
-            cpu_s = self.worker_cpu_per_batch_s
             wall_s = 1.0 / self.per_worker_batches_per_s
             return 1.0 / max(wall_s + cpu_s / after - cpu_s / before, 1e-12)
         share = step_alone_share(1.0, load.group_runnable(), load.cores_left(others_cpus))
@@ -443,13 +451,18 @@ class ThroughputModel:
                  ) -> tuple[float, float]:
         """90% interval of the predicted batches/s from the run's own noise: the prediction
         at the other processes' low and high load (:data:`contention.OTHERS_PERCENTILES` of
-        the host ticks), widened by :attr:`noise_fraction` (batch means) on each side."""
+        the host ticks) and, with workers, at both ends of :attr:`worker_cpu_range_s` when
+        set, widened by :attr:`noise_fraction` (batch means) on each side."""
         loads: list[Optional[float]] = [None]
         if self.load is not None:
             loads = [self.load.others_low, self.load.others_high]
         rates = [self.predict(settings, epochs=epochs, others_cpus=k).batches_per_s
                  for k in loads]
         rates.append(self.predict(settings, epochs=epochs).batches_per_s)
+        if self.worker_cpu_range_s is not None and settings.num_workers > 0:
+            rates.extend(replace(self, worker_cpu_per_batch_s=cpu_s, worker_cpu_range_s=None)
+                         .predict(settings, epochs=epochs).batches_per_s
+                         for cpu_s in self.worker_cpu_range_s)
         return (min(rates) * max(1.0 - self.noise_fraction, 0.0),
                 max(rates) * (1.0 + self.noise_fraction))
 
@@ -562,9 +575,19 @@ def build_model(
         load=load,
         noise_fraction=noise or 0.0,
     )
-    if load is None:
-        return model
-    return replace(model, worker_off_s=_worker_off_s(model, producer))
+    if load is not None:
+        # Off-CPU time from the CPU as measured: the pool's overhead took wall time too.
+        model = replace(model, worker_off_s=_worker_off_s(model, producer))
+    inflation = intra_op_inflation(run)
+    if inflation is not None:
+        model = replace(model, worker_cpu_per_batch_s=worker_cpu / inflation,
+                        worker_cpu_range_s=(0.0, worker_cpu), assumptions=model.assumptions + (
+                            f"production ran on {run.environment.intra_op_threads} torch "
+                            f"intra-op threads, using {inflation:.1f}x the calling thread's "
+                            "CPU: a worker (one thread) is taken to pay the calling thread's "
+                            "CPU, and the interval runs from free production to the "
+                            "process's CPU",))
+    return model
 
 
 def _contention_assumptions(measured_workers: int) -> list[str]:

@@ -130,6 +130,34 @@ def production_cpu_fraction(run: RunRecord) -> Optional[float]:
     return ratio(consumer.sampled_wait_cpu_s, consumer.sampled_wait_wall_s)
 
 
+INTRA_OP_INFLATION_MIN = 1.2
+"""Process CPU over the calling thread's CPU while producing (``num_workers=0``) from which
+production is taken to have run on torch's intra-op pool too (pipecheck's choice: the other
+threads of a training process, pipecheck's sampler included, add a few percent)."""
+
+
+def intra_op_inflation(run: RunRecord) -> Optional[float]:
+    """With ``num_workers=0`` and more than one torch intra-op thread: the main process's CPU
+    over the calling thread's CPU while producing (sampled waits), when at least
+    :data:`INTRA_OP_INFLATION_MIN`; else ``None``.
+
+    Small tensor ops on the intra-op pool pay its fork, join and spin-waits on every thread
+    (``benchmarks/intra_op_cost.py``: a 224x224 JPEG decode, crop, to-tensor and normalize
+    took 7.3 ms of process CPU and 3.6 ms of the calling thread's on 2 threads, against 1.5 ms
+    on the one thread a DataLoader worker runs; 21.7, 11.0 and 1.5 ms beside a busy process).
+    The CPU measured here then overstates a worker's, by a factor that cannot be told from
+    this run: the what-if model takes the calling thread's CPU and widens its interval
+    (:func:`pipecheck.analysis.model.build_model`)."""
+    if run.worker_probe != "main-process":
+        return None
+    threads = run.environment.intra_op_threads
+    record = run.consumer
+    if threads is None or threads <= 1 or not record.sampled_wait_thread_cpu_s:
+        return None
+    ratio_ = record.sampled_wait_cpu_s / record.sampled_wait_thread_cpu_s
+    return ratio_ if ratio_ >= INTRA_OP_INFLATION_MIN else None
+
+
 def measured_main_cpu(run: RunRecord, consumer: ConsumerSummary) -> MainCpu:
     """Main-process CPU per batch outside production, from the best source available:
 

@@ -12,7 +12,10 @@ with numpy into the counters and the timeline, so they never grow past that. One
 ``CPU_SAMPLE_EVERY`` also reads the main process's CPU clock (``time.process_time``, about 1 us
 on Linux) to estimate how many cores the main process uses while waiting and while computing.
 It is the process clock, not the thread's, because a training step runs on torch's intra-op
-threads too (the demo's main process averaged 1.5 cores with torch's 2 threads).
+threads too (the demo's main process averaged 1.5 cores with torch's 2 threads). Around the
+sampled waits the calling thread's own clock (``time.thread_time``) is read as well: with
+``num_workers=0`` the gap between the two is production's work on the intra-op pool, which a
+worker (one thread) does not have (:func:`pipecheck.analysis.producer.intra_op_inflation`).
 """
 
 from __future__ import annotations
@@ -162,6 +165,8 @@ class ConsumerProbe:
             raise ValueError(f"timeline_capacity must be >= 2, got {timeline_capacity}")
         self._clock = clock
         self._cpu_clock = cpu_clock or time.process_time
+        # An injected process clock stands for the thread's too (a fake clock in tests).
+        self._thread_cpu_clock = cpu_clock or time.thread_time
         self._run_start = run_start
         # Sample/token counters are specialised on the first batch (see _first_batch).
         self._user_samples = samples
@@ -182,7 +187,8 @@ class ConsumerProbe:
         self._epochs: list[_Epoch] = []
         self.tokens: Optional[int] = None
         self.batch_bytes: Optional[int] = None
-        self._cpu = [0.0, 0.0, 0.0, 0.0]  # wait wall, wait cpu, compute wall, compute cpu
+        # wait wall, wait cpu, compute wall, compute cpu, wait cpu of the calling thread
+        self._cpu = [0.0, 0.0, 0.0, 0.0, 0.0]
         self._error: Optional[str] = None
         self.errors = 0  # next() calls that raised
         self._failed = False  # the run ended by an uncaught exception (mark_ended)
@@ -407,6 +413,7 @@ class ConsumerProbe:
             sampled_wait_cpu_s=self._cpu[1],
             sampled_compute_wall_s=self._cpu[2],
             sampled_compute_cpu_s=self._cpu[3],
+            sampled_wait_thread_cpu_s=self._cpu[4],
             batch_bytes=self.batch_bytes,
         )
         return self._last
@@ -550,6 +557,7 @@ class EpochIterator:
             if self._periodic is not None:
                 self._call_periodic()
             before = cpu_clock()
+            thread_before = probe._thread_cpu_clock()
         try:
             batch = next(self._iterator)
         except BaseException as exc:
@@ -558,6 +566,7 @@ class EpochIterator:
         left = clock()
         if sample:
             after = cpu_clock()
+            cpu[4] += probe._thread_cpu_clock() - thread_before
             cpu[0] += left - entered
             cpu[1] += after - before
             self._cpu_mark = (left, after)

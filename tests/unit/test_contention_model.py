@@ -275,3 +275,48 @@ def test_the_capacity_cpu_cap_counts_only_the_cores_left_to_the_run():
     assert "CPU cap" in quiet.capacity_basis and "(2 usable CPUs" in quiet.capacity_basis
     assert "(1.0 of 2 usable CPUs left to this run" in busy.capacity_basis
     assert busy.capacity_batches_per_s <= quiet.capacity_batches_per_s
+
+
+def with_intra_op(run, *, threads, thread_share):
+    """``run`` recorded with ``threads`` torch intra-op threads, the calling thread's CPU
+    while producing ``thread_share`` of the process's."""
+    consumer = dataclasses.replace(
+        run.consumer, sampled_wait_thread_cpu_s=run.consumer.sampled_wait_cpu_s * thread_share)
+    environment = dataclasses.replace(run.environment, intra_op_threads=threads)
+    return dataclasses.replace(run, consumer=consumer, environment=environment)
+
+
+def test_intra_op_inflated_production_is_charged_to_workers_at_the_calling_threads_cpu():
+    # num_workers=0 production whose process CPU was twice the calling thread's on torch's 2
+    # intra-op threads: a worker (one thread) is charged the thread's half, the interval runs
+    # from the process's CPU up to free production, and a finding says why.
+    run = simulate(SERIAL)
+    plain = analyze(run).model
+    inflated_run = with_intra_op(run, threads=2, thread_share=0.5)
+    inflated = analyze(inflated_run).model
+    assert inflated.worker_cpu_per_batch_s == pytest.approx(plain.worker_cpu_per_batch_s / 2)
+    assert inflated.worker_cpu_range_s == (0.0, pytest.approx(plain.worker_cpu_per_batch_s))
+    one = LoaderSettings(num_workers=1)
+    low, high = inflated.interval(one)
+    assert low <= plain.predict(one).batches_per_s * 1.001
+    assert high >= inflated.predict(one).batches_per_s
+    report = build_report(inflated_run)
+    finding = next(f for f in report.diagnosis.findings if f.kind == "intra-op-threads")
+    assert finding.evidence["inflation"] == pytest.approx(2.0)
+    assert "pipecheck stress" in finding.message
+    workers = next(r for r in report.recommendations if r.setting == "num_workers")
+    assert "inflated by torch's intra-op threads" in workers.reason
+    # The num_workers=0 prediction itself keeps the measured cost: the main process keeps
+    # its threads.
+    zero = LoaderSettings(num_workers=0)
+    assert inflated.predict(zero).batches_per_s == pytest.approx(plain.predict(zero).batches_per_s)
+
+
+@pytest.mark.parametrize("threads, thread_share", [(1, 0.5), (2, 0.9), (None, 0.5)])
+def test_no_intra_op_inflation_with_one_thread_or_a_small_gap(threads, thread_share):
+    run = with_intra_op(simulate(SERIAL), threads=threads, thread_share=thread_share)
+    model = analyze(run).model
+    assert model.worker_cpu_range_s is None
+    assert model.worker_cpu_per_batch_s == pytest.approx(
+        analyze(simulate(SERIAL)).model.worker_cpu_per_batch_s)
+    assert all(f.kind != "intra-op-threads" for f in build_report(run).diagnosis.findings)

@@ -1,0 +1,70 @@
+"""The calling thread's CPU beside the process's while a real ``num_workers=0`` DataLoader
+produces batches: what tells torch's intra-op overhead (which workers, on one thread, do not
+pay) from the work itself (:func:`pipecheck.analysis.producer.intra_op_inflation`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import pipecheck
+from pipecheck.analysis.producer import INTRA_OP_INFLATION_MIN
+from pipecheck.records import RunRecord
+
+
+class TorchOps(Dataset):
+    """A to-tensor and normalize of a 224x224 image with torch ops (intra-op pool sized)."""
+
+    def __init__(self) -> None:
+        self.pixels = torch.from_numpy(
+            (np.random.default_rng(0).random((224, 224, 3)) * 255).astype(np.uint8))
+        self.mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
+        self.std = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        tensor = self.pixels.permute(2, 0, 1).float().div(255)
+        return tensor.sub(self.mean).div(self.std)
+
+
+class PurePython(Dataset):
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, index: int) -> list[int]:
+        return [sum(i * i for i in range(3000))]
+
+
+def run(dataset: Dataset) -> tuple[RunRecord, pipecheck.Report]:
+    wrapped = pipecheck.wrap(DataLoader(dataset, batch_size=8))
+    for _ in range(3):
+        for batch in wrapped:
+            torch.as_tensor(np.asarray(batch), dtype=torch.float32).relu().sum()
+    record, report = wrapped.record(), wrapped.report()
+    wrapped.close()
+    return record, report
+
+
+def inflation_of(record: RunRecord) -> float:
+    consumer = record.consumer
+    assert consumer.sampled_wait_thread_cpu_s is not None
+    assert 0 < consumer.sampled_wait_thread_cpu_s <= consumer.sampled_wait_cpu_s * 1.05
+    return consumer.sampled_wait_cpu_s / consumer.sampled_wait_thread_cpu_s
+
+
+def test_torch_op_production_records_the_calling_threads_cpu_and_the_thread_count():
+    record, report = run(TorchOps())
+    assert report.environment.intra_op_threads == torch.get_num_threads()
+    inflation = inflation_of(record)
+    found = any(f.kind == "intra-op-threads" for f in report.diagnosis.findings)
+    # The finding follows the measured gap, whatever this machine's pool did.
+    assert found == (torch.get_num_threads() > 1 and inflation >= INTRA_OP_INFLATION_MIN)
+
+
+def test_pure_python_production_shows_no_intra_op_gap():
+    record, report = run(PurePython())
+    assert inflation_of(record) < INTRA_OP_INFLATION_MIN
+    assert all(f.kind != "intra-op-threads" for f in report.diagnosis.findings)
