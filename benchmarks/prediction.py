@@ -109,7 +109,7 @@ class LatencyDataset(Dataset):
         return torch.full((64,), float(index)), index % 10
 
 
-def make_jpegs(folder: str, count: int = 1024, side: int = 256) -> None:
+def make_jpegs(folder: str, count: int = 4096, side: int = 256) -> None:
     """``count`` photo-like JPEGs of ``side`` x ``side``: smooth colour fields (8 x 8 noise
     scaled up) with fine grain, quality 85 (about 20 KB each)."""
     rng = np.random.default_rng(0)

@@ -159,6 +159,8 @@ class ConsumerRecord:
     sampled_compute_cpu_s: float = 0.0
     batch_bytes: Optional[int] = None
     """Bytes of tensor (and numpy) storage in the run's first batch; ``None``: not measured."""
+    batch_tensors: Optional[int] = None
+    """Tensors (and numpy arrays) in the run's first batch; ``None``: not measured."""
     sampled_wait_thread_cpu_s: Optional[float] = None
     """CPU seconds of the thread calling ``next()`` alone (``time.thread_time``) over the same
     sampled waits as ``sampled_wait_cpu_s``: with ``num_workers=0``, production's CPU without

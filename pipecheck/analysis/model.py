@@ -77,21 +77,26 @@ from pipecheck.records import ConsumerSummary, ProducerSummary, RunRecord
 TORCH_DEFAULT_PREFETCH_FACTOR = 2
 """``DataLoader``'s ``prefetch_factor`` when it is ``None`` and ``num_workers > 0``."""
 
-RECEIVE_FIXED_S = 0.8e-3
-"""Main-thread CPU seconds to receive one ready batch of a tensor and its indices from a worker
-(queue get, unpickling, rebuilding the shared-memory storages), used when the run had no
-workers to measure it in. Measured with ``python benchmarks/receive_cost.py`` on the project's
-2-core machine: 761-928 us a batch in two runs, fitted over 4 KB to 39 MB batches."""
+RECEIVE_FIXED_S = 0.6e-3
+"""Main-thread CPU seconds to receive one ready batch from a worker (queue get, unpickling),
+besides :data:`RECEIVE_S_PER_TENSOR`; used when the run had no workers to measure it in.
+Measured with ``python benchmarks/receive_cost.py`` on the project's 2-core machine: 601-852
+us in three runs, fitted over batches of 2 to 32 tensors and 5 KB to 39 MB (no measurable
+cost per MB: -1 to 0 us; the pages are mapped lazily, when the step reads them)."""
 
-RECEIVE_S_PER_MB = 0.1e-3
-"""Further main-thread CPU seconds per MB of tensor data in the batch (mapping its pages), from
-the same two runs (56-120 us per MB)."""
+RECEIVE_S_PER_TENSOR = 90e-6
+"""Further main-thread CPU seconds per tensor in the batch (each is its own shared-memory
+storage to rebuild), from the same three runs (90-91 us); a ``(images, labels)`` batch has 2."""
+
+DEFAULT_BATCH_TENSORS = 2
+"""Tensors taken per batch when the count was not measured: an ``(inputs, labels)`` pair."""
 
 
-def estimated_receive_s(batch_bytes: Optional[int]) -> float:
-    """The hand-over estimate in seconds per batch for a batch of ``batch_bytes`` tensor bytes
-    (``None``: the fixed part only); see :data:`RECEIVE_FIXED_S`."""
-    return RECEIVE_FIXED_S + RECEIVE_S_PER_MB * (batch_bytes or 0) / 1e6
+def estimated_receive_s(batch_tensors: Optional[int]) -> float:
+    """The hand-over estimate in seconds per batch for a batch of ``batch_tensors`` tensors
+    (``None``: :data:`DEFAULT_BATCH_TENSORS`); see :data:`RECEIVE_FIXED_S`."""
+    tensors = DEFAULT_BATCH_TENSORS if batch_tensors is None else batch_tensors
+    return RECEIVE_FIXED_S + RECEIVE_S_PER_TENSOR * tensors
 
 
 MIN_STEADY_BATCHES = 20
@@ -519,7 +524,7 @@ def build_model(
     ]
     receive_s = wait_cpu_per_batch_s(run.consumer) if run.worker_probe == "workers" else None
     if receive_s is None:
-        receive_s = estimated_receive_s(run.consumer.batch_bytes)
+        receive_s = estimated_receive_s(run.consumer.batch_tensors)
         assumptions.append(
             "the main thread's cost of receiving a batch from a worker was not measured (no "
             f"workers): estimated at {receive_s * 1e3:.2f} ms a batch from the batch's size "

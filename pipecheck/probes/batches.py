@@ -142,14 +142,22 @@ def _all_tokens(batch: Any) -> int:
 
 
 _NBYTES_MAX_ITEMS = 10_000
-"""Containers walked by :func:`batch_nbytes` before it stops counting (bounds its cost)."""
+"""Containers walked by :func:`batch_storage` before it stops counting (bounds its cost)."""
 
 
 def batch_nbytes(batch: Any) -> Optional[int]:
     """Bytes of tensor and array data in ``batch`` (``nbytes`` of each torch tensor / numpy
     array, walking mappings, lists and tuples); ``None`` when it holds none. Never raises."""
+    return batch_storage(batch)[0]
+
+
+def batch_storage(batch: Any) -> tuple[Optional[int], int]:
+    """``(bytes, arrays)``: the bytes of tensor and array data in ``batch`` (``None`` when it
+    holds none) and how many tensors / arrays hold them (each is its own shared-memory
+    storage when a worker hands the batch over), walking mappings, lists and tuples. Never
+    raises."""
     total = 0
-    found = False
+    arrays = 0
     stack = [batch]
     seen = 0
     while stack and seen < _NBYTES_MAX_ITEMS:
@@ -161,9 +169,9 @@ def batch_nbytes(batch: Any) -> Optional[int]:
             continue
         if isinstance(nbytes, int) and not isinstance(value, type):
             total += nbytes
-            found = True
+            arrays += 1
         elif isinstance(value, Mapping):
             stack.extend(value.values())
         elif isinstance(value, (list, tuple)):
             stack.extend(value)
-    return total if found else None
+    return (total if arrays else None), arrays

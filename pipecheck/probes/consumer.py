@@ -33,7 +33,7 @@ from ..kinds import (COMPLETE, ERROR, IN_PROGRESS, INTERRUPTED, NOT_STARTED, TER
                      ConsumerStatus)
 from ..records import BatchTiming, ConsumerRecord, EpochTiming
 from .base import BatchObserver
-from .batches import (SampleCounter, TokenCounter, batch_nbytes, count_samples, counter_for,
+from .batches import (SampleCounter, TokenCounter, batch_storage, count_samples, counter_for,
                       guarded, token_counter_for)
 
 CPU_SAMPLE_EVERY = 64
@@ -187,6 +187,7 @@ class ConsumerProbe:
         self._epochs: list[_Epoch] = []
         self.tokens: Optional[int] = None
         self.batch_bytes: Optional[int] = None
+        self.batch_tensors: Optional[int] = None
         # wait wall, wait cpu, compute wall, compute cpu, wait cpu of the calling thread
         self._cpu = [0.0, 0.0, 0.0, 0.0, 0.0]
         self._error: Optional[str] = None
@@ -282,7 +283,8 @@ class ConsumerProbe:
         The user's counters are guarded (:func:`~pipecheck.probes.batches.guarded`): a batch
         they cannot read counts as one sample and no tokens, never an exception."""
         self._primed = True
-        self.batch_bytes = batch_nbytes(batch)  # once a run: for the /dev/shm headroom check
+        # Once a run: for the /dev/shm headroom check and the hand-over estimate.
+        self.batch_bytes, self.batch_tensors = batch_storage(batch)
         self._count_samples = (guarded(self._user_samples, 1) if self._user_samples
                                else counter_for(batch))
         try:
@@ -415,6 +417,7 @@ class ConsumerProbe:
             sampled_compute_cpu_s=self._cpu[3],
             sampled_wait_thread_cpu_s=self._cpu[4],
             batch_bytes=self.batch_bytes,
+            batch_tensors=self.batch_tensors,
         )
         return self._last
 

@@ -35,3 +35,15 @@ def test_scalars_and_objects():
     assert count_samples(3) == 1
     assert count_samples(torch.tensor(2.0)) == 1
     assert count_samples(object()) == 1
+
+
+def test_batch_storage_counts_the_bytes_and_the_tensors_a_worker_hands_over():
+    from pipecheck.probes.batches import batch_storage
+
+    features = {f"f{i}": torch.zeros(64, 16) for i in range(8)}
+    assert batch_storage(features) == (8 * 64 * 16 * 4, 8)
+    pair = (torch.zeros(64, 3, 8, 8, dtype=torch.uint8), torch.arange(64))
+    assert batch_storage(pair) == (64 * 3 * 8 * 8 + 64 * 8, 2)
+    nested = {"x": [np.zeros(4, dtype=np.float32), torch.zeros(2)], "name": ["a", "b"]}
+    assert batch_storage(nested) == (16 + 8, 2)
+    assert batch_storage(["text only"]) == (None, 0)

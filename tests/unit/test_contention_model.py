@@ -223,16 +223,18 @@ def test_no_recommendation_on_a_busy_host_points_to_stress():
 
 def test_a_serial_run_charges_workers_the_estimated_hand_over():
     # Measured at num_workers=0 the main thread never received a batch from a worker; the
-    # model charges the measured-elsewhere hand-over (scaled by the batch's bytes) instead of 0.
-    from pipecheck.analysis.model import RECEIVE_FIXED_S, RECEIVE_S_PER_MB
+    # model charges the measured-elsewhere hand-over (by the batch's tensor count) instead of 0.
+    from pipecheck.analysis.model import RECEIVE_FIXED_S, RECEIVE_S_PER_TENSOR
 
     run = simulate(FakeRun(num_workers=0, prefetch_factor=None, step_s=0.004,
                            production_s=0.1, worker_cpu_fraction=0.05,
                            main_step_cpu_fraction=0.5))
-    run = dataclasses.replace(run, consumer=dataclasses.replace(run.consumer,
-                                                                batch_bytes=8_000_000))
+    unmeasured = analyze(run).model
+    assert unmeasured.receive_s == pytest.approx(RECEIVE_FIXED_S + 2 * RECEIVE_S_PER_TENSOR)
+    run = dataclasses.replace(run, consumer=dataclasses.replace(
+        run.consumer, batch_bytes=8_000_000, batch_tensors=32))  # a dict of 32 features
     model = analyze(run).model
-    assert model.receive_s == pytest.approx(RECEIVE_FIXED_S + 8 * RECEIVE_S_PER_MB)
+    assert model.receive_s == pytest.approx(RECEIVE_FIXED_S + 32 * RECEIVE_S_PER_TENSOR)
     assert any("not measured (no workers)" in a for a in model.assumptions)
     many = model.predict(LoaderSettings(num_workers=64))
     assert many.steady_batches_per_s <= 1.0 / (0.004 + model.receive_s) * 1.001
