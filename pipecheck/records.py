@@ -237,6 +237,9 @@ class HostSample:
     read_bytes_per_s: Optional[float]
     read_chars_per_s: Optional[float]
     available_memory_bytes: int
+    usable_cpu_percent: Optional[float] = None
+    """Busy share of the CPUs this process may use (0-100), when its affinity is a subset of
+    the machine's CPUs; ``None`` otherwise."""
 
 
 @dataclass(frozen=True)
@@ -296,6 +299,8 @@ class HostRecord:
     ``status`` is ``ok`` or ``unavailable`` (with ``note`` saying why).
     ``disk_busy_fraction_mean``: share of the run (0-1) the busiest disk (``busiest_disk``) had
     I/O in flight, system-wide (iostat's %util); ``None`` where not measured.
+    ``usable_cpu_percent_mean``: busy share (0-100) of the CPUs the process may use, when its
+    affinity is a subset of the machine's (``None`` otherwise).
     ``others_scanned_s``: seconds the scans of other processes covered
     (:mod:`pipecheck.probes.neighbours`), in which they used ``others_cpu_s`` CPU seconds, of which
     ``others_same_group_cpu_s`` by processes in this run's CPU scheduling group; ``None`` where
@@ -317,6 +322,7 @@ class HostRecord:
     note: Optional[str] = None
     disk_busy_fraction_mean: Optional[float] = None
     busiest_disk: Optional[str] = None
+    usable_cpu_percent_mean: Optional[float] = None
     others_scanned_s: Optional[float] = None
     others_cpu_s: Optional[float] = None
     others_same_group_cpu_s: Optional[float] = None

@@ -12,7 +12,11 @@ from __future__ import annotations
 from typing import Optional
 
 from pipecheck.analysis import bound, memory
-from pipecheck.analysis.contention import other_processes_cpus, same_group_fraction
+from pipecheck.analysis.contention import (
+    measured_on_usable_cpus,
+    other_processes_cpus,
+    same_group_fraction,
+)
 from pipecheck.analysis.producer import INTRA_OP_INFLATION_MIN, intra_op_inflation, usable_host
 from pipecheck.kinds import BALANCED, INPUT_BOUND, WORKERS_FINDING, FindingKind, Verdict
 from pipecheck.records import Finding, ProducerSummary, RunRecord
@@ -69,12 +73,17 @@ def contended_host_finding(run: RunRecord) -> Optional[Finding]:
     much there was, how long this run's processes waited for a core, and how to measure the
     candidate settings directly."""
     others = other_processes_cpus(run)
-    cpus = run.environment.cpu_count
+    on_usable = measured_on_usable_cpus(run)
+    cpus = run.environment.usable_cpus if on_usable else run.environment.cpu_count
     if others is None or others < CONTENDED_CPU_FRACTION * cpus:
         return None
     host = usable_host(run.host)
     # other_processes_cpus() measured both
     assert host is not None and host.system_cpu_percent_mean is not None
+    busy = (host.usable_cpu_percent_mean if host.usable_cpu_percent_mean is not None
+            else host.system_cpu_percent_mean)
+    scope = (f"the {cpus} CPUs this process may use" if on_usable else f"{cpus} CPUs")
+    machine = "its CPUs were" if on_usable else "the machine was"
     ours = ((host.main_cpu_s or 0.0) + (host.workers_cpu_s or 0.0)) / host.duration_s
     running_s = sum(p.cpu_s for p in host.processes)
     waiting_s = sum(p.runqueue_s for p in host.processes if p.runqueue_s is not None)
@@ -88,13 +97,14 @@ def contended_host_finding(run: RunRecord) -> Optional[Finding]:
     return Finding(
         kind=FindingKind.CONTENDED_HOST,
         severity="warning",
-        message=f"Contended host: other processes used {others:.1f} of {cpus} CPUs on average "
-        f"during the run (the machine was {percent(host.system_cpu_percent_mean / 100)} busy, "
+        message=f"Contended host: other processes used {others:.1f} of {scope} on average "
+        f"during the run ({machine} {percent(busy / 100)} busy, "
         f"this run {ours:.1f} CPUs){waited}{group}. Rates and predictions here hold only under the "
         "same contention; measure the candidate settings on this host with 'pipecheck stress "
         "FILE.py:make_loader --workers 0,1,2,4' (a function that builds your DataLoader).",
         evidence={"other_processes_cpus": others, "cpu_count": cpus, "run_cpus": ours,
                   "system_cpu_fraction": host.system_cpu_percent_mean / 100,
+                  "measured_on_usable_cpus": on_usable,
                   "runqueue_fraction": queued,
                   "same_group_cpus": in_group * others,
                   "contended_cpu_fraction": CONTENDED_CPU_FRACTION},

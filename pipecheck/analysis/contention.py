@@ -110,29 +110,46 @@ def fair_shares(groups: list[tuple[float, float]], cpus: float) -> list[float]:
     return [1.0 if want <= level or want == 0 else level / want for _, want in groups]
 
 
+def measured_on_usable_cpus(run: RunRecord) -> bool:
+    """Whether the host sampler measured the busy share of the CPUs this process may use (its
+    affinity is a subset of the machine's), rather than of the whole machine only."""
+    host = _usable(run.host)
+    return host is not None and host.usable_cpu_percent_mean is not None
+
+
 def other_processes_cpus(run: RunRecord) -> Optional[float]:
     """CPUs (cores' worth, >= 0) that processes other than this run's used on average while the
-    host sampler ran: the whole machine's busy share (``system_cpu_percent_mean`` of
-    ``cpu_count`` CPUs) less this run's main process and workers. ``None`` when not measured."""
+    host sampler ran: the busy share of the CPUs measured (the ones this process may use when
+    its affinity is a subset, :func:`measured_on_usable_cpus`; else all ``cpu_count``) less
+    this run's main process and workers. ``None`` when not measured."""
     host = _usable(run.host)
     if host is None or host.system_cpu_percent_mean is None or not host.duration_s > 0:
         return None
     ours_s = (host.main_cpu_s or 0.0) + (host.workers_cpu_s or 0.0)
-    busy = host.system_cpu_percent_mean / 100.0 * run.environment.cpu_count
+    if host.usable_cpu_percent_mean is not None:
+        busy = host.usable_cpu_percent_mean / 100.0 * run.environment.usable_cpus
+    else:
+        busy = host.system_cpu_percent_mean / 100.0 * run.environment.cpu_count
     return max(busy - ours_s / host.duration_s, 0.0)
 
 
 def others_per_tick(run: RunRecord) -> list[float]:
-    """Other processes' cores' worth at each host tick (the tick's busy CPU of the machine less
-    this run's main process and workers), >= 0; empty when the sampler kept no timeline."""
+    """Other processes' cores' worth at each host tick (the tick's busy CPU, of the usable CPUs
+    where measured, less this run's main process and workers), >= 0; empty when the sampler
+    kept no timeline."""
     host = _usable(run.host)
     if host is None:
         return []
-    cpus = run.environment.cpu_count
     children = children_cpus(run) or 0.0
-    return [max(s.system_cpu_percent / 100.0 * cpus
-                - (s.main_cpu_percent + s.workers_cpu_percent) / 100.0 - children, 0.0)
-            for s in host.timeline]
+    ticks = []
+    for s in host.timeline:
+        if s.usable_cpu_percent is not None:
+            busy = s.usable_cpu_percent / 100.0 * run.environment.usable_cpus
+        else:
+            busy = s.system_cpu_percent / 100.0 * run.environment.cpu_count
+        ticks.append(max(busy - (s.main_cpu_percent + s.workers_cpu_percent) / 100.0
+                         - children, 0.0))
+    return ticks
 
 
 def same_group_fraction(run: RunRecord) -> float:
@@ -172,8 +189,10 @@ def host_load(run: RunRecord, step_cores: Optional[float]) -> HostLoad:
     """The :class:`HostLoad` of ``run``; with no host data, a quiet host (no other load, a
     full core per thread). ``step_cores``: main-process CPU per wall second of step."""
     usable = float(run.environment.usable_cpus)
-    # Other processes spread over the whole machine; only their part on our cores competes.
-    on_ours = usable / max(run.environment.cpu_count, 1)
+    # Measured on our own CPUs, or spread over the whole machine: then only the part on our
+    # cores competes (taken in proportion).
+    on_ours = (1.0 if measured_on_usable_cpus(run)
+               else usable / max(run.environment.cpu_count, 1))
     children = children_cpus(run) or 0.0
     # other_processes_cpus() counts this run's non-worker children too: they are in its group.
     mean = max((other_processes_cpus(run) or 0.0) - children, 0.0) * on_ours

@@ -76,6 +76,7 @@ class _Tick(NamedTuple):
     system_cpu: Any  # psutil.cpu_times() namedtuple
     available_memory_bytes: int
     disk_busy_ms: Optional[dict[str, int]] = None  # per disk, cumulative (Linux, FreeBSD)
+    usable_cpu: Any = None  # system_cpu summed over the process's CPUs, when a subset
 
 
 @dataclass
@@ -217,6 +218,7 @@ class HostProbe:
         self._note: Optional[str] = None
         self._last_record: Optional[HostRecord] = None  # for a reader whose lock wait timed out
         self._neighbours: Optional[NeighbourScan] = None  # other processes, by scheduling group
+        self._affinity: Optional[list[int]] = None  # the process's CPUs, when not all of them
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -234,6 +236,7 @@ class HostProbe:
             self._main = psutil.Process(self._pid)
             self._main.cpu_times()  # fails now, not in the thread, if the process is unreadable
             self._neighbours = _neighbour_scan(self._pid)
+            self._affinity = _affinity_subset(self._main)
             with self._tick_lock:
                 self._tick()
         except Exception as error:  # psutil unusable here: report it, never break the run
@@ -340,6 +343,7 @@ class HostProbe:
             at_s=self._clock() - self._run_start,
             processes=processes,
             system_cpu=psutil.cpu_times(),
+            usable_cpu=_usable_cpu_times(self._affinity),
             available_memory_bytes=psutil.virtual_memory().available,
             disk_busy_ms=_disk_busy_ms(),
         )
@@ -390,6 +394,8 @@ class HostProbe:
         if previous is None:
             return
         system_cpu_percent, iowait_percent = _system_percents(previous.system_cpu, tick.system_cpu)
+        usable_cpu_percent = (None if tick.usable_cpu is None or previous.usable_cpu is None
+                              else _system_percents(previous.usable_cpu, tick.usable_cpu)[0])
         if system_cpu_percent is None:
             # Less than one kernel clock tick since the last reading (stop() right
             # after a thread tick): rates over so short a span are noise. Totals are kept.
@@ -402,6 +408,7 @@ class HostProbe:
             HostSample(
                 at_s=tick.at_s,
                 system_cpu_percent=system_cpu_percent,
+                usable_cpu_percent=usable_cpu_percent,
                 iowait_percent=iowait_percent,
                 main_cpu_percent=100.0 * cpu_delta_s[main_key] / dt_s,
                 workers_cpu_percent=100.0 * sum(cpu_delta_s[key] for key in in_workers) / dt_s,
@@ -503,6 +510,8 @@ class HostProbe:
         )
         duration_s = last.elapsed_s - first.elapsed_s
         system_cpu_percent, iowait_percent = _system_percents(first.system_cpu, last.system_cpu)
+        usable_cpu_percent = (None if first.usable_cpu is None or last.usable_cpu is None
+                              else _system_percents(first.usable_cpu, last.usable_cpu)[0])
         in_worker_tree = [
             track for key, track in self._tracks.items() if roles[key].in_worker_tree
         ]
@@ -517,6 +526,7 @@ class HostProbe:
             samples_taken=self._delta_ticks,
             duration_s=duration_s,
             system_cpu_percent_mean=system_cpu_percent,
+            usable_cpu_percent_mean=usable_cpu_percent,
             iowait_fraction_mean=None if iowait_percent is None else iowait_percent / 100.0,
             read_bytes_per_s=_rate(_total(p.read_bytes for p in processes), duration_s),
             read_chars_per_s=_rate(_total(p.read_chars for p in processes), duration_s),
@@ -586,6 +596,29 @@ def _runqueue_s(pid: int) -> Optional[float]:
             return int(handle.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _affinity_subset(process: psutil.Process) -> Optional[list[int]]:
+    """The CPUs ``process`` may run on when that is not all of them (``cpu_affinity``, Linux
+    and Windows); ``None`` otherwise, or where it cannot be read."""
+    try:
+        cpus = sorted(process.cpu_affinity() or [])
+    except (AttributeError, *_GONE, OSError):
+        return None
+    count = psutil.cpu_count() or 0
+    return cpus if cpus and len(cpus) < count else None
+
+
+def _usable_cpu_times(cpus: Optional[list[int]]) -> Any:
+    """``psutil.cpu_times()`` fields summed over ``cpus`` (from the per-CPU times), or ``None``
+    without a subset or when the per-CPU times do not cover it."""
+    if cpus is None:
+        return None
+    per_cpu = psutil.cpu_times(percpu=True)
+    if max(cpus) >= len(per_cpu):
+        return None
+    chosen = [per_cpu[i] for i in cpus]
+    return type(chosen[0])(*(sum(values) for values in zip(*chosen)))
 
 
 def _neighbour_scan(pid: int) -> Optional[NeighbourScan]:

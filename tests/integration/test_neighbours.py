@@ -115,3 +115,41 @@ def test_the_host_probe_leaves_the_runs_own_children_out_of_the_scan():
     assert record.others_scanned_s is not None and record.others_scanned_s > 0
     assert record.others_cpu_s is not None and record.others_same_group_cpu_s is not None
     assert 0 <= record.others_same_group_cpu_s <= record.others_cpu_s
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+                    reason="needs CPU affinity and 2 CPUs")
+def test_a_process_pinned_to_one_cpu_has_that_cpus_busy_share_measured():
+    # The target may use CPU 0 only; a burner pinned to the same CPU makes it busy whatever the
+    # rest of the machine does, and the probe reads that CPU's own busy share.
+    def pin():
+        os.sched_setaffinity(0, {0})
+
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                              preexec_fn=pin)
+    burner = subprocess.Popen(BURN, preexec_fn=pin, stdout=subprocess.DEVNULL)
+    try:
+        probe = HostProbe(run_start=time.monotonic(), interval_s=0.25, pid=target.pid)
+        probe.start()
+        time.sleep(1.5)
+        probe.stop()
+        record = probe.record()
+    finally:
+        for process in (target, burner):
+            process.kill()
+            process.wait()
+    assert record.status == "ok"
+    assert record.usable_cpu_percent_mean is not None
+    assert record.usable_cpu_percent_mean >= 80.0
+    assert all(s.usable_cpu_percent is not None for s in record.timeline)
+
+
+def test_a_process_on_every_cpu_has_no_separate_usable_share():
+    probe = HostProbe(run_start=time.monotonic(), interval_s=0.2)
+    if len(os.sched_getaffinity(0)) < (os.cpu_count() or 1):
+        pytest.skip("this test process is itself pinned to a subset of the CPUs")
+    probe.start()
+    time.sleep(0.5)
+    probe.stop()
+    record = probe.record()
+    assert record.usable_cpu_percent_mean is None

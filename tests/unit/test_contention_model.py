@@ -322,3 +322,20 @@ def test_no_intra_op_inflation_with_one_thread_or_a_small_gap(threads, thread_sh
     assert model.worker_cpu_per_batch_s == pytest.approx(
         analyze(simulate(SERIAL)).model.worker_cpu_per_batch_s)
     assert all(f.kind != "intra-op-threads" for f in build_report(run).diagnosis.findings)
+
+
+def test_a_pinned_run_counts_only_the_load_on_its_own_cpus():
+    # 8 CPUs, this run may use 2 of them (affinity): its CPUs were 100% busy, the machine 25%.
+    # Spread evenly, the others' 1 core would put a quarter on our CPUs; measured on them, it
+    # is the whole core.
+    run = simulate(dataclasses.replace(LIGHT_STEP, usable_cpus=2))
+    environment = dataclasses.replace(run.environment, cpu_count=8, usable_cpus=2)
+    ours = (run.host.main_cpu_s + (run.host.workers_cpu_s or 0.0)) / run.host.duration_s
+    host = dataclasses.replace(run.host, system_cpu_percent_mean=25.0,
+                               usable_cpu_percent_mean=100.0 * (ours + 1.0) / 2)
+    spread = analyze(dataclasses.replace(run, environment=environment,
+                                         host=dataclasses.replace(host,
+                                                                  usable_cpu_percent_mean=None)))
+    pinned = analyze(dataclasses.replace(run, environment=environment, host=host))
+    assert pinned.model.load.others_cpus == pytest.approx(1.0)
+    assert spread.model.load.others_cpus == pytest.approx((2.0 - ours) * 2 / 8)
