@@ -527,7 +527,7 @@ def build_model(
         receive_s = estimated_receive_s(run.consumer.batch_tensors)
         assumptions.append(
             "the main thread's cost of receiving a batch from a worker was not measured (no "
-            f"workers): estimated at {receive_s * 1e3:.2f} ms a batch from the batch's size "
+            f"workers): estimated at {receive_s * 1e3:.2f} ms a batch from its tensor count "
             "(pipecheck's measurement of torch's hand-over)")
     worker_cpu = producer.cpu_per_batch_s
     if worker_cpu is None:
@@ -597,9 +597,10 @@ def build_model(
 
 def _contention_assumptions(measured_workers: int) -> list[str]:
     words = [
-        "processes outside this run keep the cores they used during it (the kernel schedules "
-        "them in other groups: sessions, containers, jobs); the cores left are shared fairly "
-        "among the step's threads, the workers and the run's own other children",
+        "processes outside this run and its CPU scheduling group keep the cores they used "
+        "during it (the kernel schedules groups fairly: sessions, containers, jobs); the cores "
+        "left are shared fairly among the step's threads, the workers, the run's own other "
+        "children and other processes in its group",
     ]
     if measured_workers == 0:
         words.append(

@@ -343,10 +343,19 @@ class HostProbe:
             at_s=self._clock() - self._run_start,
             processes=processes,
             system_cpu=psutil.cpu_times(),
-            usable_cpu=_usable_cpu_times(self._affinity),
+            usable_cpu=self._usable_cpu_times(),
             available_memory_bytes=psutil.virtual_memory().available,
             disk_busy_ms=_disk_busy_ms(),
         )
+
+    def _usable_cpu_times(self) -> Any:
+        """The CPU times of the process's own CPUs (when a subset); a failure turns only this
+        reading off (the analysis then spreads other processes' load over the machine)."""
+        try:
+            return _usable_cpu_times(self._affinity)
+        except Exception:
+            self._affinity = None
+            return None
 
     def _scan_neighbours(self, elapsed_s: float, own_pids: set[int]) -> None:
         """Other processes' CPU by scheduling group, every few seconds. A failure turns only
@@ -603,7 +612,7 @@ def _affinity_subset(process: psutil.Process) -> Optional[list[int]]:
     and Windows); ``None`` otherwise, or where it cannot be read."""
     try:
         cpus = sorted(process.cpu_affinity() or [])
-    except (AttributeError, *_GONE, OSError):
+    except Exception:  # not on this platform, or unreadable: the machine-wide figure only
         return None
     count = psutil.cpu_count() or 0
     return cpus if cpus and len(cpus) < count else None
@@ -623,8 +632,11 @@ def _usable_cpu_times(cpus: Optional[list[int]]) -> Any:
 
 def _neighbour_scan(pid: int) -> Optional[NeighbourScan]:
     """A :class:`NeighbourScan` for ``pid``'s scheduling group; ``None`` where it cannot be
-    read (not Linux, no procfs), so no scan runs."""
-    scan = NeighbourScan(pid)
+    read (not Linux, no procfs) or fails, so no scan runs."""
+    try:
+        scan = NeighbourScan(pid)
+    except Exception:  # never the host sampler's failure
+        return None
     return scan if scan.group is not None else None
 
 

@@ -153,3 +153,30 @@ def test_a_process_on_every_cpu_has_no_separate_usable_share():
     probe.stop()
     record = probe.record()
     assert record.usable_cpu_percent_mean is None
+
+
+def test_a_failing_scan_or_per_cpu_read_turns_only_itself_off(monkeypatch):
+    import pipecheck.probes.host as host_module
+
+    real_cpu_times = psutil.cpu_times
+
+    def cpu_times(percpu=False):
+        if percpu:
+            raise OSError("per-CPU times unreadable")
+        return real_cpu_times()
+
+    monkeypatch.setattr(host_module.psutil, "cpu_times", cpu_times)
+    monkeypatch.setattr(host_module, "_affinity_subset", lambda process: [0])
+
+    def broken_scan(self, now_s, own_pids):
+        raise RuntimeError("scan broke")
+
+    monkeypatch.setattr(host_module.NeighbourScan, "maybe_scan", broken_scan)
+    probe = HostProbe(run_start=time.monotonic(), interval_s=0.1)
+    probe.start()
+    time.sleep(0.5)
+    probe.stop()
+    record = probe.record()
+    assert record.status == "ok" and record.note is None
+    assert record.samples_taken >= 2
+    assert record.usable_cpu_percent_mean is None and record.others_scanned_s is None
