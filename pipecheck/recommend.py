@@ -366,9 +366,13 @@ def contention_words(
                   f"{seconds(step_after)} as the workers take cores from it (its threads and "
                   "the workers share the cores left to this run fairly).")
     if load.others_cpus >= CONTENDED_CPU_FRACTION * load.usable_cpus:
+        keep = ("the prediction assumes they keep them" if not load.other_groups else
+                f"the kernel splits the cores fairly between this run's scheduling group and "
+                f"the {count(len(load.other_groups), 'other group')} seen, so the prediction "
+                f"gives this run {load.cores_left():.1f} cores")
         words += (f" Other processes used {load.others_cpus:.1f} of the {load.usable_cpus:g} "
-                  "usable cores during the run; the prediction assumes they keep them (their "
-                  "load's low and high over the run bound the interval).")
+                  f"usable cores during the run; {keep} (their load's low and high over the "
+                  "run bound the interval).")
     if load.same_group_cpus >= CONTENDED_CPU_FRACTION * load.usable_cpus:
         words += (f" Processes in this run's CPU scheduling group (same session or cgroup) used "
                   f"{load.same_group_cpus:.1f} cores; the kernel shares those cores thread for "

@@ -303,8 +303,9 @@ class HostRecord:
     affinity is a subset of the machine's (``None`` otherwise).
     ``others_scanned_s``: seconds the scans of other processes covered
     (:mod:`pipecheck.probes.neighbours`), in which they used ``others_cpu_s`` CPU seconds, of which
-    ``others_same_group_cpu_s`` by processes in this run's CPU scheduling group; ``None`` where
-    not scanned (not Linux, a run shorter than two scans, or an older report)."""
+    ``others_same_group_cpu_s`` by processes in this run's CPU scheduling group, and
+    ``others_groups_cpu_s`` by each other group seen (largest first); ``None`` where not
+    scanned (not Linux, a run shorter than two scans, or an older report)."""
 
     status: str
     interval_s: float
@@ -326,6 +327,7 @@ class HostRecord:
     others_scanned_s: Optional[float] = None
     others_cpu_s: Optional[float] = None
     others_same_group_cpu_s: Optional[float] = None
+    others_groups_cpu_s: Optional[list[float]] = None
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,14 @@ Two levels of fairness, as Linux schedules them:
 
 * **between scheduling groups** (sessions under ``kernel.sched_autogroup_enabled``, on by
   default on desktop distributions and on this project's machine; cgroups for containers,
-  systemd services and batch jobs): processes outside this run's process tree and outside its
-  group (:mod:`pipecheck.probes.neighbours` tells them apart) **keep the cores they used**
-  whatever this run adds. The cores left to this run are ``usable CPUs - those processes' load
-  on them`` (never below what the run itself used). More workers therefore take cores from the
-  step, not from those neighbours;
+  systemd services and batch jobs): the groups of other processes
+  (:mod:`pipecheck.probes.neighbours` tells them apart) and this run's group split the cores
+  max-min fairly, each other group wanting what it used, this run's group all it can get: a
+  group that used less than the fair level keeps it, one that used more is held to the level
+  when this run wants more. Load the scans could not attribute to a group (processes in other
+  containers are not visible) **keeps the cores it used**. The cores left to this run are what
+  its group gets (never below what the run itself used). More workers therefore take cores
+  from the step, and from the neighbours only down to their fair share;
 * **within this run's group**, max-min fairness among runnable threads (CFS, kernel
   ``Documentation/scheduler/sched-design-CFS``: "an ideal, precise multi-tasking CPU"): the
   step's threads (its CPU per wall second of step over the share it got), the workers (each
@@ -60,14 +63,27 @@ class HostLoad:
     same_group_cpus: float = 0.0
     """Cores' worth processes outside this run but in its scheduling group used on average
     (on its usable cores); not part of ``others_cpus``."""
+    other_groups: tuple[float, ...] = ()
+    """Cores' worth each other scheduling group seen used (part of ``others_cpus``; the rest
+    of ``others_cpus`` was not attributed to a group)."""
 
     def cores_left(self, others_cpus: Optional[float] = None) -> float:
-        """Cores left to this run's group: the usable CPUs less what processes in other groups
-        use (``others_cpus``, default the measured mean), never below what the group used
-        (it demonstrably got those) nor below a hundredth of a core."""
+        """Cores this run's group gets when it wants all it can: the usable CPUs less the load
+        not attributed to a group, split max-min fairly with the other groups seen (each
+        wanting what it used); ``others_cpus`` scales the other processes' load (default the
+        measured mean). Never below what the group used (it demonstrably got those) nor below
+        a hundredth of a core."""
         used = self.others_cpus if others_cpus is None else others_cpus
-        return max(self.usable_cpus - used,
-                   self.own_cpus + self.children_cpus + self.same_group_cpus, 0.01)
+        scale = used / self.others_cpus if self.others_cpus > 0 else 0.0
+        groups = [g * scale for g in self.other_groups]
+        capacity = self.usable_cpus - max(used - sum(groups), 0.0)
+        if groups and capacity > 0:
+            # This run's group wants every core: its fair level is what it gets.
+            left = fair_shares([(1.0, g) for g in groups] + [(1.0, capacity)], capacity)[-1]
+            left *= capacity
+        else:
+            left = capacity - sum(groups)
+        return max(left, self.own_cpus + self.children_cpus + self.same_group_cpus, 0.01)
 
     def group_runnable(self) -> float:
         """Runnable threads in this run's group besides its step and workers (its non-worker
@@ -203,6 +219,7 @@ def host_load(run: RunRecord, step_cores: Optional[float]) -> HostLoad:
     # Other processes in this run's group compete per thread, as its own children do.
     in_group = same_group_fraction(run)
     same_group = mean * in_group
+    seen_groups = _other_groups(run, mean)
     mean -= same_group
     ticks = others_per_tick(run)
     if ticks:
@@ -221,7 +238,17 @@ def host_load(run: RunRecord, step_cores: Optional[float]) -> HostLoad:
         own_cpus=own,
         children_cpus=children,
         same_group_cpus=same_group,
+        other_groups=seen_groups,
     )
+
+
+def _other_groups(run: RunRecord, others: float) -> tuple[float, ...]:
+    """Cores each other group seen used, on this run's usable cores: its share of the scanned
+    CPU times ``others`` (the other processes' mean load on them, all groups)."""
+    host = _usable(run.host)
+    if host is None or not host.others_groups_cpu_s or not host.others_cpu_s:
+        return ()
+    return tuple(others * g / host.others_cpu_s for g in host.others_groups_cpu_s)
 
 
 def _usable(host: Optional[HostRecord]) -> Optional[HostRecord]:

@@ -550,6 +550,7 @@ class HostProbe:
             others_scanned_s=None if seen is None else seen.window_s,
             others_cpu_s=None if seen is None else seen.others_cpu_s,
             others_same_group_cpu_s=None if seen is None else seen.same_group_cpu_s,
+            others_groups_cpu_s=None if seen is None else list(seen.other_groups_cpu_s),
         )
 
 

@@ -119,10 +119,19 @@ class NeighbourTotals(NamedTuple):
     window_s: float
     others_cpu_s: float
     same_group_cpu_s: float
+    other_groups_cpu_s: tuple[float, ...] = ()
+    """CPU seconds of each other group seen (largest first, at most :data:`MAX_GROUPS`);
+    processes whose group could not be read are in none of them."""
+
+
+MAX_GROUPS = 32
+"""Other groups whose CPU is kept one by one (the largest); the rest are small enough that
+they keep their cores under any fair split, as unattributed load does."""
 
 
 class NeighbourScan:
-    """Other processes' CPU seconds, in total and in the group of process ``pid``.
+    """Other processes' CPU seconds: in total, in the group of process ``pid``, and per other
+    group.
 
     Call :meth:`maybe_scan` from the host sampler's tick with the pids of the run's own
     processes; it scans when :meth:`due`. ``totals`` (:class:`NeighbourTotals`) is replaced as a
@@ -138,7 +147,8 @@ class NeighbourScan:
         self.group = scheduling_group(pid, proc_root, cgroup_root)
         self.totals = NeighbourTotals(0.0, 0.0, 0.0)
         self._cpu: dict[tuple[int, float], float] = {}
-        self._same: dict[tuple[int, float], bool] = {}
+        self._groups: dict[tuple[int, float], Optional[GroupKey]] = {}
+        self._group_cpu_s: dict[GroupKey, float] = {}
         self._last_at: Optional[float] = None
         self._next_at = 0.0
 
@@ -156,7 +166,7 @@ class NeighbourScan:
         if self._last_at is not None:
             self._add_window(readings, now_s - self._last_at)
         self._cpu = readings
-        self._same = {key: same for key, same in self._same.items() if key in readings}
+        self._groups = {key: group for key, group in self._groups.items() if key in readings}
         self._last_at = now_s
         cost_s = time.thread_time() - cost_start
         self._next_at = now_s + max(MIN_SCAN_INTERVAL_S, cost_s / MAX_COST_FRACTION)
@@ -183,15 +193,22 @@ class NeighbourScan:
             if used_s <= 0:
                 continue
             others_s += used_s
-            if self._in_group(key):
+            group = self._group_of(key)
+            if group is None:
+                continue
+            if group == self.group:
                 same_s += used_s
+            else:
+                self._group_cpu_s[group] = self._group_cpu_s.get(group, 0.0) + used_s
+        if len(self._group_cpu_s) > 4 * MAX_GROUPS:  # many short-lived groups: keep the largest
+            kept = sorted(self._group_cpu_s.items(), key=lambda item: -item[1])[:MAX_GROUPS]
+            self._group_cpu_s = dict(kept)
         total = self.totals
+        largest = sorted(self._group_cpu_s.values(), reverse=True)[:MAX_GROUPS]
         self.totals = NeighbourTotals(total.window_s + window_s, total.others_cpu_s + others_s,
-                                      total.same_group_cpu_s + same_s)
+                                      total.same_group_cpu_s + same_s, tuple(largest))
 
-    def _in_group(self, key: tuple[int, float]) -> bool:
-        same = self._same.get(key)
-        if same is None:
-            same = scheduling_group(key[0], self._proc_root, self._cgroup_root) == self.group
-            self._same[key] = same
-        return same
+    def _group_of(self, key: tuple[int, float]) -> Optional[GroupKey]:
+        if key not in self._groups:
+            self._groups[key] = scheduling_group(key[0], self._proc_root, self._cgroup_root)
+        return self._groups[key]

@@ -339,3 +339,33 @@ def test_a_pinned_run_counts_only_the_load_on_its_own_cpus():
     pinned = analyze(dataclasses.replace(run, environment=environment, host=host))
     assert pinned.model.load.others_cpus == pytest.approx(1.0)
     assert spread.model.load.others_cpus == pytest.approx((2.0 - ours) * 2 / 8)
+
+
+def test_other_groups_above_the_fair_level_are_held_to_it():
+    # Two other groups (e.g. two other sessions) used 0.75 core each of 2, the run a little.
+    # Max-min over three groups gives each 2/3 of a core: the others drop to 2/3 when this run
+    # wants more, so it gets 2/3, not the 0.5 "they keep their cores" would leave.
+    run = with_host(simulate(LIGHT_STEP), others_cpus=1.5)
+    scanned = dataclasses.replace(run.host, others_scanned_s=10.0, others_cpu_s=15.0,
+                                  others_same_group_cpu_s=0.0,
+                                  others_groups_cpu_s=[7.5, 7.5])
+    load = analyze(dataclasses.replace(run, host=scanned)).model.load
+    assert load.other_groups == pytest.approx((0.75, 0.75))
+    assert load.cores_left() == pytest.approx(2.0 / 3.0)
+    # A small group keeps what it used; the big one is held to the level.
+    uneven = dataclasses.replace(scanned, others_groups_cpu_s=[13.0, 2.0])
+    load = analyze(dataclasses.replace(run, host=uneven)).model.load
+    assert load.cores_left() == pytest.approx((2.0 - 0.2) / 2)
+    # Load no scan could attribute (another container's) keeps its cores (the run keeps at
+    # least what it used).
+    unseen = dataclasses.replace(scanned, others_groups_cpu_s=[])
+    load = analyze(dataclasses.replace(run, host=unseen)).model.load
+    assert load.cores_left() == pytest.approx(max(0.5, load.own_cpus))
+
+
+def test_a_group_that_used_less_than_the_level_keeps_it():
+    run = with_host(simulate(LIGHT_STEP), others_cpus=0.4)
+    scanned = dataclasses.replace(run.host, others_scanned_s=10.0, others_cpu_s=4.0,
+                                  others_same_group_cpu_s=0.0, others_groups_cpu_s=[4.0])
+    load = analyze(dataclasses.replace(run, host=scanned)).model.load
+    assert load.cores_left() == pytest.approx(1.6)
