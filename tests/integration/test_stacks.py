@@ -113,7 +113,8 @@ import sys, time
 import pipecheck
 from torch.utils.data import DataLoader
 from cause_datasets import BusyDataset
-loader = DataLoader(BusyDataset(40, 0.01), batch_size=4, num_workers=1)
+# 2 s of work: py-spy, started beside it, takes a while to attach on a loaded machine.
+loader = DataLoader(BusyDataset(200, 0.01), batch_size=4, num_workers=1)
 with pipecheck.wrap(loader, stacks=True, stacks_window_s=30.0, host=False) as wrapped:
     for _ in wrapped:
         time.sleep(0.002)
