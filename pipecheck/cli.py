@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, TextIO
 
 from pipecheck._atomic import is_stdout, output_problem
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
+from pipecheck.records import to_jsonable
 from pipecheck.render.inert import visible
 from pipecheck.render.formats import FILE_FORMATS
 from pipecheck.render.markdown import MarkdownRenderer
@@ -501,7 +502,7 @@ class ShardsCommand(Command):
             worker_splitter=load_factory(args.worker_splitter) if args.worker_splitter else None,
             max_counted=args.count)
         if args.json:
-            text = json.dumps({"schema": SCHEMA, **section}, indent=2) + "\n"
+            text = json.dumps({"schema": SCHEMA, **to_jsonable(section)}, indent=2) + "\n"
             saved = write_text_atomic(args.json, text, "sharding analysis")
             if not args.quiet:
                 _say(f"{PROG}: sharding analysis saved to {saved}", sys.stderr)

@@ -495,7 +495,7 @@ class RunRecord:
     (:meth:`pipecheck.probes.stages.StageTotals.snapshot`)."""
     head_of_line: Optional[HeadOfLineSummary] = None
     """Head-of-line blocking totals (:meth:`pipecheck.probes.hol.HeadOfLineProbe.record`)."""
-    sharding: Optional[dict[str, Any]] = None
+    sharding: Optional[ShardingSection] = None
     """The shard-assignment dry run of a WebDataset loader
     (:func:`pipecheck.analysis.sharding.analyze_sharding`)."""
     probes_off: dict[str, str] = field(default_factory=dict)
@@ -767,6 +767,58 @@ class RanksSummary:
 
 
 @dataclass(frozen=True)
+class ShardReader:
+    """One (rank, DataLoader worker) reader of a shard assignment: the ``shards`` it reads and
+    their ``samples`` (counted or estimated by size; ``None`` when a shard could not be
+    counted or estimated, e.g. a remote URL)."""
+
+    rank: int
+    worker: int
+    shards: int
+    samples: Optional[float]
+
+
+@dataclass(frozen=True)
+class ShardRank:
+    """One rank of a shard assignment: its workers' ``samples`` summed (``None`` when a shard
+    is not counted) and the ``batches`` they yield per epoch (``None`` without a batch size)."""
+
+    rank: int
+    samples: Optional[float]
+    batches: Optional[int]
+
+
+@dataclass(frozen=True)
+class ShardingSection:
+    """The shard-assignment dry run of a WebDataset loader, the report's ``sharding`` section
+    (:func:`pipecheck.analysis.sharding.analyze_sharding`).
+
+    ``world_size`` ranks of ``num_workers`` workers each (``world_size_source`` says where the
+    world size came from); ``splitters`` names the split: ``{node, worker}``, or
+    ``{chain: [...]}`` for a loader's own. ``shards``: shard count, ``counted_shards`` of them
+    counted from tar headers (the rest estimated by size); ``samples_total`` is ``None`` when a
+    shard could be neither. ``resampled``: shards drawn with replacement (the fixed-split checks
+    are skipped). ``assignments``: every (rank, worker) reader in order; ``ranks``: per rank;
+    ``idle_fraction_at_epoch_end``: ``1 - mean / max`` samples (shards when not counted) per
+    reader, 0-1. ``findings`` and ``recommendations`` (``num_shards``, ``resampled``,
+    ``shuffle_buffer``) have the report's own shapes."""
+
+    world_size: int
+    num_workers: int
+    world_size_source: Optional[str]
+    splitters: dict[str, Any]
+    shards: int
+    samples_total: Optional[float]
+    counted_shards: int
+    resampled: bool
+    assignments: list[ShardReader]
+    ranks: list[ShardRank]
+    idle_fraction_at_epoch_end: Optional[float]
+    findings: list[Finding] = field(default_factory=list)
+    recommendations: list[Recommendation] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Timeline:
     """Bounded per-event detail for charts and traces."""
 
@@ -816,26 +868,6 @@ ATTACH_TYPES: dict[str, Any] = {
 """The checked keys of a report's ``attach`` section (:func:`pipecheck.analysis.attach.analyze_attach`
 builds it); a value of another type fails the load naming its path."""
 
-SHARDING_TYPES: dict[str, Any] = {
-    "world_size": int,
-    "num_workers": int,
-    "world_size_source": Optional[str],
-    "splitters": dict[str, Any],
-    "shards": int,
-    "samples_total": Optional[float],
-    "counted_shards": int,
-    "resampled": bool,
-    "assignments": list[dict[str, Optional[float]]],
-    "ranks": list[dict[str, Optional[float]]],
-    "idle_fraction_at_epoch_end": Optional[float],
-    "findings": list[Finding],
-    "recommendations": list[Recommendation],
-}
-"""The JSON type of each key of a report's ``sharding`` section
-(:func:`pipecheck.analysis.sharding.analyze_sharding`); the section stays a plain dict, these
-only check a loaded one (:func:`check_section`)."""
-
-
 def check_section(data: Any, types_by_key: dict[str, Any], where: str) -> None:
     """Raise ``TypeError`` (or ``KeyError``) naming the path when a key of ``data`` (a dict)
     has a value not of its type in ``types_by_key``; keys not listed are not checked."""
@@ -862,7 +894,7 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
     (or ``dict`` key) holding them, ``ValueError`` naming the path otherwise (the unit
     conventions of the module docstring: ``*_fraction`` in 0-1, every other number >= 0 except
     :data:`SIGNED_FIELDS` and times ``at_s`` / ``*_at_s``); ``name`` is that field's name.
-    ``Any``-typed values (``stress``, ``sharding``, evidence) are taken as they are; a
+    ``Any``-typed values (``stress``, ``attach``, evidence) are taken as they are; a
     ``Literal`` of strings (:mod:`pipecheck.kinds`) takes any string, listed or not.
     """
     kind, args = _plan(cls)

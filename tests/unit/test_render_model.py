@@ -6,7 +6,16 @@ from __future__ import annotations
 import html
 import re
 
-from pipecheck.records import DeviceRecord, HotFunction, RankInfo, StacksRecord, Timeline
+from pipecheck.records import (
+    DeviceRecord,
+    HotFunction,
+    RankInfo,
+    ShardingSection,
+    ShardRank,
+    ShardReader,
+    StacksRecord,
+    Timeline,
+)
 from pipecheck.render.base import Renderer
 from pipecheck.render.formats import FILE_FORMATS, RENDERERS
 from pipecheck.render.html import render_html
@@ -15,13 +24,14 @@ from pipecheck.render.sections import build_document
 from pipecheck.render.terminal import render_terminal
 from report_factory import sample_report
 
-SHARDING = {
-    "shards": 2, "samples_total": 8, "counted_shards": 2, "world_size": 1,
-    "world_size_source": "given", "num_workers": 2, "splitters": {"chain": ["split_by_worker"]},
-    "assignments": [{"rank": 0, "worker": 0, "shards": 1, "samples": 4},
-                    {"rank": 0, "worker": 1, "shards": 1, "samples": 4}],
-    "findings": [], "recommendations": [],
-}
+SHARDING = ShardingSection(
+    shards=2, samples_total=8, counted_shards=2, world_size=1, world_size_source="given",
+    num_workers=2, splitters={"chain": ["split_by_worker"]}, resampled=False,
+    assignments=[ShardReader(rank=0, worker=0, shards=1, samples=4),
+                 ShardReader(rank=0, worker=1, shards=1, samples=4)],
+    ranks=[ShardRank(rank=0, samples=8, batches=None)], idle_fraction_at_epoch_end=None,
+    findings=[], recommendations=[],
+)
 
 
 def _probed_report():

@@ -1,0 +1,68 @@
+"""Reports saved before the ``sharding``, ``attach`` and ``stress`` sections were typed still load,
+and write back the same JSON text; a malformed value in those sections names its key path.
+
+The files under ``tests/support/old_reports/`` were written by pipecheck before the sections
+became dataclasses (``stress_cli.json`` by ``pipecheck stress examples/stress_target.py:make_loader
+--budget 40 --json``, with its timeline emptied and its trial list cut to 4 to keep it small;
+the others from the then ``analyze_sharding`` / ``analyze_attach`` and the renderer tests' stress
+section)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paths import SUPPORT
+from pipecheck.errors import ReportFormatError
+from pipecheck.records import Finding, Recommendation, ShardingSection, ShardRank, ShardReader
+from pipecheck.report import Report, load
+
+OLD = sorted((SUPPORT / "old_reports").glob("*.json"))
+
+
+def test_there_is_an_old_report_of_each_kind_with_each_section():
+    names = {path.stem for path in OLD}
+    assert {"wrap_sharding", "wrap_sharding_remote", "attach", "attach_failed", "stress_cli",
+            "stress_fixture"} <= names
+
+
+@pytest.mark.parametrize("path", OLD, ids=[p.stem for p in OLD])
+def test_an_old_report_round_trips_to_the_same_json_text(path):
+    text = path.read_text(encoding="utf-8")
+    old = json.loads(text)
+    report = Report.from_dict(old)
+    assert report.to_dict() == old
+    assert report.to_json() + "\n" == text  # same keys, same order, same number spelling
+    assert load(path).to_json() + "\n" == text
+
+
+def test_a_loaded_sharding_section_is_typed_throughout():
+    report = load(SUPPORT / "old_reports" / "wrap_sharding.json")
+    section = report.sharding
+    assert isinstance(section, ShardingSection)
+    assert all(isinstance(a, ShardReader) for a in section.assignments)
+    assert all(isinstance(r, ShardRank) for r in section.ranks)
+    assert [r.batches for r in section.ranks] == [76, 26]
+    assert all(isinstance(f, Finding) for f in section.findings)
+    assert all(isinstance(r, Recommendation) for r in section.recommendations)
+    assert [r.setting for r in section.recommendations] == ["num_shards", "resampled",
+                                                            "shuffle_buffer"]
+    assert section.recommendations[0].expected.note.startswith("each of 4 readers")
+
+
+@pytest.mark.parametrize(("key", "value", "fragment"), [
+    ("findings", [1], "report.sharding.findings[0] must be an object"),
+    ("ranks", 3, "report.sharding.ranks must be a list"),
+    ("assignments", [{"rank": 0, "worker": 0, "shards": 1, "samples": "many"}],
+     "report.sharding.assignments[0].samples must be a number"),
+    ("samples_total", -3.0, "report.sharding.samples_total must not be negative"),
+    ("recommendations", [{"setting": "num_shards"}],
+     "missing key report.sharding.recommendations[0].current"),
+    ("world_size", None, "report.sharding.world_size must be an integer, got None"),
+])
+def test_a_malformed_sharding_value_fails_the_load_naming_its_path(key, value, fragment):
+    data = json.loads((SUPPORT / "old_reports" / "wrap_sharding.json").read_text())
+    data["sharding"][key] = value
+    with pytest.raises(ReportFormatError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        Report.from_dict(data)
