@@ -600,7 +600,7 @@ class AttachCommand(Command):
 
         report = attach(args.pid, args.duration, rate_hz=args.rate, on_started=started)
         _emit(report, args)
-        if (report.attach or {}).get("status") == "interrupted":
+        if report.attach is not None and report.attach.status == "interrupted":
             print(f"{PROG}: interrupted; the report covers the window sampled so far",
                   file=sys.stderr)
             return EXIT_INTERRUPTED

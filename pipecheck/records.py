@@ -846,38 +846,6 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-ATTACH_TYPES: dict[str, Any] = {
-    "pid": int,
-    "status": str,
-    "window_start_unix_s": float,
-    "window_end_unix_s": float,
-    "duration_s": float,
-    "rate_hz": int,
-    "main_thread_samples": int,
-    "next_samples": int,
-    "stall_fraction": Optional[float],
-    "stall_interval": Optional[list[float]],
-    "dataloader_seen": bool,
-    "num_workers": Optional[int],
-    "workers": list[dict[str, Any]],
-    "workers_class": Optional[str],
-    "main_memory_growth_bytes_per_s": Optional[float],
-    "batches_per_s": Optional[float],
-    "unknown": list[str],
-}
-"""The checked keys of a report's ``attach`` section (:func:`pipecheck.analysis.attach.analyze_attach`
-builds it); a value of another type fails the load naming its path."""
-
-def check_section(data: Any, types_by_key: dict[str, Any], where: str) -> None:
-    """Raise ``TypeError`` (or ``KeyError``) naming the path when a key of ``data`` (a dict)
-    has a value not of its type in ``types_by_key``; keys not listed are not checked."""
-    if not isinstance(data, dict):
-        return
-    for key, hint in types_by_key.items():
-        if key in data:
-            from_jsonable(hint, data[key], f"{where}.{key}")
-
-
 MAX_LIST_ITEMS = 1_000_000
 """Longest list :func:`from_jsonable` accepts: well above the bounded timelines pipecheck
 writes (8192 consumer batches, 2048 host samples by default)."""
@@ -992,9 +960,10 @@ def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
                  for f in dataclasses.fields(cls))
 
 
-SIGNED_FIELDS = frozenset({"worker_id", "id", "memory_growth_bytes_per_s"})
+SIGNED_FIELDS = frozenset({"worker_id", "id", "memory_growth_bytes_per_s",
+                           "main_memory_growth_bytes_per_s"})
 """Numeric fields that may be negative: worker ids (-1 is the main process with
-``num_workers=0``) and the memory growth slope (memory can shrink)."""
+``num_workers=0``) and the memory growth slopes (memory can shrink)."""
 
 
 PER_SECOND_FRACTIONS = frozenset({"cpu_fraction", "runqueue_fraction"})

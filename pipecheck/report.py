@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 from pipecheck.errors import BadInputError, ReportFormatError
 from pipecheck.kinds import REPORT_KINDS, ReportKind
 from pipecheck.rank_files import rank_path
+from pipecheck.report_sections import AttachSection
 from pipecheck.records import (
     ConsumerSummary,
     DeviceRecord,
@@ -36,9 +37,7 @@ from pipecheck.records import (
     Recommendation,
     ShardingSection,
     StacksRecord,
-    ATTACH_TYPES,
     Timeline,
-    check_section,
     from_jsonable,
     to_jsonable,
 )
@@ -109,7 +108,7 @@ class Report:
     rank: Optional[RankInfo] = None
     ranks: Optional[RanksSummary] = None
     sharding: Optional[ShardingSection] = None
-    attach: Optional[dict[str, Any]] = None
+    attach: Optional[AttachSection] = None
     schema: str = SCHEMA
 
     def __post_init__(self) -> None:
@@ -156,8 +155,7 @@ class Report:
                 f"report schema {schema!r} is not supported; this pipecheck reads {SCHEMA}"
             )
         try:
-            report = from_jsonable(cls, data, "report", ranges=True)
-            check_section(data.get("attach"), ATTACH_TYPES, "report.attach")
+            report: Report = from_jsonable(cls, data, "report", ranges=True)
             return report
         except KeyError as err:
             raise ReportFormatError(f"report is missing key {err.args[0]}") from err

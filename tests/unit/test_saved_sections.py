@@ -17,6 +17,7 @@ from paths import SUPPORT
 from pipecheck.errors import ReportFormatError
 from pipecheck.records import Finding, Recommendation, ShardingSection, ShardRank, ShardReader
 from pipecheck.report import Report, load
+from pipecheck.report_sections import AttachSection, AttachWorker
 
 OLD = sorted((SUPPORT / "old_reports").glob("*.json"))
 
@@ -66,3 +67,35 @@ def test_a_malformed_sharding_value_fails_the_load_naming_its_path(key, value, f
     data["sharding"][key] = value
     with pytest.raises(ReportFormatError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
         Report.from_dict(data)
+
+
+def test_a_loaded_attach_section_is_typed_throughout():
+    section = load(SUPPORT / "old_reports" / "attach.json").attach
+    assert isinstance(section, AttachSection)
+    assert all(isinstance(w, AttachWorker) for w in section.workers)
+    assert [w.pid for w in section.workers] == [11, 12]
+    assert section.workers[0].bound == "cpu-bound" and section.workers[1].bound is None
+    assert section.stall_interval is not None and len(section.stall_interval) == 2
+    failed = load(SUPPORT / "old_reports" / "attach_failed.json").attach
+    assert failed is not None and failed.num_workers is None and failed.workers == []
+
+
+@pytest.mark.parametrize(("key", "value", "fragment"), [
+    ("stall_interval", "wide", "report.attach.stall_interval must be a list"),
+    ("workers", [{"pid": 11}], "missing key report.attach.workers[0].samples"),
+    ("dataloader_seen", "yes", "report.attach.dataloader_seen must be true or false"),
+    ("stall_fraction", 1.2, "report.attach.stall_fraction must be a 0-1 fraction"),
+    ("unknown", [3], "report.attach.unknown[0] must be a string"),
+])
+def test_a_malformed_attach_value_fails_the_load_naming_its_path(key, value, fragment):
+    data = json.loads((SUPPORT / "old_reports" / "attach.json").read_text())
+    data["attach"][key] = value
+    with pytest.raises(ReportFormatError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        Report.from_dict(data)
+
+
+def test_a_shrinking_main_process_still_loads():
+    data = json.loads((SUPPORT / "old_reports" / "attach.json").read_text())
+    data["attach"]["main_memory_growth_bytes_per_s"] = -2048.0
+    data["attach"]["workers"][0]["memory_growth_bytes_per_s"] = -1024.0
+    assert Report.from_dict(data).to_dict() == data
