@@ -441,7 +441,7 @@ class StressCommand(Command):
                             progress=progress, search=args.search)
         _emit(report, args)
         if args.quiet:  # otherwise the summary lists failed and skipped trials itself
-            for line in progress.problems(report.stress or {}):
+            for line in progress.problems(report.stress):
                 _say(f"{PROG}: {line}", sys.stderr)
         return EXIT_OK
 

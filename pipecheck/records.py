@@ -834,9 +834,15 @@ class Timeline:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Convert dataclasses (recursively), lists and dicts into JSON-ready Python values."""
+    """Convert dataclasses (recursively), lists and dicts into JSON-ready Python values.
+
+    A dataclass writes every field in field order, or, when it has a ``json_keys()`` method,
+    the fields that returns in that order (an entry whose keys depend on its kind,
+    :mod:`pipecheck.report_sections`)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        keys = getattr(obj, "json_keys", None)
+        names = keys() if keys is not None else [f.name for f in dataclasses.fields(obj)]
+        return {name: to_jsonable(getattr(obj, name)) for name in names}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, dict):
@@ -862,7 +868,8 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
     (or ``dict`` key) holding them, ``ValueError`` naming the path otherwise (the unit
     conventions of the module docstring: ``*_fraction`` in 0-1, every other number >= 0 except
     :data:`SIGNED_FIELDS` and times ``at_s`` / ``*_at_s``); ``name`` is that field's name.
-    ``Any``-typed values (``stress``, ``attach``, evidence) are taken as they are; a
+    ``Any``-typed values (a finding's evidence, a stress trial's ``config``) are taken as they
+    are; a
     ``Literal`` of strings (:mod:`pipecheck.kinds`) takes any string, listed or not.
     """
     kind, args = _plan(cls)
@@ -961,15 +968,18 @@ def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
 
 
 SIGNED_FIELDS = frozenset({"worker_id", "id", "memory_growth_bytes_per_s",
-                           "main_memory_growth_bytes_per_s"})
+                           "main_memory_growth_bytes_per_s", "saving_s"})
 """Numeric fields that may be negative: worker ids (-1 is the main process with
-``num_workers=0``) and the memory growth slopes (memory can shrink)."""
+``num_workers=0``), the memory growth slopes (memory can shrink) and the stress epoch-start
+``saving_s`` (persistent workers may be slower)."""
 
 
-PER_SECOND_FRACTIONS = frozenset({"cpu_fraction", "runqueue_fraction"})
-"""``*_fraction`` fields that are seconds per busy second, not shares of a whole: a worker
-whose dataset runs several threads (NumPy, OpenCV, torch ops) uses more than one CPU second per
-busy second, so these are only >= 0."""
+PER_SECOND_FRACTIONS = frozenset({"cpu_fraction", "runqueue_fraction", "noise_fraction",
+                                  "threshold_fraction", "tolerance_fraction"})
+"""``*_fraction`` fields that are not shares of a whole, so only >= 0: seconds per busy second
+(a worker whose dataset runs several threads, NumPy, OpenCV, torch ops, uses more than one CPU
+second per busy second) and the stress search's relative spreads of a rate (noise, and the
+thresholds derived from it)."""
 
 
 def _check_number(value: float, name: str, where: str) -> None:

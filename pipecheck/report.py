@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 from pipecheck.errors import BadInputError, ReportFormatError
 from pipecheck.kinds import REPORT_KINDS, ReportKind
 from pipecheck.rank_files import rank_path
-from pipecheck.report_sections import AttachSection
+from pipecheck.report_sections import AttachSection, StressSection
 from pipecheck.records import (
     ConsumerSummary,
     DeviceRecord,
@@ -81,8 +81,9 @@ class Report:
 
     ``kind`` is one of :data:`KINDS` (``ValueError`` otherwise); ``created`` is ISO 8601 UTC.
     ``host`` is the host sampler's summary with its ``timeline`` emptied: the host samples live in
-    ``timeline.host``. ``stress`` holds the offline sweep (trials, best, recommended) for
-    ``kind="stress"`` reports, else ``None``. ``stacks``: py-spy's hot functions when asked for
+    ``timeline.host``. ``stress`` holds the offline sweep (trials, best, recommended:
+    :class:`~pipecheck.report_sections.StressSection`) for ``kind="stress"`` reports, else
+    ``None``. ``stacks``: py-spy's hot functions when asked for
     (``wrap(..., stacks=True)``); ``device``: GPU idle around ``next()`` when CUDA was used;
     ``None`` otherwise. ``rank``: the torch.distributed rank that recorded the run (``None``
     without a process group); ``ranks``: every rank side by side with the straggler, on rank 0's
@@ -102,7 +103,7 @@ class Report:
     diagnosis: Diagnosis
     recommendations: list[Recommendation]
     timeline: Timeline = field(repr=False)
-    stress: Optional[dict[str, Any]] = None
+    stress: Optional[StressSection] = None
     stacks: Optional[StacksRecord] = None
     device: Optional[DeviceRecord] = None
     rank: Optional[RankInfo] = None
@@ -290,7 +291,7 @@ _FILE_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character d
                stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
-def build_report(run: "RunRecord", *, stress: Optional[dict[str, Any]] = None) -> Report:
+def build_report(run: "RunRecord", *, stress: Optional[StressSection] = None) -> Report:
     """Analyze a finished run, recommend changes and assemble the :class:`Report`.
 
     The timeline gathers the bounded per-event detail: the consumer's sampled batches and epochs,
