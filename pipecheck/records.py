@@ -841,7 +841,7 @@ def to_jsonable(obj: Any) -> Any:
     :mod:`pipecheck.report_sections`)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         keys = getattr(obj, "json_keys", None)
-        names = keys() if keys is not None else [f.name for f in dataclasses.fields(obj)]
+        names = keys() if keys is not None else _field_names(type(obj))
         return {name: to_jsonable(getattr(obj, name)) for name in names}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
@@ -850,6 +850,12 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, float) and obj != obj:  # NaN is not JSON
         return None
     return obj
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The field names of dataclass ``cls``, in order, computed once per class."""
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 MAX_LIST_ITEMS = 1_000_000
