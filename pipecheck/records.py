@@ -874,8 +874,9 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
     (or ``dict`` key) holding them, ``ValueError`` naming the path otherwise (the unit
     conventions of the module docstring: ``*_fraction`` in 0-1, every other number >= 0 except
     :data:`SIGNED_FIELDS` and times ``at_s`` / ``*_at_s``); ``name`` is that field's name.
-    ``Any``-typed values (a finding's evidence, a stress trial's ``config``) are taken as they
-    are; a
+    A dataclass with a ``json_upgrade(data)`` static method gets its object through it first
+    (an older writer's shape turned into the current one). ``Any``-typed values (a finding's
+    evidence, a stress trial's ``config``) are taken as they are; a
     ``Literal`` of strings (:mod:`pipecheck.kinds`) takes any string, listed or not.
     """
     kind, args = _plan(cls)
@@ -890,6 +891,8 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
     if kind == "dataclass":
         if not isinstance(data, dict):
             raise TypeError(f"{where} must be an object, got {type(data).__name__}")
+        if args is not None:  # the class's json_upgrade: an older writer's shape
+            data = args(data)
         kwargs = {}
         for field_name, hint, required in _fields(cls):
             if field_name in data:
@@ -951,7 +954,7 @@ def _plan(cls: Any) -> tuple[str, Any]:
         # (a new finding kind, say) must not fail the load.
         return "str", None
     if dataclasses.is_dataclass(cls):
-        return "dataclass", None
+        return "dataclass", getattr(cls, "json_upgrade", None)
     if origin is list:
         return "list", typing.get_args(cls)[0]
     if origin is dict:

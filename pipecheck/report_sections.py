@@ -185,6 +185,12 @@ class SkippedConfig:
     config: dict[str, Any]
     reason: str
 
+    @staticmethod
+    def json_upgrade(data: dict[str, Any]) -> dict[str, Any]:
+        """Reports written before skip reasons existed list the bare configuration, skipped
+        for lack of budget."""
+        return data if "config" in data else {"config": data, "reason": "budget spent"}
+
 
 @dataclass(frozen=True)
 class SearchSummary:

@@ -170,7 +170,9 @@ def test_a_sweep_section_without_the_later_entries_leaves_them_out():
     (("trials", 1, "stall_fraction"), 1.5, "report.stress.trials[1].stall_fraction must be a "
                                            "0-1 fraction"),
     (("recommended", "expected"), None, "report.stress.recommended.expected must be an object"),
-    (("skipped", 0), {"reason": "budget spent"}, "missing key report.stress.skipped[0].config"),
+    (("skipped", 0), {"config": 3, "reason": "budget spent"},
+     "report.stress.skipped[0].config must be an object"),
+    (("skipped", 0), {"config": {"num_workers": 1}}, "missing key report.stress.skipped[0].reason"),
     (("search", "stop_reasons"), "one", "report.stress.search.stop_reasons must be a list"),
     (("epoch_start", "status"), 3, "report.stress.epoch_start.status must be a string"),
     (("headline", "run_samples_per_s"), -1.0, "report.stress.headline.run_samples_per_s must "
@@ -184,3 +186,14 @@ def test_a_malformed_stress_value_fails_the_load_naming_its_path(path, value, fr
     where[path[-1]] = value
     with pytest.raises(ReportFormatError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
         Report.from_dict(data)
+
+
+def test_a_report_listing_bare_skipped_configurations_still_loads():
+    # Reports written before skip reasons existed listed the bare configuration (budget spent).
+    data = _stress_data()
+    data["stress"]["skipped"] = [{"num_workers": 1, "prefetch_factor": 2}]
+    report = Report.from_dict(data)
+    assert report.stress is not None
+    assert report.stress.skipped[0].config == {"num_workers": 1, "prefetch_factor": 2}
+    assert "skipped (budget spent): num_workers=1 prefetch_factor=2" in " ".join(
+        report.render(width=200).split())
