@@ -85,7 +85,7 @@ def main() -> None:
         for context in ("fork", "spawn"):
             factory = functools.partial(make_loader, kind, context)
             report = pipecheck.stress(factory, workers=[2], trial_batches=20, stacks=False)
-            entry = report.stress["epoch_start"]
+            entry = report.to_dict()["stress"]["epoch_start"]
             if entry["status"] != "ok":
                 print(f"{kind:<10} {context:<6} {entry['status']}: {entry['reason']}")
                 continue

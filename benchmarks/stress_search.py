@@ -134,7 +134,7 @@ def _run(factory, search: str, batches: int, seconds: float, in_order):
                               # the epoch-start pair is the same for both; leave it out of
                               # the search-vs-grid comparison
                               persistent_workers=False)
-    return report.stress, time.perf_counter() - started
+    return report.to_dict()["stress"], time.perf_counter() - started
 
 
 def _recheck(factory, configs: list[dict], rounds: int, batches: int, seconds: float
@@ -154,7 +154,7 @@ def _recheck(factory, configs: list[dict], rounds: int, batches: int, seconds: f
                 in_order=[config["in_order"]] if config.get("in_order") is not None else None,
                 step_time_s=STEP_S, trial_batches=batches, trial_s=seconds, stacks=False,
                 persistent_workers=False)
-            totals[index] += report.stress["best"]["samples_per_s"] / rounds
+            totals[index] += report.stress.best.samples_per_s / rounds
     return totals
 
 

@@ -133,8 +133,8 @@ def attach(pid: int, duration_s: Optional[float] = None, *, rate_hz: Optional[in
         kind="attach",
         created=created,
         environment=environment,
-        loader=LoaderConfig(type="DataLoader" if analysis.section["dataloader_seen"]
-                            else "unknown", num_workers=analysis.section["num_workers"]),
+        loader=LoaderConfig(type="DataLoader" if analysis.section.dataloader_seen
+                            else "unknown", num_workers=analysis.section.num_workers),
         consumer=analysis.consumer,
         producer=analysis.producer,
         host=dataclasses.replace(host_record, timeline=[], processes=processes),

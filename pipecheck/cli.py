@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, TextIO
 
 from pipecheck._atomic import is_stdout, output_problem
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
+from pipecheck.records import to_jsonable
 from pipecheck.render.inert import visible
 from pipecheck.render.formats import FILE_FORMATS
 from pipecheck.render.markdown import MarkdownRenderer
@@ -440,7 +441,7 @@ class StressCommand(Command):
                             progress=progress, search=args.search)
         _emit(report, args)
         if args.quiet:  # otherwise the summary lists failed and skipped trials itself
-            for line in progress.problems(report.stress or {}):
+            for line in progress.problems(report.stress):
                 _say(f"{PROG}: {line}", sys.stderr)
         return EXIT_OK
 
@@ -501,7 +502,7 @@ class ShardsCommand(Command):
             worker_splitter=load_factory(args.worker_splitter) if args.worker_splitter else None,
             max_counted=args.count)
         if args.json:
-            text = json.dumps({"schema": SCHEMA, **section}, indent=2) + "\n"
+            text = json.dumps({"schema": SCHEMA, **to_jsonable(section)}, indent=2) + "\n"
             saved = write_text_atomic(args.json, text, "sharding analysis")
             if not args.quiet:
                 _say(f"{PROG}: sharding analysis saved to {saved}", sys.stderr)
@@ -599,7 +600,7 @@ class AttachCommand(Command):
 
         report = attach(args.pid, args.duration, rate_hz=args.rate, on_started=started)
         _emit(report, args)
-        if (report.attach or {}).get("status") == "interrupted":
+        if report.attach is not None and report.attach.status == "interrupted":
             print(f"{PROG}: interrupted; the report covers the window sampled so far",
                   file=sys.stderr)
             return EXIT_INTERRUPTED

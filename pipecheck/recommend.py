@@ -207,7 +207,6 @@ def pipeline_recommendations(run: RunRecord, analysis: Analysis) -> list[Recomme
     (:func:`pipecheck.analysis.hol.in_order_recommendation`) and the sharding section's
     ``num_shards`` / ``resampled`` / ``shuffle_buffer`` changes."""
     from pipecheck.analysis.hol import in_order_recommendation
-    from pipecheck.records import from_jsonable
     from pipecheck.environment import torch_has_in_order
 
     found: list[Recommendation] = []
@@ -220,8 +219,8 @@ def pipeline_recommendations(run: RunRecord, analysis: Analysis) -> list[Recomme
                                           torch_has_in_order=torch_has_in_order())
             if rec is not None:
                 found.append(rec)
-    for index, entry in enumerate((run.sharding or {}).get("recommendations") or []):
-        found.append(from_jsonable(Recommendation, entry, f"sharding.recommendations[{index}]"))
+    if run.sharding is not None:
+        found.extend(run.sharding.recommendations)
     return found
 
 

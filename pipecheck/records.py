@@ -520,7 +520,7 @@ class RunRecord:
     (:meth:`pipecheck.probes.stages.StageTotals.snapshot`)."""
     head_of_line: Optional[HeadOfLineSummary] = None
     """Head-of-line blocking totals (:meth:`pipecheck.probes.hol.HeadOfLineProbe.record`)."""
-    sharding: Optional[dict[str, Any]] = None
+    sharding: Optional[ShardingSection] = None
     """The shard-assignment dry run of a WebDataset loader
     (:func:`pipecheck.analysis.sharding.analyze_sharding`)."""
     probes_off: dict[str, str] = field(default_factory=dict)
@@ -792,6 +792,58 @@ class RanksSummary:
 
 
 @dataclass(frozen=True)
+class ShardReader:
+    """One (rank, DataLoader worker) reader of a shard assignment: the ``shards`` it reads and
+    their ``samples`` (counted or estimated by size; ``None`` when a shard could not be
+    counted or estimated, e.g. a remote URL)."""
+
+    rank: int
+    worker: int
+    shards: int
+    samples: Optional[float]
+
+
+@dataclass(frozen=True)
+class ShardRank:
+    """One rank of a shard assignment: its workers' ``samples`` summed (``None`` when a shard
+    is not counted) and the ``batches`` they yield per epoch (``None`` without a batch size)."""
+
+    rank: int
+    samples: Optional[float]
+    batches: Optional[int]
+
+
+@dataclass(frozen=True)
+class ShardingSection:
+    """The shard-assignment dry run of a WebDataset loader, the report's ``sharding`` section
+    (:func:`pipecheck.analysis.sharding.analyze_sharding`).
+
+    ``world_size`` ranks of ``num_workers`` workers each (``world_size_source`` says where the
+    world size came from); ``splitters`` names the split: ``{node, worker}``, or
+    ``{chain: [...]}`` for a loader's own. ``shards``: shard count, ``counted_shards`` of them
+    counted from tar headers (the rest estimated by size); ``samples_total`` is ``None`` when a
+    shard could be neither. ``resampled``: shards drawn with replacement (the fixed-split checks
+    are skipped). ``assignments``: every (rank, worker) reader in order; ``ranks``: per rank;
+    ``idle_fraction_at_epoch_end``: ``1 - mean / max`` samples (shards when not counted) per
+    reader, 0-1. ``findings`` and ``recommendations`` (``num_shards``, ``resampled``,
+    ``shuffle_buffer``) have the report's own shapes."""
+
+    world_size: int
+    num_workers: int
+    world_size_source: Optional[str]
+    splitters: dict[str, Any]
+    shards: int
+    samples_total: Optional[float]
+    counted_shards: int
+    resampled: bool
+    assignments: list[ShardReader]
+    ranks: list[ShardRank]
+    idle_fraction_at_epoch_end: Optional[float]
+    findings: list[Finding] = field(default_factory=list)
+    recommendations: list[Recommendation] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Timeline:
     """Bounded per-event detail for charts and traces."""
 
@@ -807,9 +859,15 @@ class Timeline:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Convert dataclasses (recursively), lists and dicts into JSON-ready Python values."""
+    """Convert dataclasses (recursively), lists and dicts into JSON-ready Python values.
+
+    A dataclass writes every field in field order, or, when it has a ``json_keys()`` method,
+    the fields that returns in that order (an entry whose keys depend on its kind,
+    :mod:`pipecheck.report_sections`)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        keys = getattr(obj, "json_keys", None)
+        names = keys() if keys is not None else _field_names(type(obj))
+        return {name: to_jsonable(getattr(obj, name)) for name in names}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, dict):
@@ -819,56 +877,10 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-ATTACH_TYPES: dict[str, Any] = {
-    "pid": int,
-    "status": str,
-    "window_start_unix_s": float,
-    "window_end_unix_s": float,
-    "duration_s": float,
-    "rate_hz": int,
-    "main_thread_samples": int,
-    "next_samples": int,
-    "stall_fraction": Optional[float],
-    "stall_interval": Optional[list[float]],
-    "dataloader_seen": bool,
-    "num_workers": Optional[int],
-    "workers": list[dict[str, Any]],
-    "workers_class": Optional[str],
-    "main_memory_growth_bytes_per_s": Optional[float],
-    "batches_per_s": Optional[float],
-    "unknown": list[str],
-}
-"""The checked keys of a report's ``attach`` section (:func:`pipecheck.analysis.attach.analyze_attach`
-builds it); a value of another type fails the load naming its path."""
-
-SHARDING_TYPES: dict[str, Any] = {
-    "world_size": int,
-    "num_workers": int,
-    "world_size_source": Optional[str],
-    "splitters": dict[str, Any],
-    "shards": int,
-    "samples_total": Optional[float],
-    "counted_shards": int,
-    "resampled": bool,
-    "assignments": list[dict[str, Optional[float]]],
-    "ranks": list[dict[str, Optional[float]]],
-    "idle_fraction_at_epoch_end": Optional[float],
-    "findings": list[Finding],
-    "recommendations": list[Recommendation],
-}
-"""The JSON type of each key of a report's ``sharding`` section
-(:func:`pipecheck.analysis.sharding.analyze_sharding`); the section stays a plain dict, these
-only check a loaded one (:func:`check_section`)."""
-
-
-def check_section(data: Any, types_by_key: dict[str, Any], where: str) -> None:
-    """Raise ``TypeError`` (or ``KeyError``) naming the path when a key of ``data`` (a dict)
-    has a value not of its type in ``types_by_key``; keys not listed are not checked."""
-    if not isinstance(data, dict):
-        return
-    for key, hint in types_by_key.items():
-        if key in data:
-            from_jsonable(hint, data[key], f"{where}.{key}")
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The field names of dataclass ``cls``, in order, computed once per class."""
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 MAX_LIST_ITEMS = 1_000_000
@@ -887,7 +899,9 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
     (or ``dict`` key) holding them, ``ValueError`` naming the path otherwise (the unit
     conventions of the module docstring: ``*_fraction`` in 0-1, every other number >= 0 except
     :data:`SIGNED_FIELDS` and times ``at_s`` / ``*_at_s``); ``name`` is that field's name.
-    ``Any``-typed values (``stress``, ``sharding``, evidence) are taken as they are; a
+    A dataclass with a ``json_upgrade(data)`` static method gets its object through it first
+    (an older writer's shape turned into the current one). ``Any``-typed values (a finding's
+    evidence, a stress trial's ``config``) are taken as they are; a
     ``Literal`` of strings (:mod:`pipecheck.kinds`) takes any string, listed or not.
     """
     kind, args = _plan(cls)
@@ -902,6 +916,8 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
     if kind == "dataclass":
         if not isinstance(data, dict):
             raise TypeError(f"{where} must be an object, got {type(data).__name__}")
+        if args is not None:  # the class's json_upgrade: an older writer's shape
+            data = args(data)
         kwargs = {}
         for field_name, hint, required in _fields(cls):
             if field_name in data:
@@ -963,7 +979,7 @@ def _plan(cls: Any) -> tuple[str, Any]:
         # (a new finding kind, say) must not fail the load.
         return "str", None
     if dataclasses.is_dataclass(cls):
-        return "dataclass", None
+        return "dataclass", getattr(cls, "json_upgrade", None)
     if origin is list:
         return "list", typing.get_args(cls)[0]
     if origin is dict:
@@ -985,15 +1001,19 @@ def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
                  for f in dataclasses.fields(cls))
 
 
-SIGNED_FIELDS = frozenset({"worker_id", "id", "memory_growth_bytes_per_s"})
+SIGNED_FIELDS = frozenset({"worker_id", "id", "memory_growth_bytes_per_s",
+                           "main_memory_growth_bytes_per_s", "saving_s"})
 """Numeric fields that may be negative: worker ids (-1 is the main process with
-``num_workers=0``) and the memory growth slope (memory can shrink)."""
+``num_workers=0``), the memory growth slopes (memory can shrink) and the stress epoch-start
+``saving_s`` (persistent workers may be slower)."""
 
 
-PER_SECOND_FRACTIONS = frozenset({"cpu_fraction", "runqueue_fraction"})
-"""``*_fraction`` fields that are seconds per busy second, not shares of a whole: a worker
-whose dataset runs several threads (NumPy, OpenCV, torch ops) uses more than one CPU second per
-busy second, so these are only >= 0."""
+PER_SECOND_FRACTIONS = frozenset({"cpu_fraction", "runqueue_fraction", "noise_fraction",
+                                  "threshold_fraction", "tolerance_fraction"})
+"""``*_fraction`` fields that are not shares of a whole, so only >= 0: seconds per busy second
+(a worker whose dataset runs several threads, NumPy, OpenCV, torch ops, uses more than one CPU
+second per busy second) and the stress search's relative spreads of a rate (noise, and the
+thresholds derived from it)."""
 
 
 def _check_number(value: float, name: str, where: str) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 from pipecheck.errors import BadInputError, ReportFormatError
 from pipecheck.kinds import REPORT_KINDS, ReportKind
 from pipecheck.rank_files import rank_path
+from pipecheck.report_sections import AttachSection, StressSection
 from pipecheck.records import (
     ConsumerSummary,
     DeviceRecord,
@@ -34,11 +35,9 @@ from pipecheck.records import (
     RankInfo,
     RanksSummary,
     Recommendation,
+    ShardingSection,
     StacksRecord,
-    SHARDING_TYPES,
-    ATTACH_TYPES,
     Timeline,
-    check_section,
     from_jsonable,
     to_jsonable,
 )
@@ -82,8 +81,9 @@ class Report:
 
     ``kind`` is one of :data:`KINDS` (``ValueError`` otherwise); ``created`` is ISO 8601 UTC.
     ``host`` is the host sampler's summary with its ``timeline`` emptied: the host samples live in
-    ``timeline.host``. ``stress`` holds the offline sweep (trials, best, recommended) for
-    ``kind="stress"`` reports, else ``None``. ``stacks``: py-spy's hot functions when asked for
+    ``timeline.host``. ``stress`` holds the offline sweep (trials, best, recommended:
+    :class:`~pipecheck.report_sections.StressSection`) for ``kind="stress"`` reports, else
+    ``None``. ``stacks``: py-spy's hot functions when asked for
     (``wrap(..., stacks=True)``); ``device``: GPU idle around ``next()`` when CUDA was used;
     ``None`` otherwise. ``rank``: the torch.distributed rank that recorded the run (``None``
     without a process group); ``ranks``: every rank side by side with the straggler, on rank 0's
@@ -103,13 +103,13 @@ class Report:
     diagnosis: Diagnosis
     recommendations: list[Recommendation]
     timeline: Timeline = field(repr=False)
-    stress: Optional[dict[str, Any]] = None
+    stress: Optional[StressSection] = None
     stacks: Optional[StacksRecord] = None
     device: Optional[DeviceRecord] = None
     rank: Optional[RankInfo] = None
     ranks: Optional[RanksSummary] = None
-    sharding: Optional[dict[str, Any]] = None
-    attach: Optional[dict[str, Any]] = None
+    sharding: Optional[ShardingSection] = None
+    attach: Optional[AttachSection] = None
     schema: str = SCHEMA
 
     def __post_init__(self) -> None:
@@ -142,8 +142,7 @@ class Report:
         missing, a value has the wrong type, a number is out of range
         (:func:`~pipecheck.records.from_jsonable` with ``ranges``: negative durations, counts or rates,
         fractions outside 0-1), or a rank lies outside its world size (at most
-        :data:`~pipecheck.records.MAX_WORLD_SIZE`), or a ``sharding`` value is not of its type
-        (:data:`~pipecheck.records.SHARDING_TYPES`).
+        :data:`~pipecheck.records.MAX_WORLD_SIZE`).
         """
         if not isinstance(data, dict):
             raise ReportFormatError(
@@ -157,9 +156,7 @@ class Report:
                 f"report schema {schema!r} is not supported; this pipecheck reads {SCHEMA}"
             )
         try:
-            report = from_jsonable(cls, data, "report", ranges=True)
-            check_section(data.get("sharding"), SHARDING_TYPES, "report.sharding")
-            check_section(data.get("attach"), ATTACH_TYPES, "report.attach")
+            report: Report = from_jsonable(cls, data, "report", ranges=True)
             return report
         except KeyError as err:
             raise ReportFormatError(f"report is missing key {err.args[0]}") from err
@@ -294,7 +291,7 @@ _FILE_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character d
                stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
-def build_report(run: "RunRecord", *, stress: Optional[dict[str, Any]] = None) -> Report:
+def build_report(run: "RunRecord", *, stress: Optional[StressSection] = None) -> Report:
     """Analyze a finished run, recommend changes and assemble the :class:`Report`.
 
     The timeline gathers the bounded per-event detail: the consumer's sampled batches and epochs,

@@ -6,7 +6,7 @@ without loading a sample."""
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from pipecheck.errors import BadInputError
 from pipecheck.probes.shards import (
@@ -17,6 +17,9 @@ from pipecheck.probes.shards import (
     replay_split,
     shard_stats,
 )
+
+if TYPE_CHECKING:
+    from pipecheck.records import ShardingSection
 
 SCHEMA = "pipecheck.sharding/1"
 """Schema tag of the JSON ``pipecheck shards --json`` writes (the report's ``sharding``
@@ -46,7 +49,7 @@ def shards(urls: Union[str, Sequence[str]], *, num_workers: int, world_size: Opt
            batch_size: Optional[int] = None, drop_last: bool = False,
            shuffle_buffer: Optional[int] = None, resampled: bool = False,
            node_splitter: Optional[Splitter] = None, worker_splitter: Optional[Splitter] = None,
-           max_counted: int = DEFAULT_MAX_COUNTED) -> dict[str, Any]:
+           max_counted: int = DEFAULT_MAX_COUNTED) -> "ShardingSection":
     """Dry-run the shard assignment of ``urls`` (one string or a list, brace notation allowed)
     and return the
     ``sharding`` section (:func:`pipecheck.analysis.sharding.analyze_sharding`).
@@ -91,7 +94,7 @@ def _name(function: Optional[Splitter], default: str) -> str:
 
 
 def loader_sharding(loader: Any, world_size: int = 1,
-                    world_size_source: str = "single process") -> Optional[dict[str, Any]]:
+                    world_size_source: str = "single process") -> Optional["ShardingSection"]:
     """The ``sharding`` section of a webdataset ``loader`` (WebDataset / DataPipeline,
     WebLoader, or a DataLoader over one): its own shard list, splitters, workers and shuffle
     buffer, replayed for ``world_size`` ranks. ``None`` when it is not such a pipeline or the
@@ -120,7 +123,7 @@ def _unchanged(urls: Any) -> Any:
 
 
 def n_shards_sharding(loader: Any, world_size: int = 1,
-                      world_size_source: str = "single process") -> Optional[dict[str, Any]]:
+                      world_size_source: str = "single process") -> Optional["ShardingSection"]:
     """The ``sharding`` section for a DataLoader over a dataset exposing an integer
     ``n_shards`` (Hugging Face ``datasets.IterableDataset`` does; duck-typed, no import), split
     round-robin by rank then by worker as ``split_dataset_by_node`` and its DataLoader workers

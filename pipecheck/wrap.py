@@ -51,7 +51,7 @@ from .probes import workers as workers_probe
 from .probes.workers import WorkerProbe, WorkerProbeUnsupported, scaled_to
 from .autosave import AutoSave
 from .distributed import DEFAULT_GATHER_TIMEOUT_S, current_rank
-from .records import LoaderConfig, RankInfo, RunRecord
+from .records import LoaderConfig, RankInfo, RunRecord, ShardingSection
 from .shards import loader_sharding, n_shards_sharding
 
 
@@ -261,7 +261,7 @@ class WrappedLoader:
                  "_host", "_finalizer", "_rank", "_sharding_cache", "_last_gathered",
                  "_autosave", "_open_target", "_observers", "_probed_ids", "__weakref__")
     _rank: Optional[RankInfo]
-    _sharding_cache: Optional[tuple[int, Optional[dict[str, Any]]]]
+    _sharding_cache: Optional[tuple[int, Optional[ShardingSection]]]
 
     def __init__(self, loader: Any, *, samples: Optional[SampleCounter],
                  tokens: Optional[TokenCounter], host: bool, workers: bool,
@@ -480,7 +480,7 @@ class WrappedLoader:
                          head_of_line=records.get("head_of_line"),
                          sharding=self._sharding(), probes_off=probes_off)
 
-    def _sharding(self) -> Optional[dict[str, Any]]:
+    def _sharding(self) -> Optional[ShardingSection]:
         """The shard-assignment dry run of a webdataset loader, or of a dataset exposing
         ``n_shards``, for the current world size (:func:`pipecheck.shards.loader_sharding`,
         :func:`pipecheck.shards.n_shards_sharding`), computed once per world size."""

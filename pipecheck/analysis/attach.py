@@ -28,7 +28,7 @@ effect of any change.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from pipecheck.analysis.bound import classify, disk_busy_fraction, iowait_fraction, workers_class
 from pipecheck.analysis.memory import process_growth
@@ -61,6 +61,7 @@ from pipecheck.records import (
     StacksRecord,
     WorkerSummary,
 )
+from pipecheck.report_sections import AttachSection, AttachWorker
 from pipecheck.units import percent
 
 INTERVAL_METHOD = "Wilson score interval, 95%, on main-thread samples (Wilson 1927)"
@@ -80,7 +81,7 @@ class AttachAnalysis(NamedTuple):
     consumer: ConsumerSummary
     producer: ProducerSummary
     diagnosis: Diagnosis
-    section: dict[str, Any]
+    section: AttachSection
 
 
 def analyze_attach(
@@ -116,27 +117,27 @@ def analyze_attach(
     chosen, basis = workers_class(summaries, iowait, disk_busy)
     main = _process(host, pid)
     main_growth = process_growth(pid, main.memory) if main is not None else None
-    section = {
-        "pid": pid,
-        "status": status,
-        "window_start_unix_s": window_start_unix_s,
-        "window_end_unix_s": window_end_unix_s,
-        "duration_s": window_s,
-        "rate_hz": stacks.rate_hz,
-        "main_thread_samples": total,
-        "next_samples": inside,
-        "stall_fraction": stall,
-        "stall_interval": list(interval) if interval is not None else None,
-        "interval_method": INTERVAL_METHOD,
-        "dataloader_seen": seen,
-        "num_workers": len(workers) if stacks.status == "ok" else None,
-        "workers": workers,
-        "workers_class": chosen,
-        "main_memory_growth_bytes_per_s": main_growth.slope_bytes_per_s if main_growth else None,
-        "main_memory_growth_significant": main_growth.significant if main_growth else None,
-        "batches_per_s": None,
-        "unknown": list(UNKNOWN_WITHOUT_WRAPPING),
-    }
+    section = AttachSection(
+        pid=pid,
+        status=status,
+        window_start_unix_s=window_start_unix_s,
+        window_end_unix_s=window_end_unix_s,
+        duration_s=window_s,
+        rate_hz=stacks.rate_hz,
+        main_thread_samples=total,
+        next_samples=inside,
+        stall_fraction=stall,
+        stall_interval=list(interval) if interval is not None else None,
+        interval_method=INTERVAL_METHOD,
+        dataloader_seen=seen,
+        num_workers=len(workers) if stacks.status == "ok" else None,
+        workers=workers,
+        workers_class=chosen,
+        main_memory_growth_bytes_per_s=main_growth.slope_bytes_per_s if main_growth else None,
+        main_memory_growth_significant=main_growth.significant if main_growth else None,
+        batches_per_s=None,
+        unknown=list(UNKNOWN_WITHOUT_WRAPPING),
+    )
     wait_s = stall * window_s if stall is not None else 0.0
     consumer = ConsumerSummary(
         batches=0, samples=0, wall_s=window_s, wait_s=wait_s,
@@ -178,7 +179,7 @@ def _process(host: Optional[HostRecord], pid: int) -> Optional[ProcessStats]:
 
 
 def _workers(stacks: StacksRecord, host: Optional[HostRecord], iowait: Optional[float],
-             disk_busy: Optional[float]) -> list[dict[str, Any]]:
+             disk_busy: Optional[float]) -> list[AttachWorker]:
     """One entry per worker pid seen in torch's worker loop, by pid."""
     out = []
     for key, samples in sorted(stacks.worker_samples_by_pid.items(), key=lambda kv: int(kv[0])):
@@ -193,39 +194,39 @@ def _workers(stacks: StacksRecord, host: Optional[HostRecord], iowait: Optional[
         runqueue = ratio(process.runqueue_s, busy_s) if process and busy_s else None
         reads = ratio(process.read_bytes, busy_s) if process and busy_s else None
         growth = process_growth(pid, process.memory) if process is not None else None
-        out.append({
-            "pid": pid,
-            "samples": samples,
-            "busy_fraction": busy_fraction,
-            "busy_interval": list(interval) if interval is not None else None,
-            "observed_s": observed_s,
-            "busy_s": busy_s,
-            "cpu_s": process.cpu_s if process else None,
-            "cpu_fraction": cpu_fraction,
-            "runqueue_fraction": runqueue,
-            "storage_read_bytes_per_s": reads,
-            "bound": classify(cpu_fraction, runqueue, reads, iowait, disk_busy),
-            "rss_max_bytes": process.rss_max_bytes if process else None,
-            "uss_max_bytes": process.uss_max_bytes if process else None,
-            "memory_growth_bytes_per_s": growth.slope_bytes_per_s if growth else None,
-            "memory_growth_significant": growth.significant if growth else None,
-        })
+        out.append(AttachWorker(
+            pid=pid,
+            samples=samples,
+            busy_fraction=busy_fraction,
+            busy_interval=list(interval) if interval is not None else None,
+            observed_s=observed_s,
+            busy_s=busy_s,
+            cpu_s=process.cpu_s if process else None,
+            cpu_fraction=cpu_fraction,
+            runqueue_fraction=runqueue,
+            storage_read_bytes_per_s=reads,
+            bound=classify(cpu_fraction, runqueue, reads, iowait, disk_busy),
+            rss_max_bytes=process.rss_max_bytes if process else None,
+            uss_max_bytes=process.uss_max_bytes if process else None,
+            memory_growth_bytes_per_s=growth.slope_bytes_per_s if growth else None,
+            memory_growth_significant=growth.significant if growth else None,
+        ))
     return out
 
 
-def _summary(index: int, worker: dict[str, Any]) -> WorkerSummary:
+def _summary(index: int, worker: AttachWorker) -> WorkerSummary:
     """A :class:`WorkerSummary` for :func:`pipecheck.analysis.bound.workers_class` (not stored:
     an attached run has no batch counts)."""
-    return WorkerSummary(id=index, pid=worker["pid"], batches=0, busy_s=worker["busy_s"] or 0.0,
-                         cpu_fraction=worker["cpu_fraction"],
-                         runqueue_fraction=worker["runqueue_fraction"],
-                         storage_read_bytes_per_s=worker["storage_read_bytes_per_s"],
-                         bound=worker["bound"])
+    return WorkerSummary(id=index, pid=worker.pid, batches=0, busy_s=worker.busy_s or 0.0,
+                         cpu_fraction=worker.cpu_fraction,
+                         runqueue_fraction=worker.runqueue_fraction,
+                         storage_read_bytes_per_s=worker.storage_read_bytes_per_s,
+                         bound=worker.bound)
 
 
 def _findings(stacks: StacksRecord, verdict: Verdict, stall: Optional[float],
               interval: Optional[tuple[float, float]], seen: bool,
-              thresholds: dict[str, float], workers: list[dict[str, Any]]) -> list[Finding]:
+              thresholds: dict[str, float], workers: list[AttachWorker]) -> list[Finding]:
     findings = []
     if stacks.status != "ok":
         findings.append(Finding(
@@ -257,7 +258,7 @@ def _findings(stacks: StacksRecord, verdict: Verdict, stall: Optional[float],
         findings.append(Finding(kind=VERDICT_FINDING[verdict], severity=severity,
                                 message=message + ".",
                                 evidence=evidence))
-    growing = [w["pid"] for w in workers if w["memory_growth_significant"]]
+    growing = [w.pid for w in workers if w.memory_growth_significant]
     if growing:
         findings.append(Finding(
             kind=FindingKind.MEMORY_GROWTH, severity="warning",

@@ -29,7 +29,14 @@ from typing import Any, Optional, Sequence
 from pipecheck import units as fmt
 from pipecheck.kinds import FindingKind
 from pipecheck.probes.shards import ShardStat
-from pipecheck.records import Expected, Finding, Recommendation, to_jsonable
+from pipecheck.records import (
+    Expected,
+    Finding,
+    Recommendation,
+    ShardingSection,
+    ShardRank,
+    ShardReader,
+)
 
 IMBALANCE_THRESHOLD = 0.10
 """Epoch-end idle share (0-1) from which ``shard-imbalance`` is reported (pipecheck's choice:
@@ -44,76 +51,73 @@ def analyze_sharding(stats: Sequence[ShardStat], assignment: dict[tuple[int, int
                      *, world_size: int, num_workers: int, batch_size: Optional[int] = None,
                      drop_last: bool = False, shuffle_buffer: Optional[int] = None,
                      resampled: bool = False, world_size_source: str = "given",
-                     splitters: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                     splitters: Optional[dict[str, Any]] = None) -> ShardingSection:
     """The ``sharding`` section for ``assignment`` (``(rank, worker) -> shard URLs``).
 
-    Returns a JSON-ready dict: ``world_size``, ``num_workers``, ``world_size_source``,
-    ``splitters``, ``shards``, ``samples_total`` (``None`` when a shard could not be counted or
-    estimated), ``counted_shards``, ``assignments [{rank, worker, shards, samples}]``,
-    ``ranks [{rank, samples, batches}]`` (``batches`` needs ``batch_size``),
-    ``idle_fraction_at_epoch_end``, ``findings`` and ``recommendations`` (the report's shapes).
-    ``splitters`` names them: ``{node, worker}``, or ``{chain: [...]}`` for a loader's own.
+    ``samples_total`` is ``None`` when a shard could not be counted or estimated;
+    ``assignments`` lists every (rank, worker) reader in order, ``ranks`` each rank's samples
+    and batches (``batches`` needs ``batch_size``); ``splitters`` names the split:
+    ``{node, worker}`` by default, or ``{chain: [...]}`` for a loader's own.
     ``resampled=True`` (shards drawn with replacement, epochs set by ``with_epoch``) skips the
     checks that depend on a fixed split.
     """
     samples_of = {s.url: s.samples for s in stats}
     known = all(v is not None for v in samples_of.values())
-    assignments: list[dict[str, Any]] = []
-    for (rank, worker), urls in sorted(assignment.items()):
-        samples = sum(samples_of.get(u) or 0.0 for u in urls) if known else None
-        assignments.append({"rank": rank, "worker": worker, "shards": len(urls),
-                            "samples": samples})
+    assignments = [ShardReader(rank=rank, worker=worker, shards=len(urls),
+                               samples=(sum(samples_of.get(u) or 0.0 for u in urls) if known
+                                        else None))
+                   for (rank, worker), urls in sorted(assignment.items())]
     ranks = _ranks(assignments, batch_size, drop_last)
-    per_worker = [a["samples"] if known else float(a["shards"]) for a in assignments]
+    per_worker = [a.samples if a.samples is not None else float(a.shards) for a in assignments]
     idle = 1.0 - (sum(per_worker) / len(per_worker)) / max(per_worker) if max(per_worker) else None
-    section: dict[str, Any] = {
-        "world_size": world_size,
-        "num_workers": num_workers,
-        "world_size_source": world_size_source,
-        "splitters": splitters or {"node": "split_by_node", "worker": "split_by_worker"},
-        "shards": len(stats),
-        "samples_total": sum(samples_of.values()) if known else None,  # type: ignore[arg-type]
-        "counted_shards": sum(1 for s in stats if s.counted),
-        "resampled": resampled,
-        "assignments": assignments,
-        "ranks": ranks,
-        "idle_fraction_at_epoch_end": idle,
-    }
     findings: list[Finding] = []
     recommendations: list[Recommendation] = []
     readers = len(assignments)
     if not resampled:
         _empty_workers(assignments, len(stats), readers, findings, recommendations)
         _imbalance(idle, per_worker, known, len(stats), readers, findings, recommendations)
-        _unequal_ranks(ranks, batch_size, findings, recommendations, section)
+        _unequal_ranks(ranks, assignments, batch_size, findings, recommendations)
     _skew(stats, findings)
     _shuffle_buffer(stats, shuffle_buffer, findings, recommendations)
-    section["findings"] = [to_jsonable(f) for f in findings]
-    section["recommendations"] = [to_jsonable(r) for r in recommendations]
-    return section
+    return ShardingSection(
+        world_size=world_size,
+        num_workers=num_workers,
+        world_size_source=world_size_source,
+        splitters=splitters or {"node": "split_by_node", "worker": "split_by_worker"},
+        shards=len(stats),
+        samples_total=sum(samples_of.values()) if known else None,  # type: ignore[arg-type]
+        counted_shards=sum(1 for s in stats if s.counted),
+        resampled=resampled,
+        assignments=assignments,
+        ranks=ranks,
+        idle_fraction_at_epoch_end=idle,
+        findings=findings,
+        recommendations=recommendations,
+    )
 
 
-def _ranks(assignments: list[dict[str, Any]], batch_size: Optional[int],
-           drop_last: bool) -> list[dict[str, Any]]:
-    ranks: dict[int, dict[str, Any]] = {}
-    for a in assignments:
-        entry = ranks.setdefault(a["rank"], {"rank": a["rank"], "samples": 0.0, "batches": 0})
-        if a["samples"] is None:
-            entry["samples"] = entry["batches"] = None
-        elif entry["samples"] is not None:
-            entry["samples"] += a["samples"]
-            if batch_size:
-                per = a["samples"] / batch_size
-                entry["batches"] += math.floor(per) if drop_last else math.ceil(per)
-    for entry in ranks.values():
-        if not batch_size:
-            entry["batches"] = None
-    return [ranks[r] for r in sorted(ranks)]
+def _ranks(assignments: list[ShardReader], batch_size: Optional[int],
+           drop_last: bool) -> list[ShardRank]:
+    """Each rank's samples (``None`` when a reader's are) and batches (``None`` without
+    ``batch_size``): a worker yields ``ceil(samples / batch_size)`` batches, ``floor`` with
+    ``drop_last``."""
+    out = []
+    for rank in sorted({a.rank for a in assignments}):
+        mine = [a for a in assignments if a.rank == rank]
+        if any(a.samples is None for a in mine):
+            out.append(ShardRank(rank=rank, samples=None, batches=None))
+            continue
+        samples = [a.samples or 0.0 for a in mine]
+        per = [s / batch_size for s in samples] if batch_size else []
+        batches = (sum(math.floor(p) if drop_last else math.ceil(p) for p in per)
+                   if batch_size else None)
+        out.append(ShardRank(rank=rank, samples=sum(samples, 0.0), batches=batches))
+    return out
 
 
-def _empty_workers(assignments: list[dict[str, Any]], shards: int, readers: int,
+def _empty_workers(assignments: list[ShardReader], shards: int, readers: int,
                    findings: list[Finding], recommendations: list[Recommendation]) -> None:
-    empty = [(a["rank"], a["worker"]) for a in assignments if a["shards"] == 0]
+    empty = [(a.rank, a.worker) for a in assignments if a.shards == 0]
     if not empty:
         return
     names = ", ".join(f"rank {r} worker {w}" for r, w in empty[:8])
@@ -157,12 +161,13 @@ def _shard_count(shards: int, readers: int, why: str) -> Recommendation:
         f"of {readers} {why}")
 
 
-def _unequal_ranks(ranks: list[dict[str, Any]], batch_size: Optional[int],
-                   findings: list[Finding], recommendations: list[Recommendation],
-                   section: dict[str, Any]) -> None:
+def _unequal_ranks(ranks: list[ShardRank], assignments: list[ShardReader],
+                   batch_size: Optional[int], findings: list[Finding],
+                   recommendations: list[Recommendation]) -> None:
     key = "batches" if batch_size else "samples"
-    counts = [r[key] for r in ranks]
-    if len(ranks) < 2 or any(c is None for c in counts) or len(set(counts)) == 1:
+    maybe = [r.batches if batch_size else r.samples for r in ranks]
+    counts = [c for c in maybe if c is not None]
+    if len(ranks) < 2 or len(counts) < len(maybe) or len(set(counts)) == 1:
         return
     findings.append(Finding(
         FindingKind.UNEQUAL_RANK_BATCHES, "critical",
@@ -172,8 +177,7 @@ def _unequal_ranks(ranks: list[dict[str, Any]], batch_size: Optional[int],
         {f"{key}_per_rank": counts}))
     # The smallest non-empty reader's share: an empty worker (reported on its own) would
     # otherwise propose with_epoch(0).
-    per_reader = min((a["samples"] for a in section["assignments"] if a["samples"]),
-                     default=0)
+    per_reader = min((a.samples for a in assignments if a.samples), default=0.0)
     recommendations.append(Recommendation(
         "resampled", False, True,
         Expected(None, None, note=f"every rank yields the same {key}: set the epoch with "

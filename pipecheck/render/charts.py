@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from pipecheck.records import BatchTiming, StageRow, WorkerBatch
+    from pipecheck.report_sections import StressSection, SweepTrial
     from pipecheck.report import Report
 
 WIDTH_IN = 10.0
@@ -252,18 +253,18 @@ def host_memory_svg(report: "Report") -> Optional[str]:
     return _to_svg(fig, "host-memory")
 
 
-def stress_svg(stress: Optional[dict[str, Any]]) -> Optional[str]:
+def stress_svg(stress: Optional[StressSection]) -> Optional[str]:
     """The stress search: samples/s per configuration, measured trials as filled markers and the
     model's predictions as hollow ones (predicted before a measured trial ran, or for candidates
     it chose not to measure), one series per combination of the other settings that vary (e.g.
     ``prefetch_factor``); failed trials as crosses at 0. The x axis is ``num_workers`` when
     every trial has one, else the configurations in order. ``None`` without plottable trials."""
-    trials = [t for t in (stress or {}).get("trials") or [] if isinstance(t, dict)]
-    configs = [t["config"] if isinstance(t.get("config"), dict) else {} for t in trials]
+    trials = list(stress.trials) if stress is not None else []
+    configs = [t.config for t in trials]
     points = _stress_points(trials, configs)
     if not points:
         return None
-    failed = [config for trial, config in zip(trials, configs) if trial.get("error")]
+    failed = [config for trial, config in zip(trials, configs) if trial.error]
     fig, ax = _figure(3.2)
     position = _stress_axis(ax, [c for c, _, _, _ in points] + failed)
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
@@ -281,8 +282,8 @@ def stress_svg(stress: Optional[dict[str, Any]]) -> Optional[str]:
     if failed:
         ax.scatter([position(c) for c in failed], [0] * len(failed), marker="x", s=50,
                    color=WAIT_COLOR, label="failed", zorder=3, clip_on=False)
-    best = (stress or {}).get("best")
-    best_rate = _number(best.get("samples_per_s")) if isinstance(best, dict) else None
+    best = stress.best if stress is not None else None
+    best_rate = best.samples_per_s if best is not None else None
     if best_rate is not None:
         ax.axhline(best_rate, color="#555555", linestyle=":", linewidth=1, label="best measured")
     ax.set_ylabel("throughput (samples/s)")
@@ -457,7 +458,7 @@ def _legend(fig: "Figure", *axes: "Axes") -> None:
                    ncol=max(1, min(4, len(handles), fits)))
 
 
-def _stress_points(trials: Sequence[dict[str, Any]],
+def _stress_points(trials: Sequence[SweepTrial],
                    configs: Sequence[dict[str, Any]]) -> list[tuple[dict, str, float, bool]]:
     """``(config, series, samples/s, measured?)`` per plottable figure: a measured trial gives
     its measurement and, when the search predicted it first, that prediction too."""
@@ -465,9 +466,9 @@ def _stress_points(trials: Sequence[dict[str, Any]],
     points = []
     for trial, config in zip(trials, configs):
         series = _series_label(config, varying)
-        rate = _number(trial.get("samples_per_s"))
-        predicted = _number(trial.get("predicted_samples_per_s"))
-        if trial.get("measured"):
+        rate = trial.samples_per_s
+        predicted = trial.predicted_samples_per_s
+        if trial.measured:
             if rate is not None:
                 points.append((config, series, rate, True))
             if predicted is not None:

@@ -179,12 +179,12 @@ def why_no_recommendations(report: "Report") -> str:
     fastest (stress), too little data, compute-bound, a contradicted capacity estimate, no
     capacity measured, or no change predicted to help."""
     consumer, diagnosis = report.consumer, report.diagnosis
-    recommended = (report.stress or {}).get("recommended") if report.kind == "stress" else None
-    if isinstance(recommended, dict) and recommended.get("config") is not None:
-        expected = (recommended.get("expected") or {}).get("samples_per_s")
+    recommended = (report.stress.recommended
+                   if report.kind == "stress" and report.stress is not None else None)
+    if recommended is not None:
         return ("No recommendations: the baseline was the fastest configuration measured "
-                f"({config_text(recommended.get('baseline'))}, "
-                f"{fmt.rate(number(expected), 'samples')}).")
+                f"({config_text(recommended.baseline)}, "
+                f"{fmt.rate(recommended.expected.samples_per_s, 'samples')}).")
     if report.kind == "attach":
         return ("No recommendations: attached without wrapping, the effect of a change cannot "
                 "be predicted (no batch or per-worker times); `pipecheck run -- python "

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from pipecheck.environment import torch_has_in_order
 from pipecheck.errors import BadInputError
+from pipecheck.report_sections import EpochStart, ProfileOutcome, StressHeadline, StressSection
 from pipecheck.stress.epoch_start import apply as apply_epoch_start
 from pipecheck.stress.epoch_start import measure_epoch_start
 from pipecheck.stress.epoch_start import trial_limits as epoch_trial_limits
@@ -192,33 +193,34 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
     section = sweep.section()
     if persistent_workers is None:
         if epoch and not extra.fits(short, short):
-            section["epoch_start"] = {"status": "skipped", "reason": extra.shortfall(short, short)}
+            epoch_start = EpochStart(status="skipped", reason=extra.shortfall(short, short))
         else:
-            section["epoch_start"] = measure_epoch_start(chosen, limits, extra)
-        section["recommended"] = apply_epoch_start(section["recommended"],
-                                                   section["epoch_start"])
+            epoch_start = measure_epoch_start(chosen, limits, extra)
+        section = dataclasses.replace(
+            section, epoch_start=epoch_start,
+            recommended=apply_epoch_start(section.recommended, epoch_start))
     if unprofiled is None and not extra.fits(limits):
         unprofiled = extra.shortfall(limits)
-    record, section["profile"] = _profile(unprofiled, stacks, extra, chosen, limits)
-    section["headline"] = headline(chosen)
+    record, profile = _profile(unprofiled, stacks, extra, chosen, limits)
+    section = dataclasses.replace(section, profile=profile, headline=headline(chosen))
     return stress_report(record, section)
 
 
-def headline(chosen: TrialResult) -> dict[str, Any]:
+def headline(chosen: TrialResult) -> StressHeadline:
     """The stress section's ``headline``: the sweep trial whose record gives the report's
     ``consumer``, ``producer`` and ``host`` sections (the recommended configuration's, never the
     profiling trial), with its steady rates (each epoch's first batch left out: the figures the
     sweep compares, ``steady_samples_per_s`` / ``steady_batches_per_s``) and its whole-run
     rates (worker start-up included: the report's ``consumer`` figures, ``run_samples_per_s``
     / ``run_batches_per_s``), all per second."""
-    return {"config": chosen.config.to_dict(), "source": "sweep",
-            "steady_samples_per_s": chosen.samples_per_s,
-            "steady_batches_per_s": chosen.batches_per_s,
-            "run_samples_per_s": chosen.run_samples_per_s,
-            "run_batches_per_s": chosen.run_batches_per_s}
+    return StressHeadline(config=chosen.config.to_dict(), source="sweep",
+                          steady_samples_per_s=chosen.samples_per_s,
+                          steady_batches_per_s=chosen.batches_per_s,
+                          run_samples_per_s=chosen.run_samples_per_s,
+                          run_batches_per_s=chosen.run_batches_per_s)
 
 
-def stress_report(record: Any, section: dict[str, Any]) -> Any:
+def stress_report(record: Any, section: StressSection) -> Any:
     """The stress Report from the recommended trial's ``record`` (a ``RunRecord``) and the
     stress ``section``: the measured recommendation replaces the model's proposals for the
     searched settings, and the diagnosis's ``insufficient-data`` finding is restated to match
@@ -300,22 +302,23 @@ def _pinnable(config: TrialConfig) -> bool:
 
 
 def _profile(unprofiled: Optional[str], stacks: Optional[bool], run: _ExtraTrials,
-             chosen: TrialResult, limits: TrialLimits) -> tuple[Any, dict[str, Any]]:
+             chosen: TrialResult, limits: TrialLimits) -> tuple[Any, ProfileOutcome]:
     """The recommended trial's record with hot stacks from a profiling trial of its
     configuration, and the stress section's ``profile`` entry (``status`` ``ok``, ``failed``,
     ``skipped`` or ``off``, with ``reason``). ``unprofiled``: why no profiling trial runs
     (``None``: it runs)."""
     if unprofiled is not None:
         status = "off" if stacks is False else "skipped"
-        return chosen.record, {"status": status, "reason": unprofiled}
+        return chosen.record, ProfileOutcome(status=status, reason=unprofiled)
     profiled = run(chosen.config, dataclasses.replace(limits, stacks=True))
     if profiled.record is None or profiled.record.stacks is None:
-        return chosen.record, {"status": "failed", "config": chosen.config.to_dict(),
-                               "reason": profiled.error or "the profiling trial took no stacks"}
+        return chosen.record, ProfileOutcome(
+            status="failed", config=chosen.config.to_dict(),
+            reason=profiled.error or "the profiling trial took no stacks")
     assert chosen.record is not None  # a measured trial keeps its record (trial.summarize)
     record = dataclasses.replace(chosen.record, stacks=profiled.record.stacks)
-    return record, {"status": "ok", "config": chosen.config.to_dict(),
-                    "samples_per_s": profiled.samples_per_s, "reason": None}
+    return record, ProfileOutcome(status="ok", config=chosen.config.to_dict(),
+                                  samples_per_s=profiled.samples_per_s, reason=None)
 
 
 def stacks_unavailable() -> Optional[str]:

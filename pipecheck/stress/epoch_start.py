@@ -25,6 +25,7 @@ import statistics
 from typing import Any, Callable, Optional
 
 from pipecheck.recommend import PERSISTENT_START_SHARE
+from pipecheck.report_sections import EpochStart, ExpectedRate, PersistentPair, StressChoice
 from pipecheck.stress.settings import TrialConfig
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
@@ -40,7 +41,7 @@ RunTrial = Callable[[TrialConfig, TrialLimits], TrialResult]
 
 
 def measure_epoch_start(best: TrialResult, limits: TrialLimits,
-                        run: RunTrial) -> dict[str, Any]:
+                        run: RunTrial) -> EpochStart:
     """The stress section's ``epoch_start`` entry for ``best`` (a measured trial).
 
     ``run(config, limits)`` measures one trial. Returns ``status`` (``ok``, ``failed`` or
@@ -55,16 +56,16 @@ def measure_epoch_start(best: TrialResult, limits: TrialLimits,
     entries)."""
     config = best.config
     if config.num_workers == 0:
-        return {"status": "skipped", "reason": "the best configuration has no workers"}
+        return EpochStart(status="skipped", reason="the best configuration has no workers")
     short = trial_limits(best, limits)
     results = {persistent: run(dataclasses.replace(config, persistent_workers=persistent), short)
                for persistent in (False, True)}
-    trials = [r.to_dict() for r in results.values()]
+    trials = [r.entry() for r in results.values()]
     later = {persistent: _later_epochs(r) for persistent, r in results.items()}
     failures = [f"{r.config.label()}: {r.error or 'fewer than 2 epochs in its time limit'}"
                 for persistent, r in results.items() if not later[persistent]]
     if failures:
-        return {"status": "failed", "reason": "; ".join(failures), "trials": trials}
+        return EpochStart(status="failed", reason="; ".join(failures), trials=trials)
     restart = {p: statistics.median(e.first_batch_s for e in later[p]) for p in later}
     walls = {p: [e.wall_s for e in later[p]] for p in later}
     short_epoch = {p: statistics.median(walls[p]) for p in walls}
@@ -76,14 +77,15 @@ def measure_epoch_start(best: TrialResult, limits: TrialLimits,
     matters = (None if fraction is None
                else bool(fraction >= PERSISTENT_START_SHARE and saving > spread))
     exhausted = all(e.ended == "exhausted" for epochs in later.values() for e in epochs)
-    return {
-        "status": "ok", "reason": None,
-        "config": {k: v for k, v in config.to_dict().items() if k != "persistent_workers"},
-        "restart_s": {"persistent": restart[True], "not_persistent": restart[False]},
-        "short_epoch_s": {"persistent": short_epoch[True], "not_persistent": short_epoch[False]},
-        "saving_s": saving, "epoch_s": epoch_s, "fraction": fraction, "matters": matters,
-        "method": "shortened" if exhausted else "cut", "trials": trials,
-    }
+    return EpochStart(
+        status="ok", reason=None,
+        config={k: v for k, v in config.to_dict().items() if k != "persistent_workers"},
+        restart_s=PersistentPair(persistent=restart[True], not_persistent=restart[False]),
+        short_epoch_s=PersistentPair(persistent=short_epoch[True],
+                                     not_persistent=short_epoch[False]),
+        saving_s=saving, epoch_s=epoch_s, fraction=fraction, matters=matters,
+        method="shortened" if exhausted else "cut", trials=trials,
+    )
 
 
 def trial_seconds(best: Optional[TrialResult], limits: TrialLimits) -> float:
@@ -107,29 +109,30 @@ def trial_limits(best: Optional[TrialResult], limits: TrialLimits) -> TrialLimit
                        epoch_batches=SHORT_EPOCH_BATCHES)
 
 
-def apply(recommended: Optional[dict[str, Any]], epoch_start: dict[str, Any]
-          ) -> Optional[dict[str, Any]]:
+def apply(recommended: Optional[StressChoice], epoch_start: EpochStart
+          ) -> Optional[StressChoice]:
     """The stress section's ``recommended`` entry with ``persistent_workers`` set (config and
     ``changes`` against its baseline): ``True`` when epoch start matters (with
     ``expected.epoch_saving_s``), else the baseline's own value, since the sweep's trials, all
     without persistent workers, say nothing against it. ``recommended`` itself is not changed:
     a new entry is returned, or ``recommended`` as it is for a configuration without workers
     (or none)."""
-    if not recommended or not recommended["config"].get("num_workers"):
+    if not recommended or not recommended.config.get("num_workers"):
         return recommended
-    before = (recommended.get("baseline") or {}).get("persistent_workers", False)
-    matters = epoch_start.get("matters") is True
+    before = (recommended.baseline or {}).get("persistent_workers", False)
+    matters = epoch_start.matters is True
     after = True if matters else bool(before)
-    changes = {k: v for k, v in (recommended.get("changes") or {}).items()
-               if k != "persistent_workers"}
+    changes = {k: v for k, v in recommended.changes.items() if k != "persistent_workers"}
     if after != bool(before):
         changes["persistent_workers"] = [before, after]
-    updated = {**recommended, "config": {**recommended["config"], "persistent_workers": after},
-               "changes": changes}
+    expected = recommended.expected
     if matters:
-        updated["expected"] = {**(recommended.get("expected") or {}),
-                               "epoch_saving_s": epoch_start["saving_s"]}
-    return updated
+        expected = ExpectedRate(samples_per_s=expected.samples_per_s,
+                                stall_fraction=expected.stall_fraction,
+                                epoch_saving_s=epoch_start.saving_s)
+    return dataclasses.replace(
+        recommended, config={**recommended.config, "persistent_workers": after},
+        changes=changes, expected=expected)
 
 
 def _later_epochs(result: TrialResult) -> list[Any]:

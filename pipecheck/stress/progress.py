@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from pipecheck import units as fmt
+from pipecheck.report_sections import StressSection
 from pipecheck.stress.tracker import ProgressEvent
 
 
@@ -53,16 +54,18 @@ class SweepProgress:
                               left=f"at most {fmt.seconds(event.time_left_s)} left")
 
     @staticmethod
-    def problems(section: dict[str, Any]) -> list[str]:
+    def problems(section: Optional[StressSection]) -> list[str]:
         """One line per failed trial (with its error) and per skip reason (with its
-        configurations)."""
+        configurations); none without a section."""
+        if section is None:
+            return []
         lines = []
-        for trial in section.get("trials") or []:
-            if trial.get("error"):
-                lines.append(f"trial {_label(trial['config'])} failed: {trial['error']}")
+        for trial in section.trials:
+            if trial.error:
+                lines.append(f"trial {_label(trial.config)} failed: {trial.error}")
         by_reason: dict[str, list[str]] = {}
-        for entry in section.get("skipped") or []:
-            by_reason.setdefault(entry["reason"], []).append(_label(entry["config"]))
+        for entry in section.skipped:
+            by_reason.setdefault(entry.reason, []).append(_label(entry.config))
         for reason, names in by_reason.items():
             listed = "; ".join(names) if len(names) <= MAX_LISTED else "listed in the JSON report"
             lines.append(f"{len(names)} configuration(s) skipped ({reason}): {listed}")

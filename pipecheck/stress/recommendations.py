@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 
 from pipecheck.kinds import FindingKind
 from pipecheck.records import Diagnosis, Expected, Finding, Recommendation
+from pipecheck.report_sections import EpochStart, StressChoice, StressSection, SweepTrial
 from pipecheck.stress.settings import TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.units import percent, rate, seconds, setting_value
 
@@ -28,14 +29,14 @@ SEARCHED = ("num_workers", "prefetch_factor", "persistent_workers", "in_order", 
 """Settings every stress run decides by measurement (``pin_memory`` too when a trial pinned)."""
 
 
-def stress_recommendations(section: dict[str, Any],
+def stress_recommendations(section: StressSection,
                            proposals: Sequence[Recommendation]) -> list[Recommendation]:
-    """The stress report's recommendations: one per change of ``section["recommended"]``
+    """The stress report's recommendations: one per change of ``section.recommended``
     (in the order of ``changes``), then the ``proposals`` (the model's, from the best trial's
     record) for settings the sweep did not search."""
-    trials = [t for t in section.get("trials") or [] if t.get("measured") and not t.get("error")]
+    trials = [t for t in section.trials if t.measured and not t.error]
     searched = set(SEARCHED)
-    if any(t["config"].get("pin_memory") is True for t in trials):
+    if any(t.config.get("pin_memory") is True for t in trials):
         searched.add("pin_memory")
     measured = _measured_changes(section, trials)
     return measured + [p for p in proposals if p.setting not in searched]
@@ -62,15 +63,14 @@ def _restated(finding: Finding) -> Finding:
         "the sweep's measurements."))
 
 
-def _measured_changes(section: dict[str, Any],
-                      trials: list[dict[str, Any]]) -> list[Recommendation]:
-    recommended = section.get("recommended") or {}
-    changes = recommended.get("changes") or {}
-    if not changes:
+def _measured_changes(section: StressSection,
+                      trials: list[SweepTrial]) -> list[Recommendation]:
+    recommended = section.recommended
+    if recommended is None or not recommended.changes:
         return []
-    config = recommended["config"]
-    expected = recommended.get("expected") or {}
-    rate_s, stall = expected.get("samples_per_s"), expected.get("stall_fraction")
+    changes = recommended.changes
+    config = recommended.config
+    rate_s, stall = recommended.expected.samples_per_s, recommended.expected.stall_fraction
     # torch's default prefetch_factor is implied by going from 0 workers to some
     listed = [(setting, before, after) for setting, (before, after) in changes.items()
               if not (setting == "prefetch_factor" and before is None
@@ -80,7 +80,7 @@ def _measured_changes(section: dict[str, Any],
     found = []
     for setting, before, after in listed:
         if setting == "persistent_workers":
-            reason, note = _epoch_reason(section.get("epoch_start") or {})
+            reason, note = _epoch_reason(section.epoch_start)
         else:
             reason, note = _rate_reason(setting, before, config, rate_s, trials, recommended), None
         found.append(Recommendation(
@@ -92,27 +92,27 @@ def _measured_changes(section: dict[str, Any],
 
 
 def _rate_reason(setting: str, before: Any, config: dict[str, Any], rate_s: Optional[float],
-                 trials: list[dict[str, Any]], recommended: dict[str, Any]) -> str:
+                 trials: list[SweepTrial], recommended: StressChoice) -> str:
     """Why ``setting`` changes: the measured trial without this one change, else the baseline."""
     without = _without(trials, config, setting)
     if without is not None:
-        value = without["config"].get(setting)
-        ratio = rate_s / without["samples_per_s"] if rate_s and without["samples_per_s"] else None
+        value = without.config.get(setting)
+        ratio = rate_s / without.samples_per_s if rate_s and without.samples_per_s else None
         worth = f", {ratio:.2f}x" if ratio is not None else ""
-        other = rate(without["samples_per_s"], "samples")
+        other = rate(without.samples_per_s, "samples")
         return (f"Measured: {rate(rate_s, 'samples')} with {setting}="
                 f"{setting_value(config.get(setting))} against {other} with {setting}="
                 f"{setting_value(value)} and every other setting the same{worth}.")
-    base = recommended.get("baseline_samples_per_s")
-    gain = recommended.get("gain")
+    base = recommended.baseline_samples_per_s
+    gain = recommended.gain
     detail = f" ({gain:.2f}x)" if isinstance(gain, (int, float)) else ""
     return (f"Measured as part of the recommended configuration: {rate(rate_s, 'samples')} "
             f"against {rate(base, 'samples')} for the baseline{detail}; no trial measured it "
             f"with only {setting} left at {setting_value(before)}.")
 
 
-def _without(trials: list[dict[str, Any]], config: dict[str, Any],
-             setting: str) -> Optional[dict[str, Any]]:
+def _without(trials: list[SweepTrial], config: dict[str, Any],
+             setting: str) -> Optional[SweepTrial]:
     """The best measured trial whose configuration equals ``config`` except for ``setting``
     (``persistent_workers`` ignored: trials differ in it only through the epoch-start pair;
     ``prefetch_factor`` too where one side has no workers, since it has none there)."""
@@ -129,19 +129,20 @@ def _without(trials: list[dict[str, Any]], config: dict[str, Any],
             return True
         return other.get("prefetch_factor") == config.get("prefetch_factor")
 
-    matches = [t for t in trials if comparable(t["config"])
-               and t["config"].get(setting) != config.get(setting)
-               and t.get("samples_per_s")]
-    return max(matches, key=lambda t: t["samples_per_s"]) if matches else None
+    matches = [t for t in trials if comparable(t.config)
+               and t.config.get(setting) != config.get(setting)
+               and t.samples_per_s]
+    return max(matches, key=lambda t: t.samples_per_s or 0.0) if matches else None
 
 
-def _epoch_reason(entry: dict[str, Any]) -> tuple[str, Optional[str]]:
+def _epoch_reason(entry: Optional[EpochStart]) -> tuple[str, Optional[str]]:
     """Reason and note for ``persistent_workers`` from the epoch-start entry."""
-    restart = entry.get("restart_s") or {}
-    saving = entry.get("saving_s")
+    restart = entry.restart_s if entry is not None else None
+    saving = entry.saving_s if entry is not None else None
     reason = (f"Measured on shortened epochs: without persistent workers each later epoch takes "
               f"{seconds(saving)} longer (its first batch waits "
-              f"{seconds(restart.get('not_persistent'))} for new workers against "
-              f"{seconds(restart.get('persistent'))}, plus the old workers' shutdown), "
-              f"{percent(entry.get('fraction'))} of a {seconds(entry.get('epoch_s'))} epoch.")
+              f"{seconds(restart.not_persistent if restart else None)} for new workers against "
+              f"{seconds(restart.persistent if restart else None)}, plus the old workers' "
+              f"shutdown), {percent(entry.fraction if entry else None)} of a "
+              f"{seconds(entry.epoch_s if entry else None)} epoch.")
     return reason, f"saves {seconds(saving)} per epoch after the first"

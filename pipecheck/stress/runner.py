@@ -17,6 +17,14 @@ from typing import Any, Optional, Sequence
 from torch.utils.data import DataLoader
 
 from pipecheck.errors import BadInputError
+from pipecheck.report_sections import (
+    ExpectedRate,
+    SearchSummary,
+    SkippedConfig,
+    StressChoice,
+    StressSection,
+    SweepTrial,
+)
 from pipecheck.stress.choice import cheapest_within_noise
 from pipecheck.stress.execute import Source as Source  # re-exported: stress and search use it
 from pipecheck.stress.execute import run_trial as run_trial  # re-exported for callers
@@ -37,7 +45,7 @@ class Sweep:
     (:attr:`unmeasured`): ``samples_per_s``, ``batches_per_s``, ``stall_fraction``."""
     unmeasured: list[TrialConfig] = field(default_factory=list)
     """Candidates a model-guided search chose not to measure (listed with ``measured: false``)."""
-    search: Optional[dict[str, Any]] = None
+    search: Optional[SearchSummary] = None
     """How a model-guided search ran (:mod:`pipecheck.stress.search`); ``None`` for a grid."""
 
     def best(self) -> Optional[TrialResult]:
@@ -52,16 +60,17 @@ class Sweep:
         best = self.best()
         return cheapest_within_noise(best, self.trials) if best is not None else None
 
-    def section(self) -> dict[str, Any]:
+    def section(self) -> StressSection:
         """The Report's ``stress`` section: ``trials``, ``best``, ``recommended``, ``skipped``
-        (``[{config, reason}]``) and ``search``.
+        and ``search`` (:class:`~pipecheck.report_sections.StressSection`).
 
         Every trial entry carries ``predicted_samples_per_s`` (the search model's figure before
         the trial ran; ``None`` for grid and calibration trials) and ``epochs`` (how many it
         ran: a trial runs for its time, so a short epoch is followed by more, each restarting
-        its workers unless they persist; their first batches are left out of the rates). Candidates the search did not
-        measure follow the measured trials with ``measured: false`` and their predicted rates
-        and stall in the rate fields. ``best`` is always a measured trial.
+        its workers unless they persist; their first batches are left out of the rates).
+        Candidates the search did not measure follow the measured trials with
+        ``measured=False`` and their predicted rates and stall in the rate fields. ``best`` is
+        always a measured trial.
 
         ``recommended`` is the cheapest measured configuration within the noise of the best
         (:mod:`pipecheck.stress.choice`; ``tolerance_fraction`` says how close counts as a
@@ -78,44 +87,41 @@ class Sweep:
             chosen, tolerance = picked
             assert chosen.samples_per_s is not None  # a measured trial (ok)
             base_rate = baseline.samples_per_s if baseline is not None and baseline.ok else None
-            recommended = {
-                "config": chosen.config.to_dict(),
-                "expected": {"samples_per_s": chosen.samples_per_s,
-                             "stall_fraction": chosen.stall_fraction},
-                "baseline": baseline.config.to_dict() if baseline is not None else None,
-                "baseline_samples_per_s": base_rate,
-                "gain": chosen.samples_per_s / base_rate if base_rate else None,
-                "changes": _changes(baseline.config, chosen.config) if baseline else {},
-                "tolerance_fraction": tolerance,
-            }
-        trials = []
-        for trial in self.trials:
-            entry = trial.to_dict()
-            entry["predicted_samples_per_s"] = self.predicted.get(trial.config, {}).get(
-                "samples_per_s")
-            entry["epochs"] = _epochs(trial)
-            trials.append(entry)
+            recommended = StressChoice(
+                config=chosen.config.to_dict(),
+                expected=ExpectedRate(samples_per_s=chosen.samples_per_s,
+                                      stall_fraction=chosen.stall_fraction),
+                baseline=baseline.config.to_dict() if baseline is not None else None,
+                baseline_samples_per_s=base_rate,
+                gain=chosen.samples_per_s / base_rate if base_rate else None,
+                changes=_changes(baseline.config, chosen.config) if baseline else {},
+                tolerance_fraction=tolerance,
+            )
+        trials = [self._entry(trial, epochs=_epochs(trial)) for trial in self.trials]
         for config in self.unmeasured:
             guess = self.predicted.get(config, {})
-            trials.append({
-                "config": config.to_dict(), "samples_per_s": guess.get("samples_per_s"),
-                "batches_per_s": guess.get("batches_per_s"),
-                "stall_fraction": guess.get("stall_fraction"), "measured": False,
-                "predicted_samples_per_s": guess.get("samples_per_s"), "startup_s": None,
-                "batches": 0, "wall_s": 0.0, "error": None, "epochs": 0})
-        best_entry = None
-        if best is not None:
-            best_entry = best.to_dict()
-            best_entry["predicted_samples_per_s"] = self.predicted.get(best.config, {}).get(
-                "samples_per_s")
-        return {
-            "trials": trials,
-            "best": best_entry,
-            "recommended": recommended,
-            "skipped": [{"config": c.to_dict(), "reason": reason}
-                        for c, reason in self.skipped.items()],
-            "search": self.search,
-        }
+            trials.append(SweepTrial(
+                config=config.to_dict(), samples_per_s=guess.get("samples_per_s"),
+                batches_per_s=guess.get("batches_per_s"),
+                stall_fraction=guess.get("stall_fraction"), measured=False,
+                predicted_samples_per_s=guess.get("samples_per_s"), startup_s=None,
+                batches=0, wall_s=0.0, error=None, epochs=0))
+        return StressSection(
+            trials=trials,
+            best=self._entry(best, epochs=None) if best is not None else None,
+            recommended=recommended,
+            skipped=[SkippedConfig(config=c.to_dict(), reason=reason)
+                     for c, reason in self.skipped.items()],
+            search=self.search,
+        )
+
+    def _entry(self, trial: TrialResult, *, epochs: Optional[int]) -> SweepTrial:
+        """``trial``'s entry with the search's prediction for it (``epochs`` ``None``: the
+        ``best`` entry, which leaves it out)."""
+        return SweepTrial(
+            **vars(trial.entry()),
+            predicted_samples_per_s=self.predicted.get(trial.config, {}).get("samples_per_s"),
+            epochs=epochs)
 
 
 def validate(source: Source, config: TrialConfig) -> Source:

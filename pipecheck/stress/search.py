@@ -52,6 +52,7 @@ from typing import Any, Optional, Sequence, cast
 from pipecheck.analysis import analyze
 from pipecheck.environment import torch_has_in_order
 from pipecheck.kinds import FindingKind
+from pipecheck.report_sections import SearchSummary
 from pipecheck.stress.memory import skip_reason
 from pipecheck.stress.noise import MIN_WORTHWHILE_GAIN, rate_noise_fraction
 from pipecheck.stress.runner import Source, Sweep
@@ -210,17 +211,17 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
         break
 
     sweep.unmeasured = [c for c in candidates if c not in measured]
-    sweep.search = {
-        "method": "model",
-        "candidates": len(candidates),
-        "measured": len(sweep.trials),
-        "calibration": [c.to_dict() for c in calibration],
-        "noise_fraction": noise,
-        "threshold_fraction": threshold,
-        "verified": [c.to_dict() for c in verified],
-        "stop_reason": "; ".join(reasons),
-        "stop_reasons": reasons,
-    }
+    sweep.search = SearchSummary(
+        method="model",
+        candidates=len(candidates),
+        measured=len(sweep.trials),
+        calibration=[c.to_dict() for c in calibration],
+        noise_fraction=noise,
+        threshold_fraction=threshold,
+        verified=[c.to_dict() for c in verified],
+        stop_reason="; ".join(reasons),
+        stop_reasons=reasons,
+    )
     return sweep
 
 

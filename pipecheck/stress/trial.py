@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, cast
 
 from pipecheck.analysis.consumer import steady_stall_fraction, summarize_consumer
 from pipecheck.records import RunRecord, from_jsonable, to_jsonable
+from pipecheck.report_sections import TrialEntry
 from pipecheck.stress.settings import StepTime, TrialConfig
 
 
@@ -82,6 +83,15 @@ class TrialResult:
                 "wall_s": self.wall_s, "error": self.error,
                 "run_samples_per_s": self.run_samples_per_s,
                 "run_batches_per_s": self.run_batches_per_s}
+
+    def entry(self) -> TrialEntry:
+        """The stress section's typed trial entry (the same keys as :meth:`to_dict`)."""
+        return TrialEntry(config=self.config.to_dict(), samples_per_s=self.samples_per_s,
+                          batches_per_s=self.batches_per_s, stall_fraction=self.stall_fraction,
+                          measured=True, startup_s=self.startup_s, batches=self.batches,
+                          wall_s=self.wall_s, error=self.error,
+                          run_samples_per_s=self.run_samples_per_s,
+                          run_batches_per_s=self.run_batches_per_s)
 
 
 def failed(config: TrialConfig, error: str, wall_s: float = 0.0) -> TrialResult:

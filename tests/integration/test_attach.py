@@ -99,7 +99,7 @@ def test_a_failed_sampler_gives_no_verdict_and_says_why():
     result = analyze_attach(failed, None, pid=1, status="complete", window_start_unix_s=0.0,
                             window_end_unix_s=1.0)
     assert result.diagnosis.verdict == "no-data"
-    assert result.section["stall_fraction"] is None and result.section["num_workers"] is None
+    assert result.section.stall_fraction is None and result.section.num_workers is None
     assert [f.kind for f in result.diagnosis.findings] == ["probe-off", "insufficient-data"]
     assert "Permission denied" in result.diagnosis.findings[0].message
 
@@ -110,11 +110,11 @@ def test_samples_inside_next_are_the_stall_and_its_interval_is_wilsons():
                           worker_busy_samples={"7": 100})
     result = analyze_attach(record, None, pid=1, status="complete", window_start_unix_s=0.0,
                             window_end_unix_s=10.0)
-    assert result.section["stall_fraction"] == pytest.approx(0.12)
-    assert result.section["stall_interval"] == pytest.approx(list(wilson_interval(60, 500)))
+    assert result.section.stall_fraction == pytest.approx(0.12)
+    assert result.section.stall_interval == pytest.approx(list(wilson_interval(60, 500)))
     assert result.diagnosis.verdict == "input-bound"  # 12% >= the wrapped run's 10%
     assert "spans a verdict threshold" in result.diagnosis.findings[0].message  # 9.4%-15.1%
-    assert result.section["workers"][0]["busy_fraction"] == pytest.approx(0.25)
+    assert result.section.workers[0].busy_fraction == pytest.approx(0.25)
     assert result.consumer.stall_fraction == pytest.approx(0.12)
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from pipecheck.records import MAX_WORLD_SIZE
 from pipecheck.report import MAX_REPORT_BYTES
+from paths import SUPPORT
 from report_factory import sample_report
 
 MEMORY_LIMIT_BYTES = 3 * 1024**3
@@ -85,11 +86,13 @@ def test_ranks_outside_bounds_are_bad_input(tmp_path, rank, fragment):
 @pytest.mark.parametrize(("sharding", "fragment"), [
     ({"findings": [1]}, "report.sharding.findings[0] must be an object"),
     ({"ranks": 3}, "report.sharding.ranks must be a list"),
-    ({"assignments": [{"samples": "many"}]}, "report.sharding.assignments[0].samples"),
+    ({"assignments": [{"rank": 0, "worker": 0, "shards": 1, "samples": "many"}]},
+     "report.sharding.assignments[0].samples"),
 ])
 def test_a_wrongly_typed_sharding_section_is_bad_input(tmp_path, sharding, fragment):
     data = sample_report().to_dict()
-    data["sharding"] = sharding
+    valid = json.loads((SUPPORT / "old_reports" / "wrap_sharding.json").read_text())["sharding"]
+    data["sharding"] = {**valid, **sharding}
     _one_error(*_pipecheck("report", _saved(tmp_path, data)), fragment)
 
 

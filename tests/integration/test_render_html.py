@@ -98,9 +98,10 @@ def test_every_user_string_is_escaped():
 def test_markup_in_chart_labels_is_escaped_by_the_svg_writer():
     # A stress config value lands in the stress chart's tick labels (no num_workers axis).
     report = hostile_report()
-    stress = dict(report.stress)
-    stress["trials"] = [dict(t, config={"batch_size": f"{SCRIPT}$x$", "num_workers": None})
-                        for t in stress["trials"][:2]]
+    assert report.stress is not None
+    stress = dataclasses.replace(report.stress, trials=[
+        dataclasses.replace(t, config={"batch_size": f"{SCRIPT}$x$", "num_workers": None})
+        for t in report.stress.trials[:2]])
     text = render_html(dataclasses.replace(report, stress=stress))
     stress_svg = re.findall(r"<svg\b.*?</svg>", text, flags=re.S)[-1]
     assert "&lt;script&gt;" in stress_svg and "<script" not in stress_svg

@@ -32,7 +32,7 @@ def _write_shards(folder: pathlib.Path, sizes: list[int]) -> list[str]:
 
 
 def _kinds(section) -> set[str]:
-    return {f["kind"] for f in section["findings"]}
+    return {f.kind for f in section.findings}
 
 
 def test_counts_samples_the_way_webdataset_groups_files(tmp_path):
@@ -58,44 +58,44 @@ def test_fewer_shards_than_workers_leaves_workers_empty(tmp_path):
     urls = _write_shards(tmp_path, [10, 10, 10])
     section = shards(urls, num_workers=4, world_size=1)
     assert "empty-workers" in _kinds(section)
-    empty = next(f for f in section["findings"] if f["kind"] == "empty-workers")
-    assert empty["severity"] == "critical" and empty["evidence"]["empty"] == [[0, 3]]
-    (rec,) = [r for r in section["recommendations"] if r["setting"] == "num_shards"]
-    assert (rec["current"], rec["proposed"]) == (3, 4)
+    empty = next(f for f in section.findings if f.kind == "empty-workers")
+    assert empty.severity == "critical" and empty.evidence["empty"] == [[0, 3]]
+    (rec,) = [r for r in section.recommendations if r.setting == "num_shards"]
+    assert (rec.current, rec.proposed) == (3, 4)
 
 
 def test_shards_not_divisible_by_workers_give_an_epoch_end_tail(tmp_path):
     urls = _write_shards(tmp_path, [10] * 5)
     section = shards(urls, num_workers=2, world_size=1)
     # Worker 0 reads 3 shards, worker 1 two: 1 - 25/30 of worker time idles at epoch end.
-    assert section["idle_fraction_at_epoch_end"] == pytest.approx(1 / 6)
+    assert section.idle_fraction_at_epoch_end == pytest.approx(1 / 6)
     assert "shard-imbalance" in _kinds(section)
-    (rec,) = [r for r in section["recommendations"] if r["setting"] == "num_shards"]
-    assert rec["proposed"] == 6
+    (rec,) = [r for r in section.recommendations if r.setting == "num_shards"]
+    assert rec.proposed == 6
     assert "empty-workers" not in _kinds(shards(urls, num_workers=5, world_size=1))
-    assert shards(urls, num_workers=5, world_size=1)["findings"] == []
+    assert shards(urls, num_workers=5, world_size=1).findings == []
 
 
 def test_skewed_shard_sizes_are_flagged(tmp_path):
     urls = _write_shards(tmp_path, [10, 10, 60, 10])
     section = shards(urls, num_workers=2, world_size=1)
-    skew = next(f for f in section["findings"] if f["kind"] == "shard-size-skew")
-    assert skew["evidence"]["ratio"] == pytest.approx(6.0)
-    assert "part-002.tar" in skew["message"]
+    skew = next(f for f in section.findings if f.kind == "shard-size-skew")
+    assert skew.evidence["ratio"] == pytest.approx(6.0)
+    assert "part-002.tar" in skew.message
 
 
 def test_two_ranks_from_the_environment_get_unequal_batches(tmp_path, monkeypatch):
     urls = _write_shards(tmp_path, [16] * 5)
     monkeypatch.setenv("WORLD_SIZE", "2")
     section = shards(urls, num_workers=2, batch_size=8)
-    assert section["world_size"] == 2 and section["world_size_source"] == "environment (WORLD_SIZE)"
-    readers = {(a["rank"], a["worker"]): a["shards"] for a in section["assignments"]}
+    assert section.world_size == 2 and section.world_size_source == "environment (WORLD_SIZE)"
+    readers = {(a.rank, a.worker): a.shards for a in section.assignments}
     # split_by_node: rank 0 gets shards 0, 2, 4 and rank 1 gets 1, 3; then split_by_worker.
     assert readers == {(0, 0): 2, (0, 1): 1, (1, 0): 1, (1, 1): 1}
-    assert [r["batches"] for r in section["ranks"]] == [6, 4]
+    assert [r.batches for r in section.ranks] == [6, 4]
     assert "unequal-rank-batches" in _kinds(section)
-    assert any(r["setting"] == "resampled" and r["proposed"] is True
-               for r in section["recommendations"])
+    assert any(r.setting == "resampled" and r.proposed is True
+               for r in section.recommendations)
     assert "unequal-rank-batches" not in _kinds(shards(urls, num_workers=2, batch_size=8,
                                                        resampled=True))
 
@@ -105,15 +105,15 @@ def test_with_epoch_is_proposed_from_a_worker_that_reads_something(tmp_path):
     # rank 0: shards 0, 2 (one per worker); rank 1: shard 1 only, so its worker 1 is empty
     section = shards(urls, num_workers=2, world_size=2, batch_size=8)
     assert {"empty-workers", "unequal-rank-batches"} <= _kinds(section)
-    (resampled,) = [r for r in section["recommendations"] if r["setting"] == "resampled"]
-    assert ".with_epoch(16)" in resampled["expected"]["note"]
+    (resampled,) = [r for r in section.recommendations if r.setting == "resampled"]
+    assert ".with_epoch(16)" in resampled.expected.note
 
 
 def test_small_shuffle_buffer_is_measured_against_samples_per_shard(tmp_path):
     urls = _write_shards(tmp_path, [40, 40])
     section = shards(urls, num_workers=2, world_size=1, shuffle_buffer=10)
-    (rec,) = [r for r in section["recommendations"] if r["setting"] == "shuffle_buffer"]
-    assert (rec["current"], rec["proposed"]) == (10, 40)
+    (rec,) = [r for r in section.recommendations if r.setting == "shuffle_buffer"]
+    assert (rec.current, rec.proposed) == (10, 40)
     assert "small-shuffle-buffer" not in _kinds(
         shards(urls, num_workers=2, world_size=1, shuffle_buffer=100))
 
@@ -136,7 +136,7 @@ def test_the_replayed_split_is_what_real_workers_read(tmp_path, context):
     predicted = replay_split(urls, world_size=1, num_workers=2)
     assert {w: set(u) for (_, w), u in predicted.items()} == seen
     section = shards(urls, num_workers=2, world_size=1)
-    assert {a["worker"]: a["samples"] for a in section["assignments"]} == counts
+    assert {a.worker: a.samples for a in section.assignments} == counts
 
 
 def test_a_users_splitter_is_replayed(tmp_path):
@@ -187,9 +187,9 @@ def test_wrap_reports_the_sharding_of_a_webdataset_loader(tmp_path):
     assert count == 24
     report = wrapped.report()
     section = report.sharding
-    assert section["world_size"] == 1 and section["num_workers"] == 2
-    assert section["splitters"]["chain"] == ["single_node_only", "split_by_worker"]
-    assert {(a["worker"], a["shards"]) for a in section["assignments"]} == {(0, 2), (1, 1)}
+    assert section.world_size == 1 and section.num_workers == 2
+    assert section.splitters["chain"] == ["single_node_only", "split_by_worker"]
+    assert {(a.worker, a.shards) for a in section.assignments} == {(0, 2), (1, 1)}
     assert "shard-imbalance" in _kinds(section) and "small-shuffle-buffer" in _kinds(section)
     settings = {r.setting for r in report.recommendations}
     assert {"num_shards", "shuffle_buffer"} <= settings
@@ -218,10 +218,10 @@ def test_datasets_with_n_shards_get_the_same_checks():
                         host=False) as wrapped:
         assert sum(1 for _ in wrapped) == 12
     section = wrapped.report().sharding
-    assert section["shards"] == 3 and section["samples_total"] is None
+    assert section.shards == 3 and section.samples_total is None
     assert _kinds(section) == {"empty-workers"}
     uneven = pipecheck.wrap(DataLoader(ShardedStream(5), batch_size=None, num_workers=2))
     section = uneven.report().sharding
     assert "shard-imbalance" in _kinds(section)
-    assert section["idle_fraction_at_epoch_end"] == pytest.approx(1 / 6)
+    assert section.idle_fraction_at_epoch_end == pytest.approx(1 / 6)
     uneven.close()

@@ -150,17 +150,17 @@ def test_cli_subprocess_runs_a_dataset_target(tmp_path):
     assert done.returncode == 0, done.stderr
     report = pipecheck.load(out)
     assert report.kind == "stress" and report.loader.batch_size == 2
-    (trial,) = report.stress["trials"]
-    assert trial["samples_per_s"] == pytest.approx(2 * trial["batches_per_s"])
+    (trial,) = report.stress.trials
+    assert trial.samples_per_s == pytest.approx(2 * trial.batches_per_s)
 
 
 def test_python_api_rebuilds_a_dataloader_per_configuration():
     loader = DataLoader(SleepPerSample(n=64, sleep_s=0.002), batch_size=4, drop_last=True)
     report = pipecheck.stress(loader, workers=[0, 1], prefetch_factors=[2, 3], trial_batches=5)
-    configs = [t["config"] for t in report.stress["trials"]]
+    configs = [t.config for t in report.stress.trials]
     assert [(c["num_workers"], c["prefetch_factor"]) for c in configs] == [
         (0, None), (1, 2), (1, 3)]
-    assert all(t["error"] is None for t in report.stress["trials"])
+    assert all(t.error is None for t in report.stress.trials)
     assert report.loader.batch_size == 4 and report.loader.drop_last is True
     assert loader.num_workers == 0  # the user's loader is untouched
 
@@ -168,18 +168,18 @@ def test_python_api_rebuilds_a_dataloader_per_configuration():
 def test_budget_skips_the_remaining_configurations():
     loader = DataLoader(IndexDataset(32), batch_size=4)
     report = pipecheck.stress(loader, workers=[0, 1, 2], budget_s=1e-6, trial_batches=3)
-    assert len(report.stress["trials"]) == 1
-    skipped = report.stress["skipped"]
-    assert [entry["config"]["num_workers"] for entry in skipped] == [1, 2]
-    assert {entry["reason"] for entry in skipped} == {"budget spent"}
+    assert len(report.stress.trials) == 1
+    skipped = report.stress.skipped
+    assert [entry.config["num_workers"] for entry in skipped] == [1, 2]
+    assert {entry.reason for entry in skipped} == {"budget spent"}
 
 
 def test_persistent_workers_trial_runs_two_epochs():
     # The loader's own settings are the baseline, and the only configuration here.
     loader = DataLoader(IndexDataset(32), batch_size=4, num_workers=1, persistent_workers=True)
     report = pipecheck.stress(loader, workers=[1], persistent_workers=True, trial_batches=4)
-    (trial,) = report.stress["trials"]
-    assert trial["config"]["persistent_workers"] is True and trial["error"] is None
+    (trial,) = report.stress.trials
+    assert trial.config["persistent_workers"] is True and trial.error is None
     assert report.consumer.epochs == 2 and report.loader.persistent_workers is True
 
 
@@ -237,16 +237,16 @@ def test_headline_is_the_recommended_sweep_trials_steady_rate_with_the_whole_run
     loader = DataLoader(SleepPerSample(n=64, sleep_s=0.002), batch_size=4)
     report = pipecheck.stress(loader, workers=[1], trial_s=1.5, persistent_workers=False,
                               stacks=False)
-    (trial,) = report.stress["trials"]
-    headline = report.stress["headline"]
-    assert headline["config"] == trial["config"] == report.stress["recommended"]["config"]
-    assert headline["steady_samples_per_s"] == trial["samples_per_s"]
-    assert headline["run_samples_per_s"] == trial["run_samples_per_s"] \
+    (trial,) = report.stress.trials
+    headline = report.stress.headline
+    assert headline.config == trial.config == report.stress.recommended.config
+    assert headline.steady_samples_per_s == trial.samples_per_s
+    assert headline.run_samples_per_s == trial.run_samples_per_s \
         == pytest.approx(report.consumer.samples_per_s)
-    assert trial["epochs"] >= 2 and headline["run_samples_per_s"] < trial["samples_per_s"]
+    assert trial.epochs >= 2 and headline.run_samples_per_s < trial.samples_per_s
     text = report.render(width=200)
     steady_line, whole_line = text.split("Throughput\n", 1)[1].splitlines()[:2]
-    assert steady_line.startswith(f"  steady {rate(trial['samples_per_s'], 'samples')} · ")
+    assert steady_line.startswith(f"  steady {rate(trial.samples_per_s, 'samples')} · ")
     whole = rate(report.consumer.samples_per_s, "samples")
     assert whole_line.startswith(f"  whole run {whole} · ")
     assert "start-up included" in whole_line

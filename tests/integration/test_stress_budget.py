@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 import pipecheck
 from pipecheck.analysis.model import MIN_STEADY_BATCHES
+from pipecheck.report_sections import ExpectedRate
 from pipecheck.stress import stress_report
 from pipecheck.stress.runner import Sweep
 from pipecheck.stress.search import run_search
@@ -81,7 +82,7 @@ def test_the_search_keeps_its_no_model_reason_when_the_budget_then_stops_it(shor
                       runner=_fake_runner(clock, short_result, 1.0, started))
     sweep = run_search("target", _candidates(12), TrialLimits(seconds=3.0), step=None,
                        budget_s=30.0, timeout_s=10.0, tracker=tracker)
-    reasons = sweep.search["stop_reasons"]
+    reasons = sweep.search.stop_reasons
     assert len(reasons) == 2
     first, last = reasons
     # The grid-order fallback says why, with the analysis's own figure and minimum.
@@ -89,7 +90,7 @@ def test_the_search_keeps_its_no_model_reason_when_the_budget_then_stops_it(shor
     assert f"only {MIN_STEADY_BATCHES // 2 - 1} steady batches" in first
     assert str(MIN_STEADY_BATCHES) in first
     assert last.startswith("budget spent")
-    assert sweep.search["stop_reason"] == f"{first}; {last}"
+    assert sweep.search.stop_reason == f"{first}; {last}"
 
 
 def test_expected_trial_time_is_its_limit_plus_the_largest_overhead_measured(short_result):
@@ -136,8 +137,8 @@ def test_trial_entries_count_their_epochs():
     report = pipecheck.stress(lambda **kw: DataLoader(IndexDataset(20), batch_size=4, **kw),
                               workers=[0], trial_s=0.5, stacks=False, persistent_workers=False,
                               step_time_s=0.01)
-    (trial,) = report.stress["trials"]
-    assert trial["epochs"] == report.consumer.epochs >= 2
+    (trial,) = report.stress.trials
+    assert trial.epochs == report.consumer.epochs >= 2
 
 
 def test_a_stress_report_never_says_no_recommendations_above_its_recommendations():
@@ -147,11 +148,12 @@ def test_a_stress_report_never_says_no_recommendations_above_its_recommendations
     serial = measure(sleepy_loader(), TrialConfig(0), limits)
     parallel = measure(sleepy_loader(num_workers=2, prefetch_factor=2), TrialConfig(2, 2), limits)
     section = Sweep(trials=[serial, parallel]).section()
-    section["recommended"] = {
-        **section["recommended"], "config": parallel.config.to_dict(),
-        "expected": {"samples_per_s": parallel.samples_per_s,
-                     "stall_fraction": parallel.stall_fraction},
-        "changes": {"num_workers": [0, 2], "prefetch_factor": [None, 2]}}
+    assert section.recommended is not None
+    section = dataclasses.replace(section, recommended=dataclasses.replace(
+        section.recommended, config=parallel.config.to_dict(),
+        expected=ExpectedRate(samples_per_s=parallel.samples_per_s,
+                              stall_fraction=parallel.stall_fraction),
+        changes={"num_workers": [0, 2], "prefetch_factor": [None, 2]}))
     report = stress_report(parallel.record, section)
     assert [r.setting for r in report.recommendations] == ["num_workers"]
     messages = [f.message for f in report.diagnosis.findings]
@@ -174,11 +176,11 @@ def test_the_budget_bounds_the_whole_run_later_trials_included():
     # A trial whose start-up runs longer than any before it can overrun its estimate a little.
     assert elapsed <= budget_s * 1.2, elapsed
     section = report.stress
-    later = [section["epoch_start"], section["profile"]]
+    later = [section.epoch_start, section.profile]
     for entry in later:
-        assert entry["status"] in ("ok", "skipped", "failed", "off")
-        if entry["status"] == "skipped":
-            assert entry["reason"]
+        assert entry is not None and entry.status in ("ok", "skipped", "failed", "off")
+        if entry.status == "skipped":
+            assert entry.reason
 
 
 def test_the_headline_is_the_recommended_sweep_trials_never_the_profiling_trials():
@@ -188,8 +190,8 @@ def test_the_headline_is_the_recommended_sweep_trials_never_the_profiling_trials
     report = pipecheck.stress(sleepy_loader, workers=[2], trial_s=1.0, stacks=True,
                               persistent_workers=False)
     section = report.stress
-    (trial,) = [t for t in section["trials"] if t["measured"]]
-    assert section["recommended"]["expected"]["samples_per_s"] == trial["samples_per_s"]
-    assert report.consumer.batches == trial["batches"]
-    assert report.consumer.epochs == trial["epochs"]
-    assert report.consumer.wait_s + report.consumer.compute_s <= trial["wall_s"]
+    (trial,) = [t for t in section.trials if t.measured]
+    assert section.recommended.expected.samples_per_s == trial.samples_per_s
+    assert report.consumer.batches == trial.batches
+    assert report.consumer.epochs == trial.epochs
+    assert report.consumer.wait_s + report.consumer.compute_s <= trial.wall_s

@@ -92,16 +92,16 @@ def test_a_loaders_own_settings_are_the_baseline_measured_first_and_the_gain_is_
     loader = DataLoader(SleepPerSample(n=400, sleep_s=0.003), batch_size=4, num_workers=1)
     report = pipecheck.stress(loader, trial_batches=25, trial_s=1.5, budget_s=8)
     section = report.stress
-    first = section["trials"][0]["config"]
+    first = section.trials[0].config
     assert (first["num_workers"], first["prefetch_factor"]) == (1, 2)
-    recommended = section["recommended"]
-    assert recommended["baseline"] == first
-    assert recommended["baseline_samples_per_s"] == section["trials"][0]["samples_per_s"]
-    assert recommended["gain"] == pytest.approx(
-        recommended["expected"]["samples_per_s"] / recommended["baseline_samples_per_s"])
-    if recommended["config"] != first:
-        assert recommended["changes"]
-    calibration = section["search"]["calibration"]
+    recommended = section.recommended
+    assert recommended.baseline == first
+    assert recommended.baseline_samples_per_s == section.trials[0].samples_per_s
+    assert recommended.gain == pytest.approx(
+        recommended.expected.samples_per_s / recommended.baseline_samples_per_s)
+    if recommended.config != first:
+        assert recommended.changes
+    calibration = section.search.calibration
     assert [c["num_workers"] for c in calibration] == [1]  # the baseline is the 1-worker trial
 
 
@@ -109,7 +109,7 @@ def test_an_explicit_baseline_joins_an_explicit_worker_list():
     loader = DataLoader(IndexDataset(64), batch_size=4)
     report = pipecheck.stress(loader, workers=[0], baseline={"num_workers": 1},
                               trial_batches=4)
-    assert [t["config"]["num_workers"] for t in report.stress["trials"]] == [1, 0]
+    assert [t.config["num_workers"] for t in report.stress.trials] == [1, 0]
     with pytest.raises(BadInputError, match="bad baseline"):
         pipecheck.stress(loader, workers=[0], baseline={"workers": 1})
 
@@ -120,12 +120,12 @@ def test_an_explicit_baseline_joins_an_explicit_worker_list():
 def test_batch_sizes_are_compared_in_samples_per_second():
     loader = DataLoader(IndexDataset(400), batch_size=4)
     report = pipecheck.stress(loader, workers=[0], batch_size=[2, 8], trial_batches=6)
-    trials = report.stress["trials"]
-    assert [t["config"]["batch_size"] for t in trials] == [2, 8]
+    trials = report.stress.trials
+    assert [t.config["batch_size"] for t in trials] == [2, 8]
     for trial in trials:
-        assert trial["error"] is None
-        assert trial["samples_per_s"] == pytest.approx(
-            trial["batches_per_s"] * trial["config"]["batch_size"], rel=1e-6)
+        assert trial.error is None
+        assert trial.samples_per_s == pytest.approx(
+            trial.batches_per_s * trial.config["batch_size"], rel=1e-6)
 
 
 def test_rebuild_applies_a_batch_size_and_refuses_one_it_cannot_set():
@@ -142,9 +142,9 @@ def test_rebuild_applies_a_batch_size_and_refuses_one_it_cannot_set():
 def test_in_order_false_runs_out_of_order_and_is_reported():
     loader = DataLoader(SleepPerSample(n=64, sleep_s=0.002), batch_size=4)
     report = pipecheck.stress(loader, workers=[2], in_order=[True, False], trial_batches=6)
-    trials = report.stress["trials"]
-    assert [t["config"]["in_order"] for t in trials] == [True, False]
-    assert all(t["error"] is None for t in trials)
+    trials = report.stress.trials
+    assert [t.config["in_order"] for t in trials] == [True, False]
+    assert all(t.error is None for t in trials)
     rebuilt = rebuild_loader(loader, TrialConfig(2, 2, in_order=False))
     assert rebuilt.in_order is False
 
@@ -188,10 +188,10 @@ def test_sweep_records_memory_skips_with_their_reason(monkeypatch):
                         lambda records: memory.MemoryFootprint(100, 100, "pss"))
     loader = DataLoader(IndexDataset(64), batch_size=4)
     report = pipecheck.stress(loader, workers=[0, 1, 2], trial_batches=4)
-    assert [t["config"]["num_workers"] for t in report.stress["trials"]] == [0]
-    skipped = report.stress["skipped"]
-    assert [s["config"]["num_workers"] for s in skipped] == [1, 2]
-    assert all(s["reason"].startswith("memory: needs about") for s in skipped)
+    assert [t.config["num_workers"] for t in report.stress.trials] == [0]
+    skipped = report.stress.skipped
+    assert [s.config["num_workers"] for s in skipped] == [1, 2]
+    assert all(s.reason.startswith("memory: needs about") for s in skipped)
 
 
 # -- live progress -----------------------------------------------------------------------------
@@ -283,14 +283,14 @@ def test_a_profiling_trial_adds_hot_stacks_to_the_stress_report():
 
     loader = DataLoader(SleepPerSample(n=400, sleep_s=0.002), batch_size=4, num_workers=1)
     report = pipecheck.stress(loader, workers=[1], trial_batches=30, trial_s=2.0, stacks=True)
-    profile = report.stress["profile"]
+    profile = report.stress.profile
     assert report.stacks is not None
     if stacks_unavailable() is None:
-        assert profile["status"] == "ok" and profile["config"]["num_workers"] == 1
+        assert profile.status == "ok" and profile.config["num_workers"] == 1
     else:
         assert report.stacks.status != "ok"
     off = pipecheck.stress(loader, workers=[1], trial_batches=4, stacks=False)
-    assert off.stacks is None and off.stress["profile"]["status"] == "off"
+    assert off.stacks is None and off.stress.profile.status == "off"
 
 
 def test_with_cuda_the_best_configuration_is_measured_again_pinned(monkeypatch):
@@ -302,8 +302,8 @@ def test_with_cuda_the_best_configuration_is_measured_again_pinned(monkeypatch):
     loader = DataLoader(IndexDataset(64), batch_size=4, num_workers=1)
     with pytest.warns(UserWarning, match="pin_memory"):  # torch: no accelerator to pin for
         report = pipecheck.stress(loader, workers=[1], trial_batches=6, stacks=False)
-    configs = [t["config"] for t in report.stress["trials"]]
+    configs = [t.config for t in report.stress.trials]
     assert [c.get("pin_memory") for c in configs] == [None, True]
     monkeypatch.setattr(stress_module, "cuda_available", lambda: False)
     report = pipecheck.stress(loader, workers=[1], trial_batches=6, stacks=False)
-    assert len(report.stress["trials"]) == 1
+    assert len(report.stress.trials) == 1

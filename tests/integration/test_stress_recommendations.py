@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader
 import pipecheck
 from pipecheck.records import Expected, Recommendation
 from pipecheck.stress.recommendations import stress_recommendations
+from report_factory import stress_of
 from stress_targets import SleepPerSample
 
 
@@ -18,10 +19,11 @@ def _trial(rate, **config):
 
 
 def _section(changes, config, trials, epoch_start=None):
-    return {"trials": trials, "epoch_start": epoch_start,
-            "recommended": {"config": config, "changes": changes, "gain": 4.0,
-                            "baseline_samples_per_s": 100.0,
-                            "expected": {"samples_per_s": 400.0, "stall_fraction": 0.05}}}
+    return stress_of({"trials": trials, "epoch_start": epoch_start,
+                      "recommended": {"config": config, "changes": changes, "gain": 4.0,
+                                      "baseline_samples_per_s": 100.0,
+                                      "expected": {"samples_per_s": 400.0,
+                                                   "stall_fraction": 0.05}}})
 
 
 def _proposal(setting, proposed):
@@ -52,7 +54,8 @@ def test_torchs_default_prefetch_factor_is_not_a_change_of_its_own():
 
 def test_a_change_without_an_isolating_trial_says_so_and_persistent_workers_quotes_epoch_start():
     best = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
-    epoch = {"restart_s": {"persistent": 0.01, "not_persistent": 0.9}, "saving_s": 1.2,
+    epoch = {"status": "ok", "reason": None,
+             "restart_s": {"persistent": 0.01, "not_persistent": 0.9}, "saving_s": 1.2,
              "fraction": 0.3, "epoch_s": 2.8}
     section = _section({"num_workers": [1, 2], "persistent_workers": [False, True]}, best,
                        [_trial(100.0, num_workers=1, prefetch_factor=4),
@@ -67,10 +70,12 @@ def test_a_change_without_an_isolating_trial_says_so_and_persistent_workers_quot
 def test_model_proposals_survive_only_for_settings_not_searched():
     proposals = [_proposal("num_workers", 16), _proposal("num_shards", 64),
                  _proposal("pin_memory", True)]
-    section = _section({}, {"num_workers": 2}, [_trial(400.0, num_workers=2)])
+    trials = [_trial(400.0, num_workers=2)]
+    section = _section({}, {"num_workers": 2}, trials)
     assert [r.setting for r in stress_recommendations(section, proposals)] == \
         ["num_shards", "pin_memory"]
-    section["trials"].append(_trial(390.0, num_workers=2, pin_memory=True))
+    section = _section({}, {"num_workers": 2},
+                       trials + [_trial(390.0, num_workers=2, pin_memory=True)])
     assert [r.setting for r in stress_recommendations(section, proposals)] == ["num_shards"]
 
 
@@ -80,7 +85,7 @@ def test_a_real_sweep_recommends_what_it_measured():
                               persistent_workers=False)
     (rec,) = report.recommendations
     assert (rec.setting, rec.current, rec.proposed) == ("num_workers", 0, 2)
-    assert rec.expected.samples_per_s == report.stress["recommended"]["expected"]["samples_per_s"]
+    assert rec.expected.samples_per_s == report.stress.recommended.expected.samples_per_s
     assert "with num_workers=0 and every other setting the same" in rec.reason
     text = " ".join(report.render(width=120).split())
     assert "Measured by the stress sweep" in text

@@ -39,66 +39,66 @@ def searched():
 @pytest.mark.slow
 def test_search_measures_fewer_configs_and_finds_a_good_one(searched):
     search, grid = searched
-    measured = [t for t in search["trials"] if t["measured"]]
+    measured = [t for t in search.trials if t.measured]
     candidates = candidate_configs()
-    assert search["search"]["candidates"] == len(candidates) == len(search["trials"])
+    assert search.search.candidates == len(candidates) == len(search.trials)
     assert len(measured) < len(candidates) / 2
-    assert search["search"]["measured"] == len(measured)
+    assert search.search.measured == len(measured)
     # Latency-bound: many workers overlap the sleeps, so the search must go well past 1 worker
     # and land within a generous margin of the explicit grid's best (8 workers there).
-    assert search["best"]["config"]["num_workers"] >= 4
-    assert search["best"]["samples_per_s"] >= 0.75 * grid["best"]["samples_per_s"]
-    assert search["search"]["stop_reason"]
+    assert search.best.config["num_workers"] >= 4
+    assert search.best.samples_per_s >= 0.75 * grid.best.samples_per_s
+    assert search.search.stop_reason
 
 
 @pytest.mark.slow  # the module fixture runs two real stress searches
 def test_search_best_is_a_measured_trial_and_predictions_are_recorded(searched):
     search, _ = searched
-    measured = [t for t in search["trials"] if t["measured"]]
-    assert search["best"]["config"] in [t["config"] for t in measured]
-    assert search["best"]["samples_per_s"] == max(t["samples_per_s"] for t in measured)
-    calibration = search["search"]["calibration"]
+    measured = [t for t in search.trials if t.measured]
+    assert search.best.config in [t.config for t in measured]
+    assert search.best.samples_per_s == max(t.samples_per_s for t in measured)
+    calibration = search.search.calibration
     assert [c["num_workers"] for c in calibration] == [0, 1]
     for trial in measured:
-        if trial["config"] in calibration:
-            assert trial["predicted_samples_per_s"] is None
+        if trial.config in calibration:
+            assert trial.predicted_samples_per_s is None
         else:
-            assert trial["predicted_samples_per_s"] > 0
+            assert trial.predicted_samples_per_s > 0
     assert len(measured) > len(calibration)  # the model chose at least one trial
 
 
 @pytest.mark.slow
 def test_skipped_candidates_carry_predictions_and_measured_false(searched):
     search, _ = searched
-    unmeasured = [t for t in search["trials"] if not t["measured"]]
+    unmeasured = [t for t in search.trials if not t.measured]
     assert unmeasured
     for trial in unmeasured:
-        assert trial["predicted_samples_per_s"] > 0
-        assert trial["samples_per_s"] == trial["predicted_samples_per_s"]
-        assert trial["batches_per_s"] > 0 and 0.0 <= trial["stall_fraction"] <= 1.0
-        assert trial["error"] is None and trial["batches"] == 0
-    configs = [t["config"] for t in search["trials"]]
+        assert trial.predicted_samples_per_s > 0
+        assert trial.samples_per_s == trial.predicted_samples_per_s
+        assert trial.batches_per_s > 0 and 0.0 <= trial.stall_fraction <= 1.0
+        assert trial.error is None and trial.batches == 0
+    configs = [t.config for t in search.trials]
     assert len(configs) == len({tuple(sorted(c.items())) for c in configs})
     # The model saw a latency-bound loader: more workers are predicted to be faster.
-    by_workers = {t["config"]["num_workers"]: t["predicted_samples_per_s"] for t in unmeasured
-                  if t["config"]["prefetch_factor"] == 2}
+    by_workers = {t.config["num_workers"]: t.predicted_samples_per_s for t in unmeasured
+                  if t.config["prefetch_factor"] == 2}
     if 2 in by_workers and 3 in by_workers:
         assert by_workers[3] > by_workers[2]
 
 
 def test_explicit_worker_list_runs_the_plain_grid(searched):
     _, grid = searched
-    assert [t["config"]["num_workers"] for t in grid["trials"]] == [0, 2, 4, 8]
-    assert all(t["measured"] and t["predicted_samples_per_s"] is None for t in grid["trials"])
-    assert grid["search"] is None
+    assert [t.config["num_workers"] for t in grid.trials] == [0, 2, 4, 8]
+    assert all(t.measured and t.predicted_samples_per_s is None for t in grid.trials)
+    assert grid.search is None
 
 
 def test_search_grid_measures_every_candidate_in_order():
     report = pipecheck.stress(_latency_loader(), search="grid", budget_s=1e-6, trial_batches=3)
     section = report.stress
-    assert section["search"] is None
-    assert len(section["trials"]) == 1 and section["trials"][0]["config"]["num_workers"] == 0
-    assert len(section["skipped"]) == len(candidate_configs()) - 1
+    assert section.search is None
+    assert len(section.trials) == 1 and section.trials[0].config["num_workers"] == 0
+    assert len(section.skipped) == len(candidate_configs()) - 1
 
 
 def test_bad_search_and_workers_values_are_bad_input():

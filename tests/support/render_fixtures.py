@@ -11,8 +11,9 @@ import time
 import torch
 
 import pipecheck
-from pipecheck.records import Finding, LoaderConfig, Recommendation
+from pipecheck.records import Finding, LoaderConfig, Recommendation, from_jsonable
 from pipecheck.report import Report
+from pipecheck.report_sections import StressSection
 from report_factory import replace_consumer, sample_report
 from wrap_datasets import SquaresDataset
 
@@ -33,10 +34,12 @@ def real_report() -> Report:
     return wrapped.report()
 
 
-def stress_section(config_value: object = 2) -> dict:
+def stress_section(config_value: object = 2,
+                   error: str = "ValueError: corrupt sample 7") -> StressSection:
     """A model-guided stress section: two calibration trials, one measured with a prediction,
-    one failed, one predicted but not measured, one skipped. ``config_value`` is the
-    ``prefetch_factor`` of the failed trial (put markup there to test escaping)."""
+    one failed (with ``error``), one predicted but not measured, one skipped.
+    ``config_value`` is the ``prefetch_factor`` of the failed trial (put markup there to test
+    escaping). Built from the JSON the sweep writes (:func:`from_jsonable`)."""
     def trial(workers, rate, measured=True, predicted=None, error=None, factor=2):
         config = {"num_workers": workers, "prefetch_factor": factor if workers else None,
                   "persistent_workers": False}
@@ -47,9 +50,9 @@ def stress_section(config_value: object = 2) -> dict:
                 "wall_s": 3.0, "error": error}
 
     trials = [trial(0, 120.0), trial(1, 230.0), trial(2, 400.0, predicted=420.0),
-              trial(3, None, error="ValueError: corrupt sample 7", factor=config_value),
+              trial(3, None, error=error, factor=config_value),
               trial(4, 610.0, measured=False, predicted=610.0)]
-    return {
+    return from_jsonable(StressSection, {
         "trials": trials,
         "best": trials[2],
         "recommended": {"config": trials[2]["config"],
@@ -60,13 +63,17 @@ def stress_section(config_value: object = 2) -> dict:
         "skipped": [{"config": {"num_workers": 8, "prefetch_factor": 2,
                                 "persistent_workers": False},
                      "reason": "budget spent"}],
-        "search": {"measured": 4, "candidates": 9, "stop_reason": "predicted gain below noise"},
+        "search": {"method": "model", "candidates": 9, "measured": 4,
+                   "calibration": [trials[0]["config"], trials[1]["config"]],
+                   "noise_fraction": 0.02, "threshold_fraction": 0.03, "verified": [],
+                   "stop_reason": "predicted gain below noise",
+                   "stop_reasons": ["predicted gain below noise"]},
         "epoch_start": {"status": "ok", "reason": None, "config": {"num_workers": 2},
                         "restart_s": {"persistent": 0.01, "not_persistent": 1.5},
                         "short_epoch_s": {"persistent": 0.2, "not_persistent": 2.3},
                         "saving_s": 2.1, "epoch_s": 40.0, "fraction": 2.1 / 42.1,
                         "matters": False, "method": "shortened", "trials": []},
-    }
+    }, "stress")
 
 
 def stress_report() -> Report:
@@ -78,8 +85,8 @@ def hostile_report() -> Report:
     """A stress report whose user-provided strings hold :data:`SCRIPT`: the dataset type and
     loader type (reprs), the run's exception text, a finding's message, a recommendation's
     reason, a stress config value and a trial's error."""
-    report = sample_report(kind="stress", stress=stress_section(config_value=SCRIPT))
-    report.stress["trials"][3]["error"] = f"RuntimeError: {SCRIPT}"
+    report = sample_report(kind="stress", stress=stress_section(
+        config_value=SCRIPT, error=f"RuntimeError: {SCRIPT}"))
     report = replace_consumer(report, status="error", error=f"ValueError: bad sample {SCRIPT}")
     loader = dataclasses.replace(report.loader, type=f"MyLoader{SCRIPT}",
                                  dataset_type=f"<MyDataset {SCRIPT} at 0x7f>")

@@ -25,7 +25,9 @@ from pipecheck.records import (
     WorkerBatch,
     WorkerSummary,
 )
+from pipecheck.records import from_jsonable
 from pipecheck.report import Report
+from pipecheck.report_sections import StressSection
 
 
 def sample_report(**overrides) -> Report:
@@ -123,3 +125,21 @@ def sample_report(**overrides) -> Report:
 def replace_consumer(report: Report, **changes) -> Report:
     """``report`` with some ConsumerSummary fields changed."""
     return dataclasses.replace(report, consumer=dataclasses.replace(report.consumer, **changes))
+
+
+_TRIAL = {"samples_per_s": None, "batches_per_s": None, "stall_fraction": None,
+          "measured": True, "startup_s": None, "batches": 0, "wall_s": 0.0, "error": None}
+_CHOICE = {"expected": {"samples_per_s": None, "stall_fraction": None}, "baseline": None,
+           "baseline_samples_per_s": None, "gain": None, "changes": {}}
+
+
+def stress_of(data: dict) -> StressSection:
+    """A :class:`StressSection` from a partial ``stress`` dict as the sweep writes it: the keys
+    of trials, ``best`` and ``recommended`` a test leaves out get neutral values (no figure,
+    no error, no change), the section's own keys none (no trials, no search)."""
+    trials = [{**_TRIAL, **t} for t in data.get("trials", [])]
+    best = {**_TRIAL, **data["best"]} if data.get("best") else None
+    recommended = ({**_CHOICE, **data["recommended"]} if data.get("recommended") else None)
+    return from_jsonable(StressSection, {"skipped": [], "search": None, **data,
+                                         "trials": trials, "best": best,
+                                         "recommended": recommended}, "stress")

@@ -7,7 +7,7 @@ import dataclasses
 
 from pipecheck.render.markdown import render_markdown
 from render_fixtures import SCRIPT, hostile_report, stress_report
-from report_factory import sample_report
+from report_factory import sample_report, stress_of
 
 VERDICT = ("INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%); "
            "data goodput 58.8%")
@@ -88,7 +88,7 @@ def test_grid_sweep_leaves_out_empty_columns():
         {"config": {"num_workers": w}, "samples_per_s": 100.0 * (w + 1), "batches_per_s": None,
          "stall_fraction": 0.5, "measured": True, "predicted_samples_per_s": None, "error": None}
         for w in (0, 2)]}
-    lines = render_markdown(sample_report(kind="stress", stress=stress)).splitlines()
+    lines = render_markdown(sample_report(kind="stress", stress=stress_of(stress))).splitlines()
     table = _table_after(lines, "### Stress sweep")
     assert table == [["num_workers", "samples/s", "batches/s", "stall", "source"],
                      ["0", "100", "n/a", "50.0%", "measured"],

@@ -6,22 +6,32 @@ from __future__ import annotations
 import html
 import re
 
-from pipecheck.records import DeviceRecord, HotFunction, RankInfo, StacksRecord, Timeline
+from pipecheck.records import (
+    DeviceRecord,
+    HotFunction,
+    RankInfo,
+    ShardingSection,
+    ShardRank,
+    ShardReader,
+    StacksRecord,
+    Timeline,
+)
 from pipecheck.render.base import Renderer
 from pipecheck.render.formats import FILE_FORMATS, RENDERERS
 from pipecheck.render.html import render_html
 from pipecheck.render.markdown import render_markdown
 from pipecheck.render.sections import build_document
 from pipecheck.render.terminal import render_terminal
-from report_factory import sample_report
+from report_factory import sample_report, stress_of
 
-SHARDING = {
-    "shards": 2, "samples_total": 8, "counted_shards": 2, "world_size": 1,
-    "world_size_source": "given", "num_workers": 2, "splitters": {"chain": ["split_by_worker"]},
-    "assignments": [{"rank": 0, "worker": 0, "shards": 1, "samples": 4},
-                    {"rank": 0, "worker": 1, "shards": 1, "samples": 4}],
-    "findings": [], "recommendations": [],
-}
+SHARDING = ShardingSection(
+    shards=2, samples_total=8, counted_shards=2, world_size=1, world_size_source="given",
+    num_workers=2, splitters={"chain": ["split_by_worker"]}, resampled=False,
+    assignments=[ShardReader(rank=0, worker=0, shards=1, samples=4),
+                 ShardReader(rank=0, worker=1, shards=1, samples=4)],
+    ranks=[ShardRank(rank=0, samples=8, batches=None)], idle_fraction_at_epoch_end=None,
+    findings=[], recommendations=[],
+)
 
 
 def _probed_report():
@@ -79,7 +89,7 @@ def test_candidates_without_a_figure_are_left_out_of_every_trial_table():
                "stall_fraction": 0.3, "measured": True}]
     trials += [{"config": {"num_workers": n}, "samples_per_s": None, "batches_per_s": None,
                 "stall_fraction": None, "measured": False} for n in range(3, 18)]
-    report = sample_report(kind="stress", stress={"trials": trials}, timeline=Timeline(),
+    report = sample_report(kind="stress", stress=stress_of({"trials": trials}), timeline=Timeline(),
                            host=None)
     markdown = render_markdown(report)
     page = re.sub(r"<[^>]+>", " ", render_html(report))

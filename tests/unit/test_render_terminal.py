@@ -14,7 +14,7 @@ from rich.console import Console
 from pipecheck.records import Finding
 from pipecheck import units as fmt
 from pipecheck.render.terminal import render_terminal, verdict_line
-from report_factory import replace_consumer, sample_report
+from report_factory import replace_consumer, sample_report, stress_of
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SECTIONS = ("Throughput", "Data wait (stall)", "Producer vs consumer", "Host", "Findings",
@@ -198,7 +198,7 @@ def test_stress_sweep_is_rendered():
         "best": {"config": {"num_workers": 4}},
         "recommended": {"config": {"num_workers": 4}},
     }
-    lines = _lines(sample_report(kind="stress", stress=stress))
+    lines = _lines(sample_report(kind="stress", stress=stress_of(stress)))
     start = lines.index("Stress sweep")
     body = lines[start:]
     # One column per setting that varies; each row holds its value; units in the headers.
@@ -223,10 +223,12 @@ def test_stress_section_names_skips_the_baseline_gain_and_the_changes():
         "skipped": [{"config": {"num_workers": 16}, "reason": "memory: needs about 30 GiB"}],
         "best": trials[1], "recommended": {
             "config": trials[1]["config"], "gain": 3.0, "baseline_samples_per_s": 100.0,
-            "expected": {"samples_per_s": 300.0}, "baseline": trials[0]["config"],
+            "expected": {"samples_per_s": 300.0, "stall_fraction": 0.1},
+            "baseline": trials[0]["config"],
             "changes": {"num_workers": [0, 4], "in_order": [None, False]}},
     }
-    text = " ".join(" ".join(_lines(sample_report(kind="stress", stress=stress))).split())
+    text = " ".join(" ".join(_lines(sample_report(kind="stress",
+                                                  stress=stress_of(stress)))).split())
     assert "every trial: batch_size=8" in text
     assert "skipped (memory: needs about 30 GiB): num_workers=16" in text
     assert "3 more predicted, unmeasured configurations" in text  # 8 predicted, 5 shown

@@ -25,7 +25,7 @@ from pipecheck.records import (
     WorkerRecord,
 )
 from pipecheck.report import KEY_ORDER, SCHEMA, Report, build_report, load
-from report_factory import replace_consumer, sample_report
+from report_factory import replace_consumer, sample_report, stress_of
 
 NUMBER = (int, float)
 OPTIONAL_NUMBER = (int, float, type(None))
@@ -96,15 +96,26 @@ def test_json_has_every_contract_key_with_its_type():
 
 
 def test_stress_section_keeps_its_contract_shape():
-    stress = {
+    stress = stress_of({
         "trials": [{"config": {"num_workers": 2}, "samples_per_s": 120.5, "batches_per_s": 3.8,
-                    "stall_fraction": 0.2, "measured": True}],
+                    "stall_fraction": 0.2, "measured": True},
+                   {"config": {"num_workers": 4}, "samples_per_s": 200.0, "measured": False}],
         "best": {"config": {"num_workers": 2}},
         "recommended": {"config": {"num_workers": 2}},
-    }
+    })
     report = sample_report(kind="stress", stress=stress)
     data = json.loads(report.to_json())
-    assert data["stress"] == stress
+    assert list(data["stress"]) == ["trials", "best", "recommended", "skipped", "search"]
+    measured, predicted = data["stress"]["trials"]
+    assert list(measured) == ["config", "samples_per_s", "batches_per_s", "stall_fraction",
+                              "measured", "startup_s", "batches", "wall_s", "error",
+                              "run_samples_per_s", "run_batches_per_s",
+                              "predicted_samples_per_s"]
+    assert list(predicted) == ["config", "samples_per_s", "batches_per_s", "stall_fraction",
+                               "measured", "predicted_samples_per_s", "startup_s", "batches",
+                               "wall_s", "error"]
+    assert measured["samples_per_s"] == 120.5 and data["stress"]["best"]["config"] == {
+        "num_workers": 2}
     assert Report.from_dict(data) == report
 
 

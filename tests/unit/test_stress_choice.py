@@ -8,6 +8,7 @@ from pipecheck.stress.choice import cheapest_within_noise
 from pipecheck.stress.search import MIN_WORTHWHILE_GAIN
 from pipecheck.stress.settings import TrialConfig
 from pipecheck.stress.trial import TrialResult
+from report_factory import stress_of
 
 
 def _trial(rate, workers, factor=2, in_order=True, batch_size=None):
@@ -36,8 +37,9 @@ def test_a_cheaper_tie_is_explained_next_to_the_recommendation():
     stress = {"best": {"config": {"num_workers": 4, "in_order": False}},
               "recommended": {"config": {"num_workers": 4, "in_order": True},
                               "tolerance_fraction": 0.03}}
-    assert tie_note(stress) == (" (within 3.0% of the best, a tie: ties go to in-order "
-                                "delivery, fewer workers, a smaller prefetch_factor)")
+    assert tie_note(stress_of(stress)) == (" (within 3.0% of the best, a tie: ties go to "
+                                           "in-order delivery, fewer workers, a smaller "
+                                           "prefetch_factor)")
     stress["recommended"]["config"] = {"num_workers": 4, "in_order": False,
                                        "persistent_workers": True}
-    assert tie_note(stress) == ""  # the best itself, persistent workers added
+    assert tie_note(stress_of(stress)) == ""  # the best itself, persistent workers added

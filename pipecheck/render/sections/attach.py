@@ -1,15 +1,16 @@
 """The ``attach`` section of a report (``pipecheck attach PID``): the stall estimate with its
 interval, the window, the workers seen (a table) and what cannot be known without wrapping. It
 replaces the Throughput, Data wait and Producer vs consumer sections, which need batch timing.
-Values come from the saved JSON, so every key is read defensively (a missing or mistyped value
-shows as ``n/a``)."""
+Values come from the typed :class:`~pipecheck.report_sections.AttachSection` (checked on load);
+an unmeasured value shows as ``n/a``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from pipecheck import units as fmt
 from pipecheck.render.model import Block, Note, Section, line, table
+from pipecheck.report_sections import AttachSection
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -21,82 +22,71 @@ WORKER_HEADERS = ["pid", "busy", "busy 95%", "CPU / busy s", "class", "USS peak"
 """Columns of :func:`worker_rows`."""
 
 
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _interval(value: Any) -> str:
-    if isinstance(value, list) and len(value) == 2:
-        low, high = _number(value[0]), _number(value[1])
-        if low is not None and high is not None:
-            return f"{fmt.percent(low)}-{fmt.percent(high)}"
+def _interval(value: Optional[list[float]]) -> str:
+    if value is not None and len(value) == 2:
+        low, high = value
+        return f"{fmt.percent(low)}-{fmt.percent(high)}"
     return fmt.NOT_MEASURED
 
 
-def _growth(rate: Any, significant: Any) -> str:
-    value = _number(rate)
-    if value is None:
+def _growth(rate: Optional[float], significant: Optional[bool]) -> str:
+    if rate is None:
         return fmt.NOT_MEASURED
     verdict = "growing" if significant is True else "not significant"
-    return f"{fmt.size(value)}/s ({verdict})"
+    return f"{fmt.size(rate)}/s ({verdict})"
 
 
-def attach_facts(section: dict[str, Any]) -> list[tuple[str, str]]:
+def attach_facts(section: AttachSection) -> list[tuple[str, str]]:
     """``(label, value)`` rows: the stall estimate with its interval, the window, the workers
     seen and the main process's memory growth."""
-    samples, inside = section.get("main_thread_samples"), section.get("next_samples")
-    workers = section.get("num_workers")
-    workers_text = (fmt.NOT_MEASURED if not isinstance(workers, int)
+    samples, inside = section.main_thread_samples, section.next_samples
+    workers = section.num_workers
+    workers_text = (fmt.NOT_MEASURED if workers is None
                     else "none seen (num_workers=0, or none alive)" if workers == 0
                     else f"{workers} seen running torch's worker loop")
-    if section.get("workers_class"):
-        workers_text += f"; mostly {section['workers_class']}"
+    if section.workers_class:
+        workers_text += f"; mostly {section.workers_class}"
     return [
         ("data stall (estimate)",
-         f"{fmt.percent(_number(section.get('stall_fraction')))}, 95% interval "
-         f"{_interval(section.get('stall_interval'))}: {inside} of {samples} main-thread "
+         f"{fmt.percent(section.stall_fraction)}, 95% interval "
+         f"{_interval(section.stall_interval)}: {inside} of {samples} main-thread "
          "samples inside the DataLoader's __next__"),
-        ("interval", str(section.get("interval_method") or fmt.NOT_MEASURED)),
-        ("window", f"PID {section.get('pid')} · {fmt.seconds(_number(section.get('duration_s')))} "
-                   f"at {section.get('rate_hz')} Hz · {section.get('status')}"),
+        ("interval", section.interval_method or fmt.NOT_MEASURED),
+        ("window", f"PID {section.pid} · {fmt.seconds(section.duration_s)} "
+                   f"at {section.rate_hz} Hz · {section.status}"),
         ("workers", workers_text),
-        ("main process memory", _growth(section.get("main_memory_growth_bytes_per_s"),
-                                        section.get("main_memory_growth_significant"))),
+        ("main process memory", _growth(section.main_memory_growth_bytes_per_s,
+                                        section.main_memory_growth_significant)),
         ("batch rate", fmt.NOT_MEASURED + " (not knowable from stack samples)"),
     ]
 
 
-def worker_rows(section: dict[str, Any]) -> list[list[str]]:
+def worker_rows(section: AttachSection) -> list[list[str]]:
     """One row per worker seen, in :data:`WORKER_HEADERS` order."""
     rows = []
-    for worker in section.get("workers") or []:
-        if not isinstance(worker, dict):
-            continue
-        cpu = _number(worker.get("cpu_fraction"))
+    for worker in section.workers:
+        cpu = worker.cpu_fraction
         rows.append([
-            str(worker.get("pid")),
-            fmt.percent(_number(worker.get("busy_fraction"))),
-            _interval(worker.get("busy_interval")),
+            str(worker.pid),
+            fmt.percent(worker.busy_fraction),
+            _interval(worker.busy_interval),
             fmt.NOT_MEASURED if cpu is None else f"{cpu:.2f} s",
-            str(worker.get("bound") or fmt.NOT_MEASURED),
-            fmt.size(_number(worker.get("uss_max_bytes"))),
-            _growth(worker.get("memory_growth_bytes_per_s"),
-                    worker.get("memory_growth_significant")),
+            str(worker.bound or fmt.NOT_MEASURED),
+            fmt.size(worker.uss_max_bytes),
+            _growth(worker.memory_growth_bytes_per_s, worker.memory_growth_significant),
         ])
     return rows
 
 
-def unknown_lines(section: dict[str, Any]) -> list[str]:
+def unknown_lines(section: AttachSection) -> list[str]:
     """What cannot be known without wrapping, one item a line."""
-    return [str(item) for item in section.get("unknown") or []]
+    return [str(item) for item in section.unknown]
 
 
 def attach(report: "Report") -> Optional[Section]:
     """The section of an attach report; ``None`` for any other report."""
     section = report.attach
-    if not isinstance(section, dict):
+    if section is None:
         return None
     blocks: list[Block] = [line((label, value)) for label, value in attach_facts(section)]
     rows = worker_rows(section)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Optional
 
 from pipecheck import units as fmt
 from pipecheck.render.model import Block, Chart, Note, Section, line, table
-from pipecheck.render.phrases import capacity_phrase, number
+from pipecheck.render.phrases import capacity_phrase
 
 if TYPE_CHECKING:
     from pipecheck.records import ProducerSummary
@@ -18,13 +18,13 @@ def throughput(report: "Report") -> Section:
     report's first line is its headline trial's steady rate (the sweep's figure), labelled, and
     the whole-run rate below it is labelled as such."""
     consumer = report.consumer
-    headline = report.stress.get("headline") if isinstance(report.stress, dict) else None
-    steady = number(headline.get("steady_samples_per_s")) if isinstance(headline, dict) else None
+    headline = report.stress.headline if report.stress is not None else None
+    steady = headline.steady_samples_per_s if headline is not None else None
     blocks: list[Block] = []
-    if isinstance(headline, dict) and steady is not None:
+    if headline is not None and steady is not None:
         blocks.append(line(
             ("steady", fmt.rate(steady, "samples")),
-            ("", fmt.rate(number(headline.get("steady_batches_per_s")), "batches")),
+            ("", fmt.rate(headline.steady_batches_per_s, "batches")),
             ("", "(the sweep's recommended trial; each epoch's first batch left out, as in "
                  "the sweep)")))
     rates = [("whole run" if blocks else "", fmt.rate(consumer.samples_per_s, "samples")),
