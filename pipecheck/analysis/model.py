@@ -99,6 +99,10 @@ def estimated_receive_s(batch_tensors: Optional[int]) -> float:
     return RECEIVE_FIXED_S + RECEIVE_S_PER_TENSOR * tensors
 
 
+MAX_NOISE_FRACTION = 0.9
+"""Largest relative half-width of loop time the interval's high end takes (a 10x rate): the
+batch-means spread of a short, noisy run can exceed 1, where ``r / (1 - h)`` is unbounded."""
+
 MIN_STEADY_BATCHES = 20
 """Fewest steady batches (not first of an epoch) pipecheck builds a model and recommends from;
 fewer give rates dominated by warm-up noise. pipecheck's choice."""
@@ -457,7 +461,9 @@ class ThroughputModel:
         """90% interval of the predicted batches/s from the run's own noise: the prediction
         at the other processes' low and high load (:data:`contention.OTHERS_PERCENTILES` of
         the host ticks) and, with workers, at both ends of :attr:`worker_cpu_range_s` when
-        set, widened by :attr:`noise_fraction` (batch means) on each side."""
+        set, widened by :attr:`noise_fraction` (batch means of loop time per batch, so
+        ``r / (1 + h)`` to ``r / (1 - h)``, ``h`` at most :data:`MAX_NOISE_FRACTION`). The low
+        end is never 0."""
         loads: list[Optional[float]] = [None]
         if self.load is not None:
             loads = [self.load.others_low, self.load.others_high]
@@ -468,8 +474,11 @@ class ThroughputModel:
             rates.extend(replace(self, worker_cpu_per_batch_s=cpu_s, worker_cpu_range_s=None)
                          .predict(settings, epochs=epochs).batches_per_s
                          for cpu_s in self.worker_cpu_range_s)
-        return (min(rates) * max(1.0 - self.noise_fraction, 0.0),
-                max(rates) * (1.0 + self.noise_fraction))
+        # The noise is a relative half-width of loop time per batch: time t(1 - h)..t(1 + h)
+        # is rate r/(1 + h)..r/(1 - h); h held below 1 (a spread that wide bounds nothing).
+        spread = self.noise_fraction
+        return (min(rates) / (1.0 + spread),
+                max(rates) / (1.0 - min(spread, MAX_NOISE_FRACTION)))
 
 
 def measured_settings(run: RunRecord) -> LoaderSettings:

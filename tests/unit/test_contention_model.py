@@ -369,3 +369,19 @@ def test_a_group_that_used_less_than_the_level_keeps_it():
                                   others_same_group_cpu_s=0.0, others_groups_cpu_s=[4.0])
     load = analyze(dataclasses.replace(run, host=scanned)).model.load
     assert load.cores_left() == pytest.approx(1.6)
+
+
+def test_a_very_noisy_run_never_gives_an_interval_down_to_zero():
+    # A short run on a busy host: the batch means of loop time spread by 150%. The interval is
+    # about loop time, so the rate's low end is r / 2.5, never 0, and its high end bounded.
+    model = dataclasses.replace(analyze(simulate(SERIAL)).model, noise_fraction=1.5)
+    one = LoaderSettings(num_workers=1)
+    rate = model.predict(one).batches_per_s
+    low, high = model.interval(one)
+    assert low == pytest.approx(rate / 2.5, rel=0.05)
+    assert rate < high <= rate * 10.001
+    # Small noise: about +-h, as before.
+    quiet = dataclasses.replace(model, noise_fraction=0.05)
+    low, high = quiet.interval(one)
+    assert low == pytest.approx(rate / 1.05, rel=0.02) and high == pytest.approx(rate / 0.95,
+                                                                                rel=0.02)
