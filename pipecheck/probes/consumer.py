@@ -17,6 +17,7 @@ threads too (the demo's main process averaged 1.5 cores with torch's 2 threads).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from array import array
@@ -446,6 +447,19 @@ class ConsumerProbe:
         return COMPLETE
 
 
+def _next_of(iterator: Any) -> Callable[[], Any]:
+    """``iterator``'s ``__next__`` looked up on its type and bound to it, as ``next()`` finds
+    it (an instance attribute named ``__next__`` is not used, as ``next()`` ignores it): a
+    Python ``__next__`` (torch's iterators) is then called inline by the interpreter, about
+    30-90 ns a batch less than through ``next()`` (benchmarks/consumer_cost.py). For a type
+    without one, ``next(iterator)`` itself, which raises what it would unwrapped."""
+    method = getattr(type(iterator), "__next__", None)
+    get = getattr(type(method), "__get__", None)
+    if method is None or get is None:
+        return functools.partial(next, iterator)
+    return get(method, iterator, type(iterator))  # type: ignore[no-any-return]
+
+
 class EpochIterator:
     """One epoch's iterator: yields the source iterator's batches unchanged, timing each
     ``next()`` (wait) and the gap before the next call (compute) for its :class:`ConsumerProbe`.
@@ -480,11 +494,11 @@ class EpochIterator:
         self._raised = False
         self._cpu_mark: Optional[tuple[float, float]] = None  # sampled batch's (left, cpu)
         # What the fast path reads, in one list: [fast-path calls left before the next full
-        # one, clock, source iterator, marks.append, sample counter or None (batch sizes
-        # known up front), token counter or None]. One attribute read per batch: the class
-        # has a __getattr__, which keeps Python 3.11 from specialising its attribute reads
-        # (each unspecialised one costs about 20 ns, benchmarks/overhead.py).
-        self._hot: list[Any] = [0, self._clock, iterator, epoch.marks.append,
+        # one, clock, the source's __next__, marks.append, sample counter or None (batch
+        # sizes known up front), token counter or None]. One attribute read per batch: the
+        # class has a __getattr__, which keeps Python 3.11 from specialising its attribute
+        # reads (about 20 ns each, benchmarks/consumer_cost.py).
+        self._hot: list[Any] = [0, self._clock, _next_of(iterator), epoch.marks.append,
                                 None if epoch.fixed is not None else probe._count_samples,
                                 probe._count_tokens]
         self._periodic: Optional[Callable[[Iterator[Any]], None]] = None
@@ -506,13 +520,13 @@ class EpochIterator:
 
     def __next__(self) -> Any:
         hot = self._hot
-        fast, clock, source, append, count, tokens = hot
+        fast, clock, source_next, append, count, tokens = hot
         if fast <= 1:
             return self._next_full()
         hot[0] = fast - 1
         entered = clock()
         try:
-            batch = next(source)
+            batch = source_next()
         except BaseException as exc:
             self._on_raise(entered, exc)
             raise
@@ -552,7 +566,7 @@ class EpochIterator:
                 self._call_periodic()
             before = cpu_clock()
         try:
-            batch = next(self._iterator)
+            batch = self._hot[2]()  # the source's __next__ (_next_of)
         except BaseException as exc:
             self._on_raise(entered, exc)
             raise
