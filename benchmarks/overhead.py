@@ -22,7 +22,7 @@ for: two bare clock reads around ``next()`` already cost about 2%); <= 2% CPU pe
 2-worker loader.
 
     python benchmarks/overhead.py [--pairs 200] [--rounds 21] [--epochs first|steady|both]
-                                  [--fastest-only]
+                                  [--floor] [--fastest-only]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import resource
 import statistics
 import sys
 import time
+from array import array
 from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
@@ -84,17 +85,39 @@ def chunk_times(loader: Iterable, batches: int,
         yield elapsed + time.perf_counter() - start
 
 
+class BareTimers:
+    """The floor of any timing around ``next()``: a generator that reads ``perf_counter``
+    before and after each batch and appends both to a typed array, nothing else."""
+
+    def __init__(self, loader: Iterable) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator:
+        marks, clock = array("d"), time.perf_counter
+        for_each = iter(self.loader)
+        while True:
+            entered = clock()
+            try:
+                batch = next(for_each)
+            except StopIteration:
+                return
+            left = clock()
+            marks.append(entered)
+            marks.append(left)
+            yield batch
+
+
 def compare(name: str, make: Callable[[], DataLoader], *, pairs: int, chunk: int,
-            target: float, first_epoch: bool) -> bool:
+            target: float, first_epoch: bool, floor: bool = False) -> bool:
     """Interleaved chunks of ``chunk`` batches, plain vs wrapped. ``first_epoch``: every epoch
     of the wrapped side is a fresh ``pipecheck.wrap(make())``'s first (the costliest: the
     ``num_workers=0`` worker probe times every first epoch, later ones one in 8); else one
     wrapped loader runs epoch after epoch (its average over epochs)."""
     plain_chunks = chunk_times(make(), chunk)
-    made = [pipecheck.wrap(make())]
+    made: list = [BareTimers(make()) if floor else pipecheck.wrap(make())]
 
     def renew() -> Iterable:
-        made.append(pipecheck.wrap(make()))
+        made.append(BareTimers(make()) if floor else pipecheck.wrap(make()))
         return made[-1]
 
     wrapped_chunks = chunk_times(made[0], chunk, renew if first_epoch else None)
@@ -110,7 +133,8 @@ def compare(name: str, make: Callable[[], DataLoader], *, pairs: int, chunk: int
         plain_times.append(p)
         wrapped_times.append(w)
     for wrapped in made:  # idempotent: chunk_times closed all but the last
-        wrapped.close()
+        if not floor:
+            wrapped.close()
     median = statistics.median(ratios)
     # Noise on a shared machine only ever adds time, so the fastest chunk of each side is the
     # cleanest comparison (timeit's rule); the median of pairs is shown beside it.
@@ -118,6 +142,8 @@ def compare(name: str, make: Callable[[], DataLoader], *, pairs: int, chunk: int
     plain_batch_us = min(plain_times) / chunk * 1e6
     verdict = "ok" if best <= target else "OVER TARGET"
     mode = "first epochs" if first_epoch else "epoch after epoch"
+    if floor:
+        mode, target = "two bare timers around next() instead of pipecheck (the floor)", 1.0
     print(f"{name}, {mode} ({len(made)} wrapped loaders): wrapped slowdown {best * 100:+.2f}% best-of-{pairs} chunks of {chunk} "
           f"batches ({best * plain_batch_us:.2f} us on a {plain_batch_us:.1f} us batch); "
           f"median of alternating pairs {median * 100:+.2f}%; target <= {target * 100:.0f}% "
@@ -190,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="fastest loader: time first epochs (a fresh wrapped loader per "
                              "epoch), one wrapped loader epoch after epoch, or both "
                              "(default)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time the fastest loader behind two bare timers "
+                             "(BareTimers), the floor of any timing around next()")
     parser.add_argument("--fastest-only", action="store_true",
                         help="skip the 2-worker loader")
     args = parser.parse_args(argv)
@@ -200,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         ok &= compare("TensorDataset, batch_size=1, num_workers=0",
                       lambda: DataLoader(fastest, batch_size=1, num_workers=0),
                       pairs=args.pairs, chunk=1000, target=0.05, first_epoch=first_epoch)
+    if args.floor:
+        compare("TensorDataset, batch_size=1, num_workers=0",
+                lambda: DataLoader(fastest, batch_size=1, num_workers=0),
+                pairs=args.pairs, chunk=1000, target=0.05, first_epoch=False, floor=True)
     if not args.fastest_only:
         ok &= compare_epochs("2 workers, batch_size=32, 64x64 matmul per sample",
                              lambda: DataLoader(NumpyWorkDataset(8_192), batch_size=32,

@@ -6,8 +6,9 @@ at most ``timeline_capacity`` batches kept evenly spaced (every ``stride``-th ba
 doubles each time the buffer fills), plus one small record per epoch.
 
 The hot path per batch is two clock reads, two appends to a typed array and, unless the batch
-sizes are known up front (``FixedBatches``), a sample count (about 1 us in all;
-``benchmarks/overhead.py``). Every ``FOLD_BATCHES`` batches the arrays are folded
+sizes are known up front (``FixedBatches``), a sample count (about 0.4 us in all with the sizes
+known, two ``perf_counter`` reads of about 0.06 us each included;
+``benchmarks/consumer_cost.py``). Every ``FOLD_BATCHES`` batches the arrays are folded
 with numpy into the counters and the timeline, so they never grow past that. One batch in
 ``CPU_SAMPLE_EVERY`` also reads the main process's CPU clock (``time.process_time``, about 1 us
 on Linux) to estimate how many cores the main process uses while waiting and while computing.
