@@ -6,8 +6,9 @@ at most ``timeline_capacity`` batches kept evenly spaced (every ``stride``-th ba
 doubles each time the buffer fills), plus one small record per epoch.
 
 The hot path per batch is two clock reads, two appends to a typed array and, unless the batch
-sizes are known up front (``FixedBatches``), a sample count (about 1 us in all;
-``benchmarks/overhead.py``). Every ``FOLD_BATCHES`` batches the arrays are folded
+sizes are known up front (``FixedBatches``), a sample count (about 0.4 us in all with the sizes
+known, two ``perf_counter`` reads of about 0.06 us each included;
+``benchmarks/consumer_cost.py``). Every ``FOLD_BATCHES`` batches the arrays are folded
 with numpy into the counters and the timeline, so they never grow past that. One batch in
 ``CPU_SAMPLE_EVERY`` also reads the main process's CPU clock (``time.process_time``, about 1 us
 on Linux) to estimate how many cores the main process uses while waiting and while computing.
@@ -20,6 +21,7 @@ worker (one thread) does not have (:func:`pipecheck.analysis.producer.intra_op_i
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from array import array
@@ -456,6 +458,19 @@ class ConsumerProbe:
         return COMPLETE
 
 
+def _next_of(iterator: Any) -> Callable[[], Any]:
+    """``iterator``'s ``__next__`` looked up on its type and bound to it, as ``next()`` finds
+    it (an instance attribute named ``__next__`` is not used, as ``next()`` ignores it): a
+    Python ``__next__`` (torch's iterators) is then called inline by the interpreter, about
+    30-90 ns a batch less than through ``next()`` (benchmarks/consumer_cost.py). For a type
+    without one, ``next(iterator)`` itself, which raises what it would unwrapped."""
+    method = getattr(type(iterator), "__next__", None)
+    get = getattr(type(method), "__get__", None)
+    if method is None or get is None:
+        return functools.partial(next, iterator)
+    return get(method, iterator, type(iterator))  # type: ignore[no-any-return]
+
+
 class EpochIterator:
     """One epoch's iterator: yields the source iterator's batches unchanged, timing each
     ``next()`` (wait) and the gap before the next call (compute) for its :class:`ConsumerProbe`.
@@ -471,8 +486,8 @@ class EpochIterator:
     any after an exception take the full path (:meth:`_next_full`).
     """
 
-    __slots__ = ("_probe", "_epoch", "_iterator", "_clock", "_marks", "_sizes", "_fast",
-                 "_sample_due", "_pending", "_count", "_tokens", "_done", "_raised", "_cpu_mark",
+    __slots__ = ("_probe", "_epoch", "_iterator", "_clock", "_marks", "_sizes", "_hot",
+                 "_sample_due", "_pending", "_done", "_raised", "_cpu_mark",
                  "_observers", "_on_observer_error", "_periodic", "__weakref__")
 
     def __init__(self, probe: ConsumerProbe, epoch: _Epoch, iterator: Iterator[Any]) -> None:
@@ -484,15 +499,19 @@ class EpochIterator:
         self._clock = probe._clock
         self._marks = epoch.marks
         self._sizes = epoch.sizes
-        self._fast = 0  # fast-path calls left before the next full one
         self._sample_due = True  # the next full call reads the CPU clock (the first does)
         self._pending: Optional[float] = epoch.started  # iter() is part of the first wait
         self._done = False
         self._raised = False
         self._cpu_mark: Optional[tuple[float, float]] = None  # sampled batch's (left, cpu)
-        self._count: Optional[SampleCounter] = (None if epoch.fixed is not None
-                                                else probe._count_samples)
-        self._tokens: Optional[TokenCounter] = probe._count_tokens
+        # What the fast path reads, in one list: [fast-path calls left before the next full
+        # one, clock, the source's __next__, marks.append, sample counter or None (batch
+        # sizes known up front), token counter or None]. One attribute read per batch: the
+        # class has a __getattr__, which keeps Python 3.11 from specialising its attribute
+        # reads (about 20 ns each, benchmarks/consumer_cost.py).
+        self._hot: list[Any] = [0, self._clock, _next_of(iterator), epoch.marks.append,
+                                None if epoch.fixed is not None else probe._count_samples,
+                                probe._count_tokens]
         self._periodic: Optional[Callable[[Iterator[Any]], None]] = None
         self._on_observer_error: Optional[ObserverErrorHandler] = None
 
@@ -511,25 +530,22 @@ class EpochIterator:
         return getattr(object.__getattribute__(self, "_iterator"), name)
 
     def __next__(self) -> Any:
-        fast = self._fast - 1
-        if fast <= 0:
+        hot = self._hot
+        fast, clock, source_next, append, count, tokens = hot
+        if fast <= 1:
             return self._next_full()
-        self._fast = fast
-        clock = self._clock
+        hot[0] = fast - 1
         entered = clock()
         try:
-            batch = next(self._iterator)
+            batch = source_next()
         except BaseException as exc:
             self._on_raise(entered, exc)
             raise
         left = clock()
-        marks = self._marks
-        marks.append(entered)
-        marks.append(left)
-        count = self._count
+        append(entered)
+        append(left)
         if count is not None:
             self._sizes.append(count(batch))
-        tokens = self._tokens
         if tokens is not None:
             probe = self._probe
             probe.tokens = (probe.tokens or 0) + tokens(batch)
@@ -562,7 +578,7 @@ class EpochIterator:
             before = cpu_clock()
             thread_before = probe._thread_cpu_clock()
         try:
-            batch = next(self._iterator)
+            batch = self._hot[2]()  # the source's __next__ (_next_of)
         except BaseException as exc:
             self._on_raise(entered, exc)
             raise
@@ -574,24 +590,25 @@ class EpochIterator:
             cpu[1] += after - before
             self._cpu_mark = (left, after)
             self._sample_due = False
-            self._fast = 1  # the next call closes the compute sample
+            self._hot[0] = 1  # the next call closes the compute sample
         else:
             self._sample_due = True
-            self._fast = CPU_SAMPLE_EVERY - 1
+            self._hot[0] = CPU_SAMPLE_EVERY - 1
         marks = epoch.marks
         marks.append(entered)
         marks.append(left)
         if self._raised:
             self._raised = False
             epoch.ended = "running"  # the error did not end the epoch after all
+        hot = self._hot
         if not probe._primed:
             probe._first_batch(batch)
-            self._count = None if epoch.fixed is not None else probe._count_samples
-            self._tokens = probe._count_tokens
-        count = self._count
+            hot[4] = None if epoch.fixed is not None else probe._count_samples
+            hot[5] = probe._count_tokens
+        count = hot[4]
         if count is not None:
             epoch.sizes.append(count(batch))
-        tokens = self._tokens
+        tokens = hot[5]
         if tokens is not None:
             probe.tokens = (probe.tokens or 0) + tokens(batch)
         return batch
@@ -611,7 +628,7 @@ class EpochIterator:
                     pass
 
     def _on_raise(self, entered: float, exc: BaseException) -> None:
-        self._fast = 0  # the next call takes the full path
+        self._hot[0] = 0  # the next call takes the full path
         probe = self._probe
         if isinstance(exc, StopIteration):
             self._done = True

@@ -269,3 +269,72 @@ def test_one_iterator_calls_observers_with_the_consumer_wait_and_drops_one_that_
     assert bad.waits == [0.5] and bad.raises == 0  # dropped at its second batch
     assert dropped == [(bad, "observer bug")]
     assert probe.record().batches == 3
+
+
+class FlakySource:
+    """A torch-like iterator (a Python ``__next__``): batch ``fail_at`` raises, and the same
+    iterator goes on with the rest of the epoch; an instance attribute named ``__next__``,
+    which ``next()`` ignores, is there to be ignored."""
+
+    def __init__(self, n: int, fail_at: int) -> None:
+        self.n, self.fail_at, self.i = n, fail_at, 0
+        self.__next__ = self._ignored  # type: ignore[method-assign]
+
+    def _ignored(self):
+        raise AssertionError("the instance attribute __next__ was called; next() ignores it")
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        i = self.i
+        if i >= self.n:
+            raise StopIteration
+        self.i += 1
+        if i == self.fail_at:
+            raise KeyError(i)
+        return (i,)
+
+
+def drain(iterator):
+    """Every batch and every exception's args, in order, as a plain loop that skips bad
+    batches sees them."""
+    seen = []
+    while True:
+        try:
+            seen.append(next(iterator))
+        except StopIteration:
+            return seen
+        except KeyError as err:
+            seen.append(("raised", err.args))
+
+
+@pytest.mark.parametrize("fail_at", [0, 1, 62, 63, 64, 65, 100])
+def test_the_source_is_advanced_as_next_would_on_every_path(fail_at):
+    # fail_at covers the first call, the fast path, and the calls around a CPU sample (one
+    # in CPU_SAMPLE_EVERY = 64 takes the full path, and the one after it).
+    probe = ConsumerProbe(run_start=0.0)
+    wrapped = drain(probe.iterate(FlakySource(150, fail_at)))
+    assert wrapped == drain(FlakySource(150, fail_at))
+    assert len(wrapped) == 150 and wrapped[fail_at] == ("raised", (fail_at,))
+    rec = probe.record()
+    assert (rec.batches, rec.errors, rec.status) == (149, 1, "complete")
+
+
+def test_generators_and_non_iterators_behave_as_unwrapped():
+    probe = ConsumerProbe(run_start=0.0)
+    assert list(probe.iterate(range(200))) == list(range(200))  # a C __next__
+    assert list(probe.iterate(x for x in "abc")) == ["a", "b", "c"]
+
+    class NotAnIterator:
+        """What an ``open_iterator`` may hand over (``pipecheck run`` passes torch's own
+        ``__iter__``): no ``__next__``, so ``next()`` raises TypeError."""
+
+    with pytest.raises(TypeError) as unwrapped:
+        next(NotAnIterator())  # type: ignore[call-overload]
+    wrapped_iterator = probe.open_epoch(NotAnIterator)
+    with pytest.raises(TypeError) as wrapped:
+        next(wrapped_iterator)
+    assert str(wrapped.value) == str(unwrapped.value)
+    with pytest.raises(TypeError):  # the same iterator goes on raising it, as next() does
+        next(wrapped_iterator)
