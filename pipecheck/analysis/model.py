@@ -62,6 +62,7 @@ from pipecheck.analysis.consumer import (
     started_epochs,
     steady_batch_count,
     steady_batches_per_s,
+    steady_wait_s,
     wait_cpu_per_batch_s,
 )
 from pipecheck.analysis.producer import (
@@ -72,7 +73,7 @@ from pipecheck.analysis.producer import (
 )
 from pipecheck.analysis.contention import HostLoad, fair_shares, host_load
 from pipecheck.analysis.stats import batch_means_spread, mean, ratio
-from pipecheck.records import ConsumerSummary, ProducerSummary, RunRecord
+from pipecheck.records import ConsumerRecord, ConsumerSummary, ProducerSummary, RunRecord
 
 TORCH_DEFAULT_PREFETCH_FACTOR = 2
 """``DataLoader``'s ``prefetch_factor`` when it is ``None`` and ``num_workers > 0``."""
@@ -106,6 +107,24 @@ batch-means spread of a short, noisy run can exceed 1, where ``r / (1 - h)`` is 
 MIN_STEADY_BATCHES = 20
 """Fewest steady batches (not first of an epoch) pipecheck builds a model and recommends from;
 fewer give rates dominated by warm-up noise. pipecheck's choice."""
+
+MIN_SLOW_STEADY_BATCHES = 5
+MIN_SLOW_STEADY_S = 10.0
+"""Slow batches suffice in fewer numbers: at least :data:`MIN_SLOW_STEADY_BATCHES` steady
+batches spanning at least this many seconds of waiting and computing also support a model
+(pipecheck's choice: the JPEG pipeline of ``benchmarks/prediction.py`` beside a busy process
+took 2.8 s a batch, 7 batches in 20 s, within 4% of each other, and went without a
+recommendation while 1 worker ran 16x faster)."""
+
+
+def enough_steady_batches(record: ConsumerRecord) -> bool:
+    """Whether ``record`` has enough steady batches for a model: :data:`MIN_STEADY_BATCHES`,
+    or :data:`MIN_SLOW_STEADY_BATCHES` over :data:`MIN_SLOW_STEADY_S` of loop time."""
+    steady = steady_batch_count(record)
+    if steady >= MIN_STEADY_BATCHES:
+        return True
+    steady_s = steady_wait_s(record) + record.compute_s
+    return steady >= MIN_SLOW_STEADY_BATCHES and steady_s >= MIN_SLOW_STEADY_S
 
 
 @dataclass(frozen=True)
@@ -507,10 +526,10 @@ def data_gaps(run: RunRecord, consumer: ConsumerSummary, producer: ProducerSumma
         gaps.append("the worker probe recorded no finished batch")
     if consumer.demand_batches_per_s is None:
         gaps.append("no step time was measured")
-    steady = steady_batch_count(run.consumer)
-    if steady < MIN_STEADY_BATCHES:
-        gaps.append(f"only {steady} steady batches were measured (pipecheck needs "
-                    f"{MIN_STEADY_BATCHES})")
+    if not enough_steady_batches(run.consumer):
+        gaps.append(f"only {steady_batch_count(run.consumer)} steady batches were measured "
+                    f"(pipecheck needs {MIN_STEADY_BATCHES}, or {MIN_SLOW_STEADY_BATCHES} "
+                    f"over {MIN_SLOW_STEADY_S:g} s)")
     return gaps
 
 

@@ -21,7 +21,7 @@ from pipecheck.analysis.consumer import (
 )
 from pipecheck.analysis.causes import cause_findings
 from pipecheck.analysis.judgement import MIN_MATERIAL_WAIT_S, judge_stall
-from pipecheck.analysis.model import MIN_STEADY_BATCHES
+from pipecheck.analysis.model import MIN_STEADY_BATCHES, enough_steady_batches
 from pipecheck.analysis.producer import usable_host
 from pipecheck.analysis.stats import ratio
 from pipecheck.kinds import (
@@ -333,7 +333,7 @@ def _handover_finding(
 
 def _short_run_finding(run: RunRecord, consumer: ConsumerSummary) -> Optional[Finding]:
     steady = steady_batch_count(run.consumer)
-    if consumer.batches == 0 or steady >= MIN_STEADY_BATCHES:
+    if consumer.batches == 0 or enough_steady_batches(run.consumer):
         return None
     return Finding(
         kind=FindingKind.SHORT_RUN,

@@ -385,3 +385,15 @@ def test_a_very_noisy_run_never_gives_an_interval_down_to_zero():
     low, high = quiet.interval(one)
     assert low == pytest.approx(rate / 1.05, rel=0.02) and high == pytest.approx(rate / 0.95,
                                                                                 rel=0.02)
+
+
+def test_a_few_slow_batches_over_many_seconds_still_support_a_recommendation():
+    # 8 batches of 2 s each (num_workers=0 production crawling on a busy host): 7 steady
+    # batches over 14 s are enough; 8 fast ones over a fraction of a second are not.
+    slow = build_report(simulate(dataclasses.replace(SERIAL, production_s=2.0,
+                                                     batches_per_epoch=8)))
+    assert any(r.setting == "num_workers" for r in slow.recommendations)
+    assert all(f.kind != "short-run" for f in slow.diagnosis.findings)
+    fast = build_report(simulate(dataclasses.replace(SERIAL, batches_per_epoch=8)))
+    assert not fast.recommendations
+    assert any(f.kind == "short-run" for f in fast.diagnosis.findings)
