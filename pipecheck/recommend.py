@@ -328,15 +328,16 @@ def _settle_with_stress(
     worker fewer overlaps it (the cheaper count may do as well). Empty when the model is
     sure. ``rates``: the worker counts the rule weighed."""
     model = context.model
-    low, high = model.interval(proposed)
+    # The run's own uncertainty decides (the model's general error would flag every proposal).
+    low, high = model.interval(proposed, model_error=False)
     current = model.predict(settings).batches_per_s
     fewer = proposed.num_workers - 1
-    rivals = [fewer] if fewer in rates and \
-        model.interval(replace(proposed, num_workers=fewer))[1] >= low else []
+    rivals = [fewer] if fewer in rates and model.interval(
+        replace(proposed, num_workers=fewer), model_error=False)[1] >= low else []
     if low > current and not rivals:
         return ""
     counts = sorted({settings.num_workers, proposed.num_workers, *rivals})
-    return (f" The predicted interval ({batch_rate(low)} to {batch_rate(high)}) "
+    return (f" The interval from this run's noise ({batch_rate(low)} to {batch_rate(high)}) "
             f"{'reaches below the current rate' if low <= current else 'overlaps that of '}"
             f"{'' if low <= current else count(fewer, 'worker')}: "
             f"'pipecheck stress FILE.py:make_loader --workers {','.join(map(str, counts))}' "

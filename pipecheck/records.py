@@ -708,6 +708,14 @@ class Diagnosis:
     judgement: Optional[Judgement] = None
 
 
+MODEL_ERROR_FRACTION = 0.35
+"""The model's own relative error on real pipelines, by which every interval is widened on
+each side: ``python benchmarks/prediction.py --seconds 10`` (a torchvision-style JPEG
+pipeline, a CPU-bound and a latency-bound dataset, from ``num_workers=0``, quiet and beside a
+busy process) measured achieved / predicted - 1 from -31% to +20% on the project's 2-core
+machine; rounded up (pipecheck's choice). The run's own noise alone left 3 of 5 outside."""
+
+
 @dataclass(frozen=True)
 class Expected:
     """Predicted effect of a change; ``None`` fields could not be predicted.
@@ -731,7 +739,8 @@ class Expected:
     saved_s_per_epoch: Optional[float] = None
     samples_per_s_low: Optional[float] = None
     """Low end of the 90% interval of ``samples_per_s`` from the run's own noise (the other
-    processes' load over the run, batch means of the loop time); ``None`` when not derived."""
+    processes' load over the run, batch means of the loop time) widened by
+    :data:`MODEL_ERROR_FRACTION`; ``None`` when not derived."""
     samples_per_s_high: Optional[float] = None
     """High end of the same interval."""
 

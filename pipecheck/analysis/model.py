@@ -73,7 +73,13 @@ from pipecheck.analysis.producer import (
 )
 from pipecheck.analysis.contention import HostLoad, fair_shares, host_load
 from pipecheck.analysis.stats import batch_means_spread, mean, ratio
-from pipecheck.records import ConsumerRecord, ConsumerSummary, ProducerSummary, RunRecord
+from pipecheck.records import (
+    MODEL_ERROR_FRACTION,
+    ConsumerRecord,
+    ConsumerSummary,
+    ProducerSummary,
+    RunRecord,
+)
 
 TORCH_DEFAULT_PREFETCH_FACTOR = 2
 """``DataLoader``'s ``prefetch_factor`` when it is ``None`` and ``num_workers > 0``."""
@@ -475,14 +481,15 @@ class ThroughputModel:
             steady_stall_fraction=max(1.0 - step_s / steady_s, 0.0),
         )
 
-    def interval(self, settings: LoaderSettings, *, epochs: Optional[int] = None
-                 ) -> tuple[float, float]:
+    def interval(self, settings: LoaderSettings, *, epochs: Optional[int] = None,
+                 model_error: bool = True) -> tuple[float, float]:
         """90% interval of the predicted batches/s from the run's own noise: the prediction
         at the other processes' low and high load (:data:`contention.OTHERS_PERCENTILES` of
         the host ticks) and, with workers, at both ends of :attr:`worker_cpu_range_s` when
         set, widened by :attr:`noise_fraction` (batch means of loop time per batch, so
-        ``r / (1 + h)`` to ``r / (1 - h)``, ``h`` at most :data:`MAX_NOISE_FRACTION`). The low
-        end is never 0."""
+        ``r / (1 + h)`` to ``r / (1 - h)``, ``h`` at most :data:`MAX_NOISE_FRACTION`), and
+        with ``model_error`` by :data:`MODEL_ERROR_FRACTION` on each side. The low end is
+        never 0."""
         loads: list[Optional[float]] = [None]
         if self.load is not None:
             loads = [self.load.others_low, self.load.others_high]
@@ -496,8 +503,9 @@ class ThroughputModel:
         # The noise is a relative half-width of loop time per batch: time t(1 - h)..t(1 + h)
         # is rate r/(1 + h)..r/(1 - h); h held below 1 (a spread that wide bounds nothing).
         spread = self.noise_fraction
-        return (min(rates) / (1.0 + spread),
-                max(rates) / (1.0 - min(spread, MAX_NOISE_FRACTION)))
+        error = MODEL_ERROR_FRACTION if model_error else 0.0
+        return (min(rates) / (1.0 + spread) * (1.0 - error),
+                max(rates) / (1.0 - min(spread, MAX_NOISE_FRACTION)) * (1.0 + error))
 
 
 def measured_settings(run: RunRecord) -> LoaderSettings:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pipecheck import units as fmt
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND, NO_DATA, FindingKind, Verdict
+from pipecheck.records import MODEL_ERROR_FRACTION
 
 if TYPE_CHECKING:
     from pipecheck.records import Recommendation
@@ -170,7 +171,8 @@ def recommendations_caption(report: "Report") -> str:
     caption = "Cumulative: each figure assumes the changes above it."
     if any(r.expected.samples_per_s_low is not None for r in report.recommendations):
         caption += (" In brackets: the 90% interval from this run's own noise (other processes'"
-                    " load, batch-to-batch variation).")
+                    " load, batch-to-batch variation), widened by the model's error measured on"
+                    f" real pipelines (+-{MODEL_ERROR_FRACTION:.0%}).")
     return caption
 
 

@@ -110,9 +110,20 @@ def test_recommendations_carry_an_interval_from_the_runs_noise_in_json_and_termi
         pytest.approx(expected.samples_per_s_low)
     text = report.render(width=200)
     assert f"{expected.samples_per_s_low:,.0f}-{expected.samples_per_s_high:,.0f}" in text
-    quiet = build_report(simulate(SERIAL)).recommendations[0].expected
-    assert quiet.samples_per_s_high - quiet.samples_per_s_low < \
-        0.2 * (expected.samples_per_s_high - expected.samples_per_s_low)
+    # The run's own noise sets the inner interval; the model's measured error widens it.
+    from pipecheck.records import MODEL_ERROR_FRACTION
+
+    model = analyze(run).model
+    proposed = LoaderSettings(num_workers=rec.proposed)
+    low, high = model.interval(proposed, model_error=False)
+    samples = model.samples_per_batch
+    assert expected.samples_per_s_low == pytest.approx(low * samples * (1 - MODEL_ERROR_FRACTION))
+    assert expected.samples_per_s_high == pytest.approx(
+        high * samples * (1 + MODEL_ERROR_FRACTION))
+    quiet = analyze(simulate(SERIAL)).model
+    quiet_low, quiet_high = quiet.interval(LoaderSettings(num_workers=1), model_error=False)
+    assert quiet_high - quiet_low < 0.2 * (high - low)
+    assert "model's error measured on real pipelines (+-35%)" in " ".join(text.split())
 
 
 def test_saved_reports_without_the_interval_still_load(tmp_path):
@@ -377,12 +388,13 @@ def test_a_very_noisy_run_never_gives_an_interval_down_to_zero():
     model = dataclasses.replace(analyze(simulate(SERIAL)).model, noise_fraction=1.5)
     one = LoaderSettings(num_workers=1)
     rate = model.predict(one).batches_per_s
-    low, high = model.interval(one)
+    low, high = model.interval(one, model_error=False)
     assert low == pytest.approx(rate / 2.5, rel=0.05)
     assert rate < high <= rate * 10.001
+    assert model.interval(one)[0] == pytest.approx(low * 0.65)
     # Small noise: about +-h, as before.
     quiet = dataclasses.replace(model, noise_fraction=0.05)
-    low, high = quiet.interval(one)
+    low, high = quiet.interval(one, model_error=False)
     assert low == pytest.approx(rate / 1.05, rel=0.02) and high == pytest.approx(rate / 0.95,
                                                                                 rel=0.02)
 
