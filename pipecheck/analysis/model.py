@@ -428,10 +428,12 @@ class ThroughputModel:
         if settings.num_workers == 0 or not self.batch_times_s:
             return 0.0
         lead_s = self.lead_s(settings)
-        # Batch times stretch as a worker's time per batch does under the new contention.
+        # Batch times stretch as a worker's time per batch does under the new contention (from
+        # num_workers=0: the modelled worker's time over the main process's, which may differ
+        # by more than contention, e.g. without the intra-op pool's overhead).
         capacity, _ = self.capacity(settings.num_workers)
         stretch = settings.num_workers / capacity * self.per_worker_batches_per_s
-        if self.measured.num_workers == 0 or self.load is None:
+        if self.load is None:
             stretch = 1.0
         times = [t * stretch for t in self.batch_times_s]
         if not settings.in_order:
@@ -605,7 +607,7 @@ def build_model(
         sustained_batches_per_s=steady_batches_per_s(record),
         samples_per_batch=ratio(record.samples, record.batches),
         batch_times_s=batch_times,
-        batches=record.batches,
+        batches=_modelled_batches(run),
         epochs=max(len(started_epochs(record)), 1),
         cold_start_s=cold,
         warm_start_s=warm,
@@ -629,6 +631,18 @@ def build_model(
                             "CPU, and the interval runs from free production to the "
                             "process's CPU",))
     return model
+
+
+def _modelled_batches(run: RunRecord) -> int:
+    """Batches of the run the model predicts: the measured ones, or whole epochs of the
+    loader's ``len()`` when the run stopped inside its epochs (a short look at a long epoch
+    would otherwise spread one epoch's worker start-up over a few batches)."""
+    record = run.consumer
+    epochs = max(len(started_epochs(record)), 1)
+    per_epoch = run.loader.batches_per_epoch
+    if per_epoch and record.batches < per_epoch * epochs:
+        return per_epoch * epochs
+    return record.batches
 
 
 def _contention_assumptions(measured_workers: int) -> list[str]:

@@ -409,3 +409,30 @@ def test_a_few_slow_batches_over_many_seconds_still_support_a_recommendation():
     fast = build_report(simulate(dataclasses.replace(SERIAL, batches_per_epoch=8)))
     assert not fast.recommendations
     assert any(f.kind == "short-run" for f in fast.diagnosis.findings)
+
+
+def test_a_run_stopped_inside_its_epoch_is_predicted_over_whole_epochs():
+    # 8 batches seen of a 64-batch epoch: the worker start-up of an epoch is spread over the
+    # epoch's 64 batches, not the 8 the run happened to see.
+    run = simulate(dataclasses.replace(SERIAL, production_s=2.0, batches_per_epoch=8))
+    long_epoch = dataclasses.replace(run, loader=dataclasses.replace(run.loader,
+                                                                     batches_per_epoch=64))
+    short, full = analyze(run).model, analyze(long_epoch).model
+    assert (short.batches, full.batches) == (8, 64)
+    one = LoaderSettings(num_workers=1)
+    assert full.predict(one).batches_per_s > short.predict(one).batches_per_s
+
+
+def test_free_production_at_the_top_of_an_intra_op_interval_is_not_held_back_by_old_batch_times():
+    # num_workers=0 production of 3 s a batch, half of it intra-op overhead: the interval's top
+    # (free production) is bounded by the step, not by replaying the measured 3 s batches.
+    run = simulate(dataclasses.replace(SERIAL, production_s=3.0, step_s=0.08,
+                                       batches_per_epoch=8))
+    run = with_intra_op(run, threads=2, thread_share=0.5)
+    run = dataclasses.replace(run, loader=dataclasses.replace(run.loader, batches_per_epoch=64))
+    model = analyze(run).model
+    one = LoaderSettings(num_workers=1)
+    point = model.predict(one).batches_per_s
+    low, high = model.interval(one, model_error=False)
+    assert low < point < high
+    assert high > 5 * point
