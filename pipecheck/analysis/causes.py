@@ -127,8 +127,9 @@ def intra_op_finding(run: RunRecord, producer: ProducerSummary) -> Optional[Find
         message=f"With num_workers=0 batch production ran on torch's {threads} intra-op "
         f"threads: {seconds(cpu_s)} of CPU per batch, {seconds(cpu_s / inflation)} of it on "
         "the calling thread. Small tensor ops pay the thread pool's start and spin-waits on "
-        "every call (pipecheck measured 7.3 ms against 1.5 ms on one thread for a 224x224 "
-        "JPEG decode and normalize, 15x beside a busy process); DataLoader workers run one "
+        "every call (pipecheck measured 2.6 ms against 1.3 ms on one thread for a 224x224 "
+        "JPEG decode and normalize on a quiet machine, up to 15x beside busy processes); "
+        "DataLoader workers run one "
         "intra-op thread, so they pay far less. The predictions for workers take the calling "
         "thread's CPU and span up to free production; 'pipecheck stress FILE.py:make_loader "
         "--workers 0,1,2' (a function that builds your DataLoader) measures them.",

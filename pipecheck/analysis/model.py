@@ -306,6 +306,15 @@ class ThroughputModel:
     spans the predictions at both ends."""
 
     @property
+    def production_cpu_per_batch_s(self) -> float:
+        """CPU seconds per batch production took as measured (in the main process at
+        ``num_workers=0``, intra-op overhead included), which :attr:`worker_cpu_per_batch_s`
+        may discount for a worker (:attr:`worker_cpu_range_s`)."""
+        if self.worker_cpu_range_s is not None:
+            return self.worker_cpu_range_s[1]
+        return self.worker_cpu_per_batch_s
+
+    @property
     def worker_cpu_fraction(self) -> float:
         """Worker CPU seconds per busy second (1.0 CPU-bound, near 0 latency-bound)."""
         return self.worker_cpu_per_batch_s * self.per_worker_batches_per_s
@@ -394,8 +403,7 @@ class ThroughputModel:
         if self.measured.num_workers == 0:
             # Only the other processes' load changes: the producing threads keep their count
             # and their CPU as measured (intra-op overhead included: it stays in this process).
-            cpu_s = (self.worker_cpu_range_s[1] if self.worker_cpu_range_s is not None
-                     else self.worker_cpu_per_batch_s)
+            cpu_s = self.production_cpu_per_batch_s
             threads = max(cpu_s * self.per_worker_batches_per_s / load.share, 1.0)
             before = step_alone_share(threads, load.group_runnable(), load.cores_left())
             after = step_alone_share(threads, load.group_runnable(),

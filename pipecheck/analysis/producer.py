@@ -143,8 +143,9 @@ def intra_op_inflation(run: RunRecord) -> Optional[float]:
 
     Small tensor ops on the intra-op pool pay its fork, join and spin-waits on every thread
     (``benchmarks/intra_op_cost.py``: a 224x224 JPEG decode, crop, to-tensor and normalize
-    took 7.3 ms of process CPU and 3.6 ms of the calling thread's on 2 threads, against 1.5 ms
-    on the one thread a DataLoader worker runs; 21.7, 11.0 and 1.5 ms beside a busy process).
+    took 2.6 ms of process CPU and 1.3 ms of the calling thread's on 2 threads on a quiet
+    machine, against 1.3 ms on the one thread a DataLoader worker runs; 4.6 and 2.5 ms beside a
+    busy process, and 21.7 and 11.0 ms against 1.5 ms beside several).
     The CPU measured here then overstates a worker's, by a factor that cannot be told from
     this run: the what-if model takes the calling thread's CPU and widens its interval
     (:func:`pipecheck.analysis.model.build_model`)."""

@@ -58,6 +58,7 @@ def inflation_of(record: RunRecord) -> float:
 def test_torch_op_production_records_the_calling_threads_cpu_and_the_thread_count():
     record, report = run(TorchOps())
     assert report.environment.intra_op_threads == torch.get_num_threads()
+    assert record.consumer.batch_tensors == 1  # one stacked image tensor a batch
     inflation = inflation_of(record)
     found = any(f.kind == "intra-op-threads" for f in report.diagnosis.findings)
     # The finding follows the measured gap, whatever this machine's pool did.
