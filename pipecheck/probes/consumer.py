@@ -21,7 +21,6 @@ worker (one thread) does not have (:func:`pipecheck.analysis.producer.intra_op_i
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from array import array
@@ -458,19 +457,6 @@ class ConsumerProbe:
         return COMPLETE
 
 
-def _next_of(iterator: Any) -> Callable[[], Any]:
-    """``iterator``'s ``__next__`` looked up on its type and bound to it, as ``next()`` finds
-    it (an instance attribute named ``__next__`` is not used, as ``next()`` ignores it): a
-    Python ``__next__`` (torch's iterators) is then called inline by the interpreter, about
-    30-90 ns a batch less than through ``next()`` (benchmarks/consumer_cost.py). For a type
-    without one, ``next(iterator)`` itself, which raises what it would unwrapped."""
-    method = getattr(type(iterator), "__next__", None)
-    get = getattr(type(method), "__get__", None)
-    if method is None or get is None:
-        return functools.partial(next, iterator)
-    return get(method, iterator, type(iterator))  # type: ignore[no-any-return]
-
-
 class EpochIterator:
     """One epoch's iterator: yields the source iterator's batches unchanged, timing each
     ``next()`` (wait) and the gap before the next call (compute) for its :class:`ConsumerProbe`.
@@ -505,11 +491,11 @@ class EpochIterator:
         self._raised = False
         self._cpu_mark: Optional[tuple[float, float]] = None  # sampled batch's (left, cpu)
         # What the fast path reads, in one list: [fast-path calls left before the next full
-        # one, clock, the source's __next__, marks.append, sample counter or None (batch
+        # one, clock, the source iterator, marks.append, sample counter or None (batch
         # sizes known up front), token counter or None]. One attribute read per batch: the
         # class has a __getattr__, which keeps Python 3.11 from specialising its attribute
         # reads (about 20 ns each, benchmarks/consumer_cost.py).
-        self._hot: list[Any] = [0, self._clock, _next_of(iterator), epoch.marks.append,
+        self._hot: list[Any] = [0, self._clock, iterator, epoch.marks.append,
                                 None if epoch.fixed is not None else probe._count_samples,
                                 probe._count_tokens]
         self._periodic: Optional[Callable[[Iterator[Any]], None]] = None
@@ -531,13 +517,13 @@ class EpochIterator:
 
     def __next__(self) -> Any:
         hot = self._hot
-        fast, clock, source_next, append, count, tokens = hot
+        fast, clock, source, append, count, tokens = hot
         if fast <= 1:
             return self._next_full()
         hot[0] = fast - 1
         entered = clock()
         try:
-            batch = source_next()
+            batch = next(source)
         except BaseException as exc:
             self._on_raise(entered, exc)
             raise
@@ -578,7 +564,7 @@ class EpochIterator:
             before = cpu_clock()
             thread_before = probe._thread_cpu_clock()
         try:
-            batch = self._hot[2]()  # the source's __next__ (_next_of)
+            batch = next(self._iterator)
         except BaseException as exc:
             self._on_raise(entered, exc)
             raise
