@@ -119,6 +119,7 @@ def recommend(run: RunRecord, analysis: Analysis) -> list[Recommendation]:
     settings = analysis.model.measured
     rules: list[_Rule] = [
         _more_workers,
+        _starved_pool_workers,
         _fewer_workers,
         _prefetch_factor,
         _persistent_workers,
@@ -135,6 +136,8 @@ def recommend(run: RunRecord, analysis: Analysis) -> list[Recommendation]:
         if _slower(expected, floor):
             continue  # never propose a change expected to be slower than what it replaces
         recommendations.append(recommendation)
+        if rule is _starved_pool_workers:
+            break  # unpredictable: later rules' cumulative figures would build on it
         settings = proposed
         floor = floor if expected is None else expected
     pipeline = [r for r in pipeline_recommendations(run, analysis)
@@ -276,6 +279,8 @@ def _more_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
     if producer_class(model) == CPU_BOUND:
         most = min(most, cpu_bound_worker_limit(model) if model.load is None
                    else MAX_CPU_BOUND_WORKERS_PER_CPU * model.usable_cpus)
+        if model.pool_threads:
+            most = min(most, pool_worker_limit(model))
     in_flight = shm_batches_cap(context.run)
     factor = settings.prefetch_factor or TORCH_DEFAULT_PREFETCH_FACTOR
     shm_most = None if in_flight is None else in_flight // factor
@@ -317,6 +322,64 @@ it, the fair-share model's assumptions (no cache or memory-bandwidth cost of mor
 are untested. On the project's 2-core machine 2 CPU-bound workers beat 1 in 3 of 3 paired runs
 (issue "Numbers that hold on real, busy machines"), so the older cap at the free cores was too
 low. pipecheck's choice."""
+
+
+def _starved_pool_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
+    """Input-bound at ``num_workers=0`` with the main process's intra-op pool starved of cores
+    (:attr:`~pipecheck.analysis.model.ThroughputModel.pool_starved`) and no worker count
+    proposed by :func:`_more_workers`: the serial run measured the pool's waits for its
+    descheduled threads, which a worker (one intra-op thread) does not pay, so the measured
+    cost overstates a worker's by an unknown factor (on ``benchmarks/prediction.py``'s JPEG
+    pipeline beside a busy process, 17x: 22 ms of the calling thread's CPU a sample against
+    1.3 ms in a worker; 1 worker delivered 14x the serial rate). Proposes
+    :func:`pool_worker_limit` workers with no prediction (expected figures ``None``), and the
+    reason names the stress command that measures it."""
+    model = context.model
+    if (context.analysis.diagnosis.verdict != INPUT_BOUND or settings.num_workers != 0
+            or model.measured.num_workers != 0 or not model.pool_starved):
+        return None
+    workers = pool_worker_limit(model)
+    in_flight = shm_batches_cap(context.run)
+    if in_flight is not None:
+        workers = min(workers, in_flight // TORCH_DEFAULT_PREFETCH_FACTOR)
+    if workers < 1:
+        return None
+    proposed = replace(settings, num_workers=workers)
+    load = model.load
+    assert load is not None  # pool_starved needs it
+    production_s = 1.0 / model.per_worker_batches_per_s
+    reason = (
+        f"With num_workers=0 the main process's {model.pool_threads} torch intra-op threads "
+        f"had {load.own_cpus:.1f} cores (its threads waited for a core "
+        f"{percent(1.0 - load.share)} of the time they wanted one), so each parallel op waited "
+        "for a descheduled thread while the others spin-waited: production took "
+        f"{seconds(production_s)} a batch, {seconds(model.production_cpu_per_batch_s)} of CPU. "
+        "A worker runs one intra-op thread and waits for no team, so it pays far less, by a "
+        "factor this run cannot tell (the step, on the same starved threads, was slowed by "
+        f"an unknown factor too): {count(workers, 'worker')}, the cores left to this run, "
+        "with no prediction. "
+        f"'pipecheck stress FILE.py:make_loader --workers 0,{workers}' (a function "
+        "that builds your DataLoader) measures it on this host; so does "
+        "torch.set_num_threads(1) before the loop, which removes the waits at num_workers=0.")
+    recommendation = Recommendation(
+        setting="num_workers", current=0, proposed=workers,
+        expected=Expected(samples_per_s=None, stall_fraction=None,
+                          note="not predictable from this run"),
+        reason=reason)
+    return recommendation, proposed
+
+
+def pool_worker_limit(model: ThroughputModel) -> int:
+    """Most CPU-bound workers proposed beside a main process whose intra-op pool is active
+    (:attr:`~pipecheck.analysis.model.ThroughputModel.pool_threads`): the cores left to the
+    run, rounded, at least 1. Past them the step's parallel regions stall whenever a pool
+    thread waits for a core, which the fair-share model does not capture: on 2 cores
+    (``benchmarks/prediction.py``, quiet) the FFT pipeline ran 48, 51.5 and 49 batches/s
+    with 2, 3 and 4 workers and the JPEG one 12.3, 12.1 and 10.9, where the model gave
+    +19% and +32% for 3 and 4 workers over 2. pipecheck's choice, from those measurements."""
+    load = model.load
+    assert load is not None  # pool_threads is set only with host data
+    return max(1, math.floor(load.cores_left() + 0.5))
 
 
 def _settle_with_stress(
@@ -442,8 +505,11 @@ def _more_workers_reason(
             f"{batch_rate(prediction.steady_batches_per_s)} in steady state (demand {batch_rate(demand)})."
             + (" Production's CPU here was inflated by torch's intra-op threads, which "
                "workers do not run: the workers are taken to pay the calling thread's CPU, "
-               "and the interval reaches up to free production."
+               "and the interval runs from that to the process's CPU."
                if model.worker_cpu_range_s is not None else "")
+            + (f" The main process's {model.pool_threads} intra-op threads are counted as "
+               "spin-waiting beside the workers, taking cores from them."
+               if model.pool_threads else "")
         )
     cpu_fraction = model.worker_cpu_fraction
     kind = producer_class(model)

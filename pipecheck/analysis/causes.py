@@ -131,8 +131,11 @@ def intra_op_finding(run: RunRecord, producer: ProducerSummary) -> Optional[Find
         "JPEG decode and normalize on a quiet machine, up to 15x beside busy processes); "
         "DataLoader workers run one "
         "intra-op thread, so they pay far less. The predictions for workers take the calling "
-        "thread's CPU and span up to free production; 'pipecheck stress FILE.py:make_loader "
-        "--workers 0,1,2' (a function that builds your DataLoader) measures them.",
+        "thread's CPU, their intervals span to the process's CPU, and they count the pool's "
+        "threads as spin-waiting beside the workers, taking cores from them (where the step "
+        "gains nothing from them, torch.set_num_threads(1) in the training process gives "
+        "those cores back); 'pipecheck stress FILE.py:make_loader --workers 0,1,2' (a "
+        "function that builds your DataLoader) measures them.",
         evidence={"intra_op_threads": threads, "cpu_per_batch_s": cpu_s,
                   "thread_cpu_per_batch_s": cpu_s / inflation, "inflation": inflation,
                   "inflation_min": INTRA_OP_INFLATION_MIN},

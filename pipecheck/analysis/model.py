@@ -17,6 +17,12 @@ The model, per steady batch (every batch but each epoch's first):
   ``num_workers=0`` measured, a worker's CPU per batch is the main process's CPU time per batch
   while producing (all threads; a worker runs one intra-op thread), never its contended wall
   time;
+* measured at ``num_workers=0`` with the main process's torch intra-op pool active (its CPU
+  beyond the calling thread's), the main process counts as all its intra-op threads, runnable
+  for the whole loop, beside the workers: OpenMP's threads spin-wait at team barriers and after
+  each parallel region (:attr:`ThroughputModel.pool_threads`). With the pool starved of cores
+  in that run (:attr:`ThroughputModel.pool_starved`) the measured production and step times
+  include waits a worker does not pay, by a factor the run cannot tell;
 * without host data, producer capacity with ``N >= 1`` workers is ``min(N x r, CPU cap)``,
   ``r`` the measured per-worker rate (batches / busy time) and the CPU cap from the measured
   worker and main-process CPU per batch
@@ -67,6 +73,7 @@ from pipecheck.analysis.consumer import (
 )
 from pipecheck.analysis.producer import (
     ASSUMED_PRODUCTION_CPU_FRACTION,
+    INTRA_OP_INFLATION_MIN,
     cpu_cap_batches_per_s,
     intra_op_inflation,
     main_cpu_per_batch_s,
@@ -131,6 +138,15 @@ def enough_steady_batches(record: ConsumerRecord) -> bool:
         return True
     steady_s = steady_wait_s(record) + record.compute_s
     return steady >= MIN_SLOW_STEADY_BATCHES and steady_s >= MIN_SLOW_STEADY_S
+
+
+POOL_STARVED_SHARE = 0.8
+"""Share of a core the main process's runnable threads got (1 - run-queue fraction) under which
+an active intra-op pool is taken to be starved (:attr:`ThroughputModel.pool_starved`).
+pipecheck's choice, from ``benchmarks/prediction.py``'s JPEG pipeline at ``num_workers=0`` on 2
+cores: quiet, the main process waited for a core under 1% of the time and spent 1.3-1.6 ms of
+the calling thread's CPU a sample (a worker pays 1.3 ms); beside one busy process it waited 50%
+of the time and spent 22 ms a sample, while 1 worker delivered 14x the serial rate."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +216,7 @@ def _cycle(
     others_runnable: float,
     cpus: float,
     worker_fixed_s: Optional[float] = None,
+    pool_threads: int = 0,
 ) -> Cycle:
     """Step and worker times with ``workers`` (>= 1) workers. During the step, ``step_threads``
     + the runnable workers + ``others_runnable`` share ``cpus``; while the main process waits
@@ -209,8 +226,15 @@ def _cycle(
     the loop's rate x its time per batch / workers). The step's time is ``step_meas_s`` x
     ``reference_share`` / its share now (``reference_share`` ``None``: the step is as measured,
     used to find the measured run's own shares; ``worker_fixed_s``: a worker's time per batch
-    as measured, likewise)."""
+    as measured, likewise). ``pool_threads`` > 0: the main process counts as that many
+    threads runnable for the whole loop, during the step and while it waits
+    (:attr:`ThroughputModel.pool_threads`), and the step is runnable all its time."""
     step_share = worker_share = 1.0
+    if pool_threads > 0:
+        step_threads = 1.0  # runnable all its time; its group is the pool below
+    main_group = (float(pool_threads), 1.0) if pool_threads > 0 else _step_group(step_threads)
+    # The pool counts whole while the main thread waits in next() too (see pool_threads).
+    waiting = [(float(pool_threads), 1.0)] if pool_threads > 0 else []
     step_s = step_meas_s
     for _ in range(_FIXED_POINT_ROUNDS):
         worker_s = scale * (worker_cpu_s / worker_share + worker_off_s)
@@ -227,8 +251,9 @@ def _cycle(
         in_step = min(rate * step_s, 1.0)
         want = runnable_part * utilization
         step_now, workers_in_step, _ = fair_shares(
-            [_step_group(step_threads), (workers, want), (others_runnable, 1.0)], cpus)
-        workers_between, _ = fair_shares([(workers, want), (others_runnable, 1.0)], cpus)
+            [main_group, (workers, want), (others_runnable, 1.0)], cpus)
+        workers_between = fair_shares([(workers, want), (others_runnable, 1.0)] + waiting,
+                                       cpus)[0]
         mean_share = in_step * workers_in_step + (1.0 - in_step) * workers_between
         step_share = 0.5 * step_share + 0.5 * step_now
         worker_share = 0.5 * worker_share + 0.5 * mean_share
@@ -302,8 +327,35 @@ class ThroughputModel:
     worker_cpu_range_s: Optional[tuple[float, float]] = None
     """Lowest and highest plausible worker CPU seconds per batch when the point figure is
     uncertain beyond the run's noise (``num_workers=0`` production inflated by torch's
-    intra-op threads: from free to the process's CPU); ``None`` otherwise. The interval
+    intra-op threads: from the calling thread's CPU, or from free when the pool was starved
+    (:attr:`pool_starved`), to the process's CPU; ``benchmarks/intra_op_cost.py``: on one
+    thread a worker paid 1.0-1.9x the calling thread's CPU); ``None`` otherwise. The interval
     spans the predictions at both ends."""
+    pool_threads: int = 0
+    """torch intra-op threads of the main process when measured at ``num_workers=0`` with its
+    pool active (production or the step used CPU beyond the calling thread, by at least
+    :data:`~pipecheck.analysis.producer.INTRA_OP_INFLATION_MIN`); 0 otherwise. Beside
+    CPU-bound workers the pool's threads spin-wait at team barriers and after each parallel
+    region (OpenMP, which torch's CPU builds use, busy-waits before sleeping: libgomp's
+    ``GOMP_SPINCOUNT``), so the model counts the main process as this many runnable threads
+    for the whole loop, while its main thread waits in ``next()`` too. Measured with
+    ``benchmarks/prediction.py``'s FFT and JPEG pipelines on 2 cores (2 intra-op threads):
+    beside 2 workers the main process used 0.80 cores (1.0 alone, for a step of 1 core), and
+    2 FFT workers delivered 43-48 batches/s against 80 with ``torch.set_num_threads(1)``.
+    Counted this way the model was within 14% of 1 and 2 workers measured on both pipelines
+    (-14% to +6%); counting only the pool's other threads while the main thread waits gave
+    +13% to +35%."""
+
+    @property
+    def pool_starved(self) -> bool:
+        """Whether the main process's active intra-op pool (:attr:`pool_threads`) had fewer
+        cores than it wanted: its threads waited for a core at least
+        1 - :data:`POOL_STARVED_SHARE` of the time they wanted one. Then every parallel region
+        waits for a descheduled teammate while the others spin, and the serial run's production
+        and step times measure that wait, which a worker (one thread, no team) does not pay;
+        how much of them it is cannot be told from the run."""
+        return (self.pool_threads > 0 and self.load is not None
+                and self.load.share < POOL_STARVED_SHARE)
 
     @property
     def production_cpu_per_batch_s(self) -> float:
@@ -356,7 +408,8 @@ class ThroughputModel:
             solo_s = self.worker_cpu_per_batch_s / at_measured.worker_share + self.worker_off_s
             scale = (1.0 / self.per_worker_batches_per_s) / solo_s if solo_s > 0 else 1.0
         return _cycle(num_workers, step_meas_s, reference_share, self.worker_cpu_per_batch_s,
-                      self.worker_off_s, scale, self.receive_s, step_threads, others, cpus)
+                      self.worker_off_s, scale, self.receive_s, step_threads, others, cpus,
+                      pool_threads=self.pool_threads)
 
     def step_s(self, num_workers: int, others_cpus: Optional[float] = None) -> float:
         """Predicted step time in seconds with ``num_workers`` workers: the measured one,
@@ -630,15 +683,40 @@ def build_model(
         # Off-CPU time from the CPU as measured: the pool's overhead took wall time too.
         model = replace(model, worker_off_s=_worker_off_s(model, producer))
     inflation = intra_op_inflation(run)
+    pool = active_pool_threads(run, inflation, load)
+    if pool:
+        model = replace(model, pool_threads=pool, assumptions=model.assumptions + (
+            f"the main process's {pool} torch intra-op threads were active (their CPU beyond "
+            "the calling thread's): beside CPU-bound workers they spin-wait, so all of them "
+            "count as runnable for the whole loop",))
     if inflation is not None:
+        # A worker does all of production on its one thread: never less than the calling
+        # thread's share, unless that thread's CPU holds spin-waits for a starved pool.
+        low = 0.0 if model.pool_starved else worker_cpu / inflation
         model = replace(model, worker_cpu_per_batch_s=worker_cpu / inflation,
-                        worker_cpu_range_s=(0.0, worker_cpu), assumptions=model.assumptions + (
+                        worker_cpu_range_s=(low, worker_cpu), assumptions=model.assumptions + (
                             f"production ran on {run.environment.intra_op_threads} torch "
                             f"intra-op threads, using {inflation:.1f}x the calling thread's "
                             "CPU: a worker (one thread) is taken to pay the calling thread's "
-                            "CPU, and the interval runs from free production to the "
-                            "process's CPU",))
+                            "CPU, and the interval runs from "
+                            + ("free production" if model.pool_starved
+                               else "the calling thread's CPU") + " to the process's CPU",))
     return model
+
+
+def active_pool_threads(run: RunRecord, inflation: Optional[float],
+                        load: Optional[HostLoad]) -> int:
+    """The main process's torch intra-op threads (:attr:`ThroughputModel.pool_threads`) when
+    the run, at ``num_workers=0`` with host data, shows its pool active: production inflated
+    (``inflation``, :func:`~pipecheck.analysis.producer.intra_op_inflation`) or the step
+    using at least :data:`~pipecheck.analysis.producer.INTRA_OP_INFLATION_MIN` cores; else 0.
+    With workers measured the main process's CPU beside them is measured instead."""
+    threads = run.environment.intra_op_threads
+    if (load is None or run.worker_probe != "main-process" or threads is None
+            or threads <= 1):
+        return 0
+    stepping = load.step_cores is not None and load.step_cores >= INTRA_OP_INFLATION_MIN
+    return threads if inflation is not None or stepping else 0
 
 
 def _modelled_batches(run: RunRecord) -> int:

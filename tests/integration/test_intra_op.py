@@ -9,7 +9,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import pipecheck
+from pipecheck.analysis import analyze
 from pipecheck.analysis.producer import INTRA_OP_INFLATION_MIN
+from pipecheck.recommend import pool_worker_limit, producer_class
 from pipecheck.records import RunRecord
 
 
@@ -63,6 +65,14 @@ def test_torch_op_production_records_the_calling_threads_cpu_and_the_thread_coun
     found = any(f.kind == "intra-op-threads" for f in report.diagnosis.findings)
     # The finding follows the measured gap, whatever this machine's pool did.
     assert found == (torch.get_num_threads() > 1 and inflation >= INTRA_OP_INFLATION_MIN)
+    # So does the what-if model: an active pool counts whole beside the workers, and
+    # CPU-bound workers stay within the cores left to the run.
+    model = analyze(record).model
+    if found and model is not None and model.load is not None:
+        assert model.pool_threads == torch.get_num_threads()
+        proposals = [r for r in report.recommendations if r.setting == "num_workers"]
+        if proposals and producer_class(model) == "cpu-bound":
+            assert proposals[0].proposed <= pool_worker_limit(model)
 
 
 def test_pure_python_production_shows_no_intra_op_gap():

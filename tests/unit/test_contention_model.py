@@ -302,13 +302,15 @@ def with_intra_op(run, *, threads, thread_share):
 def test_intra_op_inflated_production_is_charged_to_workers_at_the_calling_threads_cpu():
     # num_workers=0 production whose process CPU was twice the calling thread's on torch's 2
     # intra-op threads: a worker (one thread) is charged the thread's half, the interval runs
-    # from the process's CPU up to free production, and a finding says why.
+    # from the process's CPU to the calling thread's, and a finding says why.
     run = simulate(SERIAL)
     plain = analyze(run).model
     inflated_run = with_intra_op(run, threads=2, thread_share=0.5)
     inflated = analyze(inflated_run).model
     assert inflated.worker_cpu_per_batch_s == pytest.approx(plain.worker_cpu_per_batch_s / 2)
-    assert inflated.worker_cpu_range_s == (0.0, pytest.approx(plain.worker_cpu_per_batch_s))
+    assert inflated.worker_cpu_range_s == (
+        pytest.approx(plain.worker_cpu_per_batch_s / 2),
+        pytest.approx(plain.worker_cpu_per_batch_s))
     one = LoaderSettings(num_workers=1)
     low, high = inflated.interval(one)
     assert low <= plain.predict(one).batches_per_s * 1.001
@@ -423,16 +425,123 @@ def test_a_run_stopped_inside_its_epoch_is_predicted_over_whole_epochs():
     assert full.predict(one).batches_per_s > short.predict(one).batches_per_s
 
 
-def test_free_production_at_the_top_of_an_intra_op_interval_is_not_held_back_by_old_batch_times():
-    # num_workers=0 production of 3 s a batch, half of it intra-op overhead: the interval's top
-    # (free production) is bounded by the step, not by replaying the measured 3 s batches.
+def test_a_cheaper_worker_is_not_held_back_by_old_batch_times():
+    # num_workers=0 production of 3 s a batch, 90% of it on the calling thread's CPU: a worker
+    # predicted at a tenth of that CPU is bounded by the step, not by replaying the measured
+    # 3 s batches.
     run = simulate(dataclasses.replace(SERIAL, production_s=3.0, step_s=0.08,
                                        batches_per_epoch=8))
-    run = with_intra_op(run, threads=2, thread_share=0.5)
     run = dataclasses.replace(run, loader=dataclasses.replace(run.loader, batches_per_epoch=64))
     model = analyze(run).model
     one = LoaderSettings(num_workers=1)
-    point = model.predict(one).batches_per_s
-    low, high = model.interval(one, model_error=False)
-    assert low < point < high
-    assert high > 5 * point
+    measured = model.predict(one).batches_per_s
+    cheap = dataclasses.replace(model, worker_cpu_per_batch_s=model.worker_cpu_per_batch_s / 10)
+    assert cheap.predict(one).batches_per_s > 5 * measured
+
+
+def test_a_starved_pools_interval_reaches_free_production():
+    model = analyze(starved_pool_run()).model
+    assert model.worker_cpu_range_s[0] == 0.0
+
+
+def test_an_active_intra_op_pool_counts_as_runnable_threads_beside_workers():
+    # num_workers=0 on 2 cores with torch's 2 intra-op threads active: beside CPU-bound
+    # workers the main process counts as 2 runnable threads for the whole loop, so 2 workers
+    # share the cores with them (half a core each), not with a one-thread step.
+    spec = dataclasses.replace(SERIAL, production_s=0.4)
+    run = with_intra_op(simulate(spec), threads=2, thread_share=0.5)
+    model = analyze(run).model
+    assert model.pool_threads == 2
+    idle = dataclasses.replace(model, pool_threads=0)
+    two = LoaderSettings(num_workers=2)
+    assert model.shares(2).worker_share == pytest.approx(0.5, rel=0.02)
+    assert model.predict(two).batches_per_s < idle.predict(two).batches_per_s
+    # Producer-bound: 2 workers x half a core over the calling thread's CPU per batch.
+    expected = 2 * 0.5 / model.worker_cpu_per_batch_s
+    assert model.capacity(2)[0] == pytest.approx(expected, rel=0.02)
+    assert any("spin-wait" in words for words in model.assumptions)
+    # The serial prediction is what was measured: the pool stays as it was.
+    zero = LoaderSettings(num_workers=0)
+    assert model.predict(zero).batches_per_s == pytest.approx(
+        idle.predict(zero).batches_per_s)
+
+
+@pytest.mark.parametrize("threads, thread_share", [(1, 0.5), (2, 0.9), (None, 0.5)])
+def test_no_pool_threads_without_an_active_pool(threads, thread_share):
+    run = with_intra_op(simulate(SERIAL), threads=threads, thread_share=thread_share)
+    assert analyze(run).model.pool_threads == 0
+
+
+def test_no_pool_threads_when_workers_were_measured_or_the_host_was_not():
+    with_workers = with_intra_op(simulate(dataclasses.replace(SERIAL, num_workers=2)),
+                                 threads=2, thread_share=0.5)
+    assert analyze(with_workers).model.pool_threads == 0
+    hostless = with_intra_op(simulate(dataclasses.replace(SERIAL, with_host=False)),
+                             threads=2, thread_share=0.5)
+    assert analyze(hostless).model.pool_threads == 0
+
+
+def test_a_step_on_several_cores_marks_the_pool_active():
+    # No inflation while producing, but the step itself ran on 1.5 cores.
+    run = with_intra_op(simulate(dataclasses.replace(SERIAL, main_step_cpu_fraction=1.5)),
+                        threads=2, thread_share=1.0)
+    assert analyze(run).model.pool_threads == 2
+
+
+def test_cpu_bound_workers_beside_an_active_pool_stay_within_the_cores_left():
+    from pipecheck.recommend import pool_worker_limit
+    # 8 cores, production 10x the step: the fair-share model alone would go past the cores.
+    spec = dataclasses.replace(SERIAL, usable_cpus=8, production_s=0.2)
+    run = with_intra_op(simulate(spec), threads=8, thread_share=0.5)
+    analysis = analyze(run)
+    assert analysis.model.pool_threads == 8
+    assert pool_worker_limit(analysis.model) == 8
+    workers = next(r for r in recommend(run, analysis) if r.setting == "num_workers")
+    assert 1 <= workers.proposed <= 8
+    busy = with_host(run, others_cpus=5.0)
+    busy_analysis = analyze(busy)
+    limit = pool_worker_limit(busy_analysis.model)
+    assert limit < 8
+    proposals = [r for r in recommend(busy, busy_analysis) if r.setting == "num_workers"]
+    assert all(r.proposed <= limit for r in proposals)
+
+
+def starved_pool_run():
+    """A serial run on 2 cores whose 2 intra-op threads waited for a core half the time they
+    wanted one (production inflated 2x over the calling thread), the other core taken by
+    another process."""
+    spec = dataclasses.replace(SERIAL, production_s=0.4)
+    run = with_intra_op(simulate(spec), threads=2, thread_share=0.5)
+    busy_s = run.host.main_cpu_s  # as long waiting for a core as running
+    return with_host(run, others_cpus=1.0, main_runqueue_s=busy_s)
+
+
+def test_a_starved_pool_gets_workers_proposed_without_a_prediction():
+    run = starved_pool_run()
+    analysis = analyze(run)
+    assert analysis.model.pool_starved
+    workers = [r for r in recommend(run, analysis) if r.setting == "num_workers"]
+    assert len(workers) == 1
+    proposal = workers[0]
+    assert proposal.current == 0 and proposal.proposed == 1  # the one core left to the run
+    assert proposal.expected.samples_per_s is None
+    assert proposal.expected.samples_per_s_low is None
+    assert proposal.expected.note == "not predictable from this run"
+    assert "waited for a core 50.0%" in proposal.reason
+    assert "'pipecheck stress FILE.py:make_loader --workers 0,1'" in proposal.reason
+    assert "torch.set_num_threads(1)" in proposal.reason
+    # It reaches the JSON and the terminal as "not predicted".
+    report = build_report(run)
+    saved = json.loads(report.to_json())
+    entry = next(r for r in saved["recommendations"] if r["setting"] == "num_workers")
+    assert entry["expected"]["samples_per_s"] is None
+    assert "not predictable from this run" in report.render(width=120)
+
+
+def test_a_pool_with_its_cores_is_not_starved():
+    spec = dataclasses.replace(SERIAL, production_s=0.4)
+    run = with_intra_op(simulate(spec), threads=2, thread_share=0.5)
+    analysis = analyze(run)
+    assert analysis.model.pool_threads == 2 and not analysis.model.pool_starved
+    workers = next(r for r in recommend(run, analysis) if r.setting == "num_workers")
+    assert workers.expected.samples_per_s is not None
