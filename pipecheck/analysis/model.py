@@ -710,10 +710,16 @@ def active_pool_threads(run: RunRecord, inflation: Optional[float],
     the run, at ``num_workers=0`` with host data, shows its pool active: production inflated
     (``inflation``, :func:`~pipecheck.analysis.producer.intra_op_inflation`) or the step
     using at least :data:`~pipecheck.analysis.producer.INTRA_OP_INFLATION_MIN` cores; else 0.
-    With workers measured the main process's CPU beside them is measured instead."""
+    With workers measured the main process's CPU beside them is measured instead. A step on a
+    CUDA device (the device probe recorded its batches) is taken to leave the pool idle once
+    production moves to workers: its CPU side launches kernels, and what kept the pool busy
+    at ``num_workers=0`` was production (an assumption: a CPU step's regions and the spin
+    after them fall partly into the following wait, so the two cannot be told apart)."""
     threads = run.environment.intra_op_threads
     if (load is None or run.worker_probe != "main-process" or threads is None
             or threads <= 1):
+        return 0
+    if run.device is not None and run.device.status == "ok":
         return 0
     stepping = load.step_cores is not None and load.step_cores >= INTRA_OP_INFLATION_MIN
     return threads if inflation is not None or stepping else 0

@@ -119,13 +119,19 @@ def test_worker_exception_reaches_user_unchanged(workers):
 
 
 def test_ctrl_c_in_the_loop_keeps_a_usable_report():
+    # Python's own Ctrl-C handler, as an interactive run has: a shell starts background jobs
+    # with SIGINT ignored, and Python then installs none.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     wrapped = pipecheck.wrap(DataLoader(SquaresDataset(80), batch_size=4, num_workers=2))
     seen = 0
-    with pytest.raises(KeyboardInterrupt):
-        for _ in wrapped:
-            seen += 1
-            if seen == 5:
-                os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, delivered mid-step
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for _ in wrapped:
+                seen += 1
+                if seen == 5:
+                    os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, delivered mid-step
+    finally:
+        signal.signal(signal.SIGINT, previous)
     report = wrapped.report()
     assert report.consumer.batches == 5
     assert "5" in report.render(width=100)

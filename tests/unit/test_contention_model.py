@@ -545,3 +545,14 @@ def test_a_pool_with_its_cores_is_not_starved():
     assert analysis.model.pool_threads == 2 and not analysis.model.pool_starved
     workers = next(r for r in recommend(run, analysis) if r.setting == "num_workers")
     assert workers.expected.samples_per_s is not None
+
+
+def test_a_step_on_a_gpu_leaves_the_pool_out_of_the_workers_way():
+    from pipecheck.records import DeviceRecord
+    run = with_intra_op(simulate(dataclasses.replace(SERIAL, production_s=0.4)),
+                        threads=2, thread_share=0.5)
+    on_gpu = dataclasses.replace(run, device=DeviceRecord(
+        status="ok", backend="cuda", batches=run.consumer.batches, idle_s=1.0,
+        idle_fraction=0.5))
+    assert analyze(run).model.pool_threads == 2
+    assert analyze(on_gpu).model.pool_threads == 0
