@@ -341,7 +341,8 @@ class ThroughputModel:
     for the whole loop, while its main thread waits in ``next()`` too. Measured with
     ``benchmarks/prediction.py``'s FFT and JPEG pipelines on 2 cores (2 intra-op threads):
     beside 2 workers the main process used 0.80 cores (1.0 alone, for a step of 1 core), and
-    2 FFT workers delivered 43-48 batches/s against 80 with ``torch.set_num_threads(1)``.
+    2 FFT workers delivered 43-48 batches/s against 80 with ``torch.set_num_threads(1)``
+    (10-second wrapped runs; ``benchmarks/worker_cost.py``'s shorter loops: 57.5 against 71.7).
     Counted this way the model was within 14% of 1 and 2 workers measured on both pipelines
     (-14% to +6%); counting only the pool's other threads while the main thread waits gave
     +13% to +35%."""
