@@ -4,7 +4,13 @@ pay) from the work itself (:func:`pipecheck.analysis.producer.intra_op_inflation
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
+import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -79,3 +85,45 @@ def test_pure_python_production_shows_no_intra_op_gap():
     record, report = run(PurePython())
     assert inflation_of(record) < INTRA_OP_INFLATION_MIN
     assert all(f.kind != "intra-op-threads" for f in report.diagnosis.findings)
+
+
+STARVED_CHILD = """
+import json, os, time
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one CPU for 2 intra-op threads
+import torch
+torch.set_num_threads(2)
+from torch.utils.data import DataLoader
+import pipecheck
+from pipecheck.analysis import analyze
+from test_intra_op import TorchOps
+wrapped = pipecheck.wrap(DataLoader(TorchOps(), batch_size=8))
+started = time.perf_counter()
+while time.perf_counter() - started < 3.0:
+    for batch in wrapped:
+        batch.relu().sum()
+record, report = wrapped.record(), wrapped.report()
+wrapped.close()
+model = analyze(record).model
+print(json.dumps({
+    "pool_threads": model.pool_threads, "starved": model.pool_starved,
+    "share": model.load.share,
+    "proposals": [[r.setting, r.proposed, r.expected.samples_per_s, r.expected.note]
+                  for r in report.recommendations]}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_a_pool_starved_of_cores_gets_workers_proposed_without_a_prediction():
+    # A real num_workers=0 loader of torch ops whose process has 2 intra-op threads and one
+    # CPU: the pool's threads wait for each other's core, so the serial figures say nothing
+    # of a worker's cost and the proposal comes with no prediction.
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    done = subprocess.run([sys.executable, "-c", STARVED_CHILD], env=env, capture_output=True,
+                          text=True, timeout=240, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["pool_threads"] == 2
+    assert result["starved"], result
+    workers = [p for p in result["proposals"] if p[0] == "num_workers"]
+    assert workers == [["num_workers", 1, None, "not predictable from this run"]]
