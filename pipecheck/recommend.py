@@ -55,9 +55,14 @@ DOWN_HEADROOM = 2.0
 """Fewer workers are proposed only if they keep capacity at 2x the demand or more (slack for
 batch-time variance and contention the model does not see)."""
 
-MAX_WORKERS_PER_CPU = 8
+MAX_WORKERS_PER_CPU = 4
 """Upper bound on proposed workers per usable CPU, even for latency-bound work: beyond it the
-per-process memory and IPC the model ignores usually dominate."""
+IPC the model ignores dominates (the main process alone sends every index and receives every
+batch, its queues' feeder threads waiting for the GIL). Measured with
+``benchmarks/prediction.py``'s latency pipeline on 2 cores (128 ms of sleep a batch, quiet): a
+worker took 146, 166 and 228 ms a batch with 4, 8 and 16 workers (ad-hoc timed loops of its
+``train_for``), so the model, which holds it at the serial 138 ms, overshot by 24% at 16
+workers and about 12% at 8. pipecheck's choice, from those measurements (it was 8)."""
 
 MAX_PREFETCH_FACTOR = 16
 """Largest proposed prefetch_factor: past it the batches held in memory (prefetch_factor x
@@ -510,6 +515,7 @@ def _more_workers_reason(
             + (f" The main process's {model.pool_threads} intra-op threads are counted as "
                "spin-waiting beside the workers, taking cores from them."
                if model.pool_threads else "")
+            + _starved_step_words(model)
         )
     cpu_fraction = model.worker_cpu_fraction
     kind = producer_class(model)
@@ -535,6 +541,19 @@ def _more_workers_reason(
         f"{beyond_cores} should deliver about {batch_rate(prediction.steady_batches_per_s)} in steady "
         f"state{capped}."
     )
+
+
+def _starved_step_words(model: ThroughputModel) -> str:
+    """A sentence on a step measured with its intra-op pool starved
+    (:attr:`~pipecheck.analysis.model.ThroughputModel.unstarved_step_s`); empty otherwise."""
+    if model.unstarved_step_s is None:
+        return ""
+    step_s = 1.0 / model.demand_batches_per_s
+    return (f" The step took {seconds(step_s)} with num_workers=0, its calling thread on a "
+            f"core {percent(model.unstarved_step_s / step_s)} of it while the intra-op threads "
+            "ran (it waited for a core): beside workers it is taken at that thread's CPU time, "
+            f"{seconds(model.unstarved_step_s)}, and the interval's low end keeps the measured "
+            "step.")
 
 
 def _fewer_workers(context: _Context, settings: LoaderSettings) -> _Outcome:

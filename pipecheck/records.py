@@ -165,6 +165,11 @@ class ConsumerRecord:
     """CPU seconds of the thread calling ``next()`` alone (``time.thread_time``) over the same
     sampled waits as ``sampled_wait_cpu_s``: with ``num_workers=0``, production's CPU without
     the other threads' (torch's intra-op pool); ``None`` in older reports."""
+    sampled_compute_thread_cpu_s: Optional[float] = None
+    """CPU seconds of the thread calling ``next()`` alone over the same sampled steps as
+    ``sampled_compute_cpu_s``: the step's CPU without its intra-op threads'; short of
+    ``sampled_compute_wall_s`` when that thread waited (for a core, a GPU, a lock or I/O);
+    ``None`` in older reports."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,7 +556,8 @@ class ConsumerSummary:
 
     ``stall_fraction = wait_s / (wait_s + compute_s)`` over the whole run, epoch starts included;
     ``steady_stall_fraction`` leaves out each epoch's first batch. ``demand_batches_per_s`` is
-    ``1 / mean(compute_s)``: what the step could take if data were free.
+    ``1 / mean(compute_s)`` without the run's first step (a warm-up): what the step could take
+    if data were free.
     """
 
     batches: int

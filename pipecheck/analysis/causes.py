@@ -9,7 +9,7 @@ Each function takes the run and its producer summary and returns findings (kinds
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from pipecheck.analysis import bound, memory
 from pipecheck.analysis.contention import (
@@ -17,6 +17,8 @@ from pipecheck.analysis.contention import (
     other_processes_cpus,
     same_group_fraction,
 )
+from pipecheck.analysis.consumer import steady_step_s
+from pipecheck.analysis.model import POOL_STARVED_SHARE, starved_step_on_cpu, step_pool_inflation
 from pipecheck.analysis.producer import INTRA_OP_INFLATION_MIN, intra_op_inflation, usable_host
 from pipecheck.kinds import BALANCED, INPUT_BOUND, WORKERS_FINDING, FindingKind, Verdict
 from pipecheck.records import Finding, ProducerSummary, RunRecord
@@ -113,33 +115,54 @@ def contended_host_finding(run: RunRecord) -> Optional[Finding]:
 
 def intra_op_finding(run: RunRecord, producer: ProducerSummary) -> Optional[Finding]:
     """``intra-op-threads`` (info) when, with ``num_workers=0``, production's CPU was inflated
-    by torch's intra-op pool (:func:`pipecheck.analysis.producer.intra_op_inflation`): the
-    per-batch cost measured here overstates what a worker pays, so predictions for workers
+    by torch's intra-op pool (:func:`pipecheck.analysis.producer.intra_op_inflation`) or the
+    step's pool waited for cores (:func:`pipecheck.analysis.model.starved_step_on_cpu`): the
+    costs measured here overstate what they are beside workers, so predictions for workers
     are uncertain and the finding says how to measure them."""
     inflation = intra_op_inflation(run)
     cpu_s = producer.cpu_per_batch_s
     if inflation is None or cpu_s is None:
+        inflation = cpu_s = None
+    on_cpu = starved_step_on_cpu(run)
+    step_s = steady_step_s(run.consumer)
+    if on_cpu is None or step_s is None:
+        on_cpu = step_s = None
+    if inflation is None and on_cpu is None:
         return None
     threads = run.environment.intra_op_threads
-    return Finding(
-        kind=FindingKind.INTRA_OP_THREADS,
-        severity="info",
-        message=f"With num_workers=0 batch production ran on torch's {threads} intra-op "
-        f"threads: {seconds(cpu_s)} of CPU per batch, {seconds(cpu_s / inflation)} of it on "
-        "the calling thread. Small tensor ops pay the thread pool's start and spin-waits on "
-        "every call (pipecheck measured 2.6 ms against 1.3 ms on one thread for a 224x224 "
-        "JPEG decode and normalize on a quiet machine, up to 15x beside busy processes); "
-        "DataLoader workers run one "
-        "intra-op thread, so they pay far less. The predictions for workers take the calling "
-        "thread's CPU, their intervals span to the process's CPU, and they count the pool's "
-        "threads as spin-waiting beside the workers, taking cores from them (where the step "
-        "gains nothing from them, torch.set_num_threads(1) in the training process gives "
-        "those cores back); 'pipecheck stress FILE.py:make_loader --workers 0,1,2' (a "
-        "function that builds your DataLoader) measures them.",
-        evidence={"intra_op_threads": threads, "cpu_per_batch_s": cpu_s,
-                  "thread_cpu_per_batch_s": cpu_s / inflation, "inflation": inflation,
-                  "inflation_min": INTRA_OP_INFLATION_MIN},
-    )
+    evidence: dict[str, Any] = {"intra_op_threads": threads,
+                                "inflation_min": INTRA_OP_INFLATION_MIN}
+    words = []
+    if inflation is not None and cpu_s is not None:
+        words.append(
+            f"With num_workers=0 batch production ran on torch's {threads} intra-op "
+            f"threads: {seconds(cpu_s)} of CPU per batch, {seconds(cpu_s / inflation)} of it on "
+            "the calling thread. Small tensor ops pay the thread pool's start and spin-waits on "
+            "every call (pipecheck measured 2.6 ms against 1.3 ms on one thread for a 224x224 "
+            "JPEG decode and normalize on a quiet machine, up to 15x beside busy processes); "
+            "DataLoader workers run one intra-op thread, so they pay far less. The predictions "
+            "for workers take the calling thread's CPU, their intervals span to the process's "
+            "CPU, and they count the pool's threads as spin-waiting beside the workers, taking "
+            "cores from them.")
+        evidence.update(cpu_per_batch_s=cpu_s, thread_cpu_per_batch_s=cpu_s / inflation,
+                        inflation=inflation)
+    if on_cpu is not None and step_s is not None:
+        words.append(
+            f"The step ran on torch's {threads} intra-op threads with its calling thread on a "
+            f"core {percent(on_cpu)} of the time ({seconds(step_s)} a step, "
+            f"{seconds(step_s * on_cpu)} of that thread's CPU): it waited for cores while its "
+            "teammates held them, and each parallel op waits for its slowest thread. The "
+            "predictions for workers take the step at that thread's CPU time, their intervals "
+            "at the step as measured.")
+        evidence.update(step_s=step_s, step_on_cpu_fraction=on_cpu,
+                        step_pool_inflation=step_pool_inflation(run.consumer),
+                        starved_on_cpu_max=POOL_STARVED_SHARE)
+    words.append(
+        "Where the step gains nothing from the threads, torch.set_num_threads(1) in the "
+        "training process gives those cores back; 'pipecheck stress FILE.py:make_loader "
+        "--workers 0,1,2' (a function that builds your DataLoader) measures the workers.")
+    return Finding(kind=FindingKind.INTRA_OP_THREADS, severity="info", message=" ".join(words),
+                   evidence=evidence)
 
 
 def probe_off_findings(run: RunRecord) -> list[Finding]:

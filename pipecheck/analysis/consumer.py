@@ -27,8 +27,8 @@ def summarize_consumer(record: ConsumerRecord) -> ConsumerSummary:
       left after removing them;
     * ``samples_per_s``, ``batches_per_s``, ``tokens_per_s``: per second of loop time
       (``wait_s + compute_s``); ``tokens_per_s`` only when tokens were counted;
-    * ``demand_batches_per_s = 1 / mean(compute_s per batch)``: what the step could take if
-      data were free;
+    * ``demand_batches_per_s = 1 / steady step time`` (:func:`steady_step_s`: the mean step
+      without the run's first, a warm-up): what the step could take if data were free;
     * ``first_batch_s``: the first epoch's first-batch wait.
 
     With zero batches every rate and fraction is ``None``.
@@ -50,7 +50,7 @@ def summarize_consumer(record: ConsumerRecord) -> ConsumerSummary:
         tokens=record.tokens,
         epochs=len(record.epochs),
         steady_stall_fraction=steady,
-        demand_batches_per_s=ratio(1.0, ratio(record.compute_s, compute_measured_batches(record))),
+        demand_batches_per_s=ratio(1.0, steady_step_s(record)),
         wait_time_s=quantiles(b.wait_s for b in record.timeline),
         compute_time_s=quantiles(b.compute_s for b in record.timeline if b.compute_s is not None),
         status=record.status,
@@ -75,15 +75,56 @@ def steady_wait_s(record: ConsumerRecord) -> float:
     return max(record.wait_s - first_waits_s, 0.0)
 
 
+def first_step_s(record: ConsumerRecord) -> Optional[float]:
+    """The run's first step in seconds (its first batch's compute time, timeline row 0), or
+    ``None`` when it was not measured."""
+    timeline = record.timeline
+    if timeline and timeline[0].index == 0 and timeline[0].compute_s is not None:
+        return timeline[0].compute_s
+    return None
+
+
+def steady_step_s(record: ConsumerRecord) -> Optional[float]:
+    """Mean step time in seconds without the run's first step, when another was measured:
+    the first holds one-time work that no loader setting changes (lazy module
+    initialization, cuDNN autotuning, ``torch.compile``; 1.5 s against 88 ms steady in
+    ``benchmarks/prediction.py``'s latency pipeline, where it added 37% to a 10-second run's
+    mean). ``None`` when no step was measured."""
+    measured = compute_measured_batches(record)
+    first_s = first_step_s(record)
+    if first_s is None or measured < 2:
+        return ratio(record.compute_s, measured)
+    return max(record.compute_s - first_s, 0.0) / (measured - 1)
+
+
+def warmup_step_s(record: ConsumerRecord) -> float:
+    """Seconds the run's first step took beyond a steady one (:func:`steady_step_s`); 0 when
+    not measured."""
+    first_s, step_s = first_step_s(record), steady_step_s(record)
+    if first_s is None or step_s is None or compute_measured_batches(record) < 2:
+        return 0.0
+    return max(first_s - step_s, 0.0)
+
+
+def step_on_cpu_fraction(record: ConsumerRecord) -> Optional[float]:
+    """The calling thread's CPU per wall second of the sampled steps (0-1): short of 1 when
+    that thread waited during the step (for a core, a GPU, I/O or a lock); ``None`` when no
+    step was sampled or the record predates the measurement."""
+    on_cpu = ratio(record.sampled_compute_thread_cpu_s, record.sampled_compute_wall_s)
+    return None if on_cpu is None else min(on_cpu, 1.0)
+
+
 def steady_stall_fraction(record: ConsumerRecord) -> Optional[float]:
-    """``steady_wait / (steady_wait + steady_compute)``, 0-1, where the first batches' compute
-    is estimated at the mean step time; ``None`` with no steady batch."""
+    """``steady_wait / (steady_wait + steady_compute)``, 0-1, where each epoch's first batch
+    is left out: its wait, and its step (the run's first as measured, the others at the
+    steady step time, :func:`steady_step_s`); ``None`` with no steady batch."""
     steady = steady_batch_count(record)
-    step_s = ratio(record.compute_s, compute_measured_batches(record))
+    step_s = steady_step_s(record)
     if steady == 0 or step_s is None:
         return None
     wait_s = steady_wait_s(record)
-    compute_s = max(record.compute_s - len(started_epochs(record)) * step_s, 0.0)
+    firsts = len(started_epochs(record))
+    compute_s = max(record.compute_s - warmup_step_s(record) - firsts * step_s, 0.0)
     return ratio(wait_s, wait_s + compute_s)
 
 
@@ -91,7 +132,7 @@ def steady_batches_per_s(record: ConsumerRecord) -> Optional[float]:
     """Batches per second of loop time over the steady batches (the rate the pipeline actually
     sustained between epoch starts); ``None`` with no steady batch."""
     stall = steady_stall_fraction(record)
-    step_s = ratio(record.compute_s, compute_measured_batches(record))
+    step_s = steady_step_s(record)
     if stall is None or step_s is None or stall >= 1.0:
         return None
     # Each steady batch takes step / (1 - stall) of loop time.

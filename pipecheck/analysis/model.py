@@ -34,6 +34,9 @@ The model, per steady batch (every batch but each epoch's first):
   production times ``t`` against that lead gives a mean extra wait ``mean(max(0, t - lead))``;
 * steady time per batch ``= max(floor, 1 / capacity, floor + tail wait)``;
 * ``num_workers = 0`` is serial: ``1 / D + production time`` per batch, no overlap;
+* the run's first step counts as a steady one: its excess (:attr:`ThroughputModel.warmup_step_s`:
+  lazy initialization, autotuning, compilation) is paid once by any training run whatever its
+  loader, and would weigh a short measured run's figures down by what a long run never sees;
 * each epoch's first batch costs its measured start-up wait: every epoch without
   ``persistent_workers``, only the first with it (later ones wait one batch's production time);
   without it each epoch with workers also ends with the measured shutdown wait inside the final
@@ -69,7 +72,9 @@ from pipecheck.analysis.consumer import (
     steady_batch_count,
     steady_batches_per_s,
     steady_wait_s,
+    step_on_cpu_fraction,
     wait_cpu_per_batch_s,
+    warmup_step_s,
 )
 from pipecheck.analysis.producer import (
     ASSUMED_PRODUCTION_CPU_FRACTION,
@@ -331,6 +336,11 @@ class ThroughputModel:
     (:attr:`pool_starved`), to the process's CPU; ``benchmarks/intra_op_cost.py``: on one
     thread a worker paid 1.0-1.9x the calling thread's CPU); ``None`` otherwise. The interval
     spans the predictions at both ends."""
+    warmup_step_s: float = 0.0
+    """Seconds the run's first step took beyond a steady one (lazy initialization, autotuning,
+    compilation: :func:`~pipecheck.analysis.consumer.warmup_step_s`), paid once by any
+    run whatever its loader settings; left out of the predictions (see the module
+    docstring)."""
     pool_threads: int = 0
     """torch intra-op threads of the main process when measured at ``num_workers=0`` with its
     pool active (production or the step used CPU beyond the calling thread, by at least
@@ -346,6 +356,17 @@ class ThroughputModel:
     Counted this way the model was within 14% of 1 and 2 workers measured on both pipelines
     (-14% to +6%); counting only the pool's other threads while the main thread waits gave
     +13% to +35%."""
+
+    unstarved_step_s: Optional[float] = None
+    """With ``num_workers=0`` measured and the step's intra-op pool starved of cores
+    (:func:`starved_step_on_cpu`): the steady step's time had its calling thread not waited
+    for a core (its CPU time over the sampled steps, scaled to the mean step), taken as the
+    step beside any number of workers, unscaled by the shares the model computes: how the
+    pool's waits change with workers cannot be told from the run (on
+    ``benchmarks/prediction.py``'s latency pipeline beside a busy process the step took 88 ms
+    at ``num_workers=0``, 43 ms of it on the calling thread's CPU, and 35 ms beside 4 workers;
+    quiet, 8.4, 5.3 and 2.8 ms). The interval keeps the measured step at its low end.
+    ``None`` otherwise."""
 
     @property
     def pool_starved(self) -> bool:
@@ -397,6 +418,7 @@ class ThroughputModel:
         cpus = load.cores_left(others_cpus)
         step_threads = load.step_threads()
         measured = self.measured.num_workers
+        reference_share: Optional[float]
         if measured == 0:
             reference_share = step_alone_share(step_threads, others, load.cores_left())
             scale = 1.0
@@ -408,6 +430,9 @@ class ThroughputModel:
             reference_share = at_measured.step_share
             solo_s = self.worker_cpu_per_batch_s / at_measured.worker_share + self.worker_off_s
             scale = (1.0 / self.per_worker_batches_per_s) / solo_s if solo_s > 0 else 1.0
+        if self.unstarved_step_s is not None:
+            # Unscaled (reference None): see unstarved_step_s.
+            step_meas_s, reference_share = self.unstarved_step_s, None
         return _cycle(num_workers, step_meas_s, reference_share, self.worker_cpu_per_batch_s,
                       self.worker_off_s, scale, self.receive_s, step_threads, others, cpus,
                       pool_threads=self.pool_threads)
@@ -550,7 +575,8 @@ class ThroughputModel:
         """90% interval of the predicted batches/s from the run's own noise: the prediction
         at the other processes' low and high load (:data:`contention.OTHERS_PERCENTILES` of
         the host ticks) and, with workers, at both ends of :attr:`worker_cpu_range_s` when
-        set, widened by :attr:`noise_fraction` (batch means of loop time per batch, so
+        set and with the measured step when :attr:`unstarved_step_s` is, widened by
+        :attr:`noise_fraction` (batch means of loop time per batch, so
         ``r / (1 + h)`` to ``r / (1 - h)``, ``h`` at most :data:`MAX_NOISE_FRACTION`), and
         with ``model_error`` by :data:`MODEL_ERROR_FRACTION` on each side. The low end is
         never 0."""
@@ -564,6 +590,9 @@ class ThroughputModel:
             rates.extend(replace(self, worker_cpu_per_batch_s=cpu_s, worker_cpu_range_s=None)
                          .predict(settings, epochs=epochs).batches_per_s
                          for cpu_s in self.worker_cpu_range_s)
+        if self.unstarved_step_s is not None and settings.num_workers > 0:
+            rates.append(replace(self, unstarved_step_s=None)
+                         .predict(settings, epochs=epochs).batches_per_s)
         # The noise is a relative half-width of loop time per batch: time t(1 - h)..t(1 + h)
         # is rate r/(1 + h)..r/(1 - h); h held below 1 (a spread that wide bounds nothing).
         spread = self.noise_fraction
@@ -677,6 +706,7 @@ def build_model(
         worker_class=producer.workers_class,
         shutdown_s=(shutdown_wait_s(record, settings.persistent_workers) or 0.0
                     if settings.num_workers > 0 else 0.0),
+        warmup_step_s=warmup_step_s(record),
         load=load,
         noise_fraction=noise or 0.0,
     )
@@ -684,6 +714,12 @@ def build_model(
         # Off-CPU time from the CPU as measured: the pool's overhead took wall time too.
         model = replace(model, worker_off_s=_worker_off_s(model, producer))
     inflation = intra_op_inflation(run)
+    on_cpu = starved_step_on_cpu(run)
+    if on_cpu is not None and load is not None:
+        model = replace(model, unstarved_step_s=on_cpu / demand, assumptions=model.assumptions + (
+            f"the step's calling thread ran {on_cpu:.0%} of the step while its torch intra-op "
+            "threads ran beside it (it waited for a core): beside workers the step is taken "
+            "at that thread's CPU time, and the interval's low end keeps the measured step",))
     pool = active_pool_threads(run, inflation, load)
     if pool:
         model = replace(model, pool_threads=pool, assumptions=model.assumptions + (
@@ -723,7 +759,36 @@ def active_pool_threads(run: RunRecord, inflation: Optional[float],
     if run.device is not None and run.device.status == "ok":
         return 0
     stepping = load.step_cores is not None and load.step_cores >= INTRA_OP_INFLATION_MIN
-    return threads if inflation is not None or stepping else 0
+    pooled_step = step_pool_inflation(run.consumer) >= INTRA_OP_INFLATION_MIN
+    return threads if inflation is not None or stepping or pooled_step else 0
+
+
+def step_pool_inflation(record: ConsumerRecord) -> float:
+    """The main process's CPU over the calling thread's in the sampled steps: 1 when the step
+    ran on that thread alone, up to the intra-op thread count when its pool worked (or spun)
+    throughout; 1 when not sampled."""
+    return ratio(record.sampled_compute_cpu_s, record.sampled_compute_thread_cpu_s) or 1.0
+
+
+def starved_step_on_cpu(run: RunRecord) -> Optional[float]:
+    """With ``num_workers=0``, more than one torch intra-op thread and the step not on a CUDA
+    device: the calling thread's CPU per wall second of the sampled steps (0-1,
+    :func:`~pipecheck.analysis.consumer.step_on_cpu_fraction`) when the step's pool worked
+    beside it (:func:`step_pool_inflation` at least
+    :data:`~pipecheck.analysis.producer.INTRA_OP_INFLATION_MIN`) and that thread ran under
+    :data:`POOL_STARVED_SHARE` of the step: it waited for a core while its teammates held
+    them (OpenMP regions end at a barrier, so each waits for the slowest thread). ``None``
+    otherwise. A step that sleeps or waits on I/O with its pool busy would be taken for one
+    (an assumption)."""
+    threads = run.environment.intra_op_threads
+    if run.worker_probe != "main-process" or threads is None or threads <= 1:
+        return None
+    if run.device is not None and run.device.status == "ok":
+        return None
+    on_cpu = step_on_cpu_fraction(run.consumer)
+    if on_cpu is None or step_pool_inflation(run.consumer) < INTRA_OP_INFLATION_MIN:
+        return None
+    return on_cpu if on_cpu < POOL_STARVED_SHARE else None
 
 
 def _modelled_batches(run: RunRecord) -> int:

@@ -10,13 +10,17 @@ sizes are known up front (``FixedBatches``), a sample count (about 0.4 us in all
 known, two ``perf_counter`` reads of about 0.06 us each included;
 ``benchmarks/consumer_cost.py``). Every ``FOLD_BATCHES`` batches the arrays are folded
 with numpy into the counters and the timeline, so they never grow past that. One batch in
-``CPU_SAMPLE_EVERY`` also reads the main process's CPU clock (``time.process_time``, about 1 us
-on Linux) to estimate how many cores the main process uses while waiting and while computing.
+``CPU_SAMPLE_EVERY`` (every batch but the run's first when batches are ``SLOW_BATCH_S`` apart
+or more) also reads the main process's CPU clock (``time.process_time``, about 0.6 us on
+Linux) to estimate how many cores the main process uses while waiting and while computing.
 It is the process clock, not the thread's, because a training step runs on torch's intra-op
 threads too (the demo's main process averaged 1.5 cores with torch's 2 threads). Around the
-sampled waits the calling thread's own clock (``time.thread_time``) is read as well: with
-``num_workers=0`` the gap between the two is production's work on the intra-op pool, which a
-worker (one thread) does not have (:func:`pipecheck.analysis.producer.intra_op_inflation`).
+sampled waits and steps the calling thread's own clock (``time.thread_time``) is read as well:
+with ``num_workers=0`` the gap between the two in waits is production's work on the intra-op
+pool, which a worker (one thread) does not have
+(:func:`pipecheck.analysis.producer.intra_op_inflation`); in steps, the calling thread's CPU
+short of the step's wall time is its wait for a core while the pool ran
+(:func:`pipecheck.analysis.consumer.step_on_cpu_fraction`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,14 @@ from .batches import (SampleCounter, TokenCounter, batch_storage, count_samples,
 CPU_SAMPLE_EVERY = 64
 """Read the process CPU clock on one batch in this many (dividing ``FOLD_BATCHES``, so a fold
 always falls on a sampled batch)."""
+
+SLOW_BATCH_S = 0.005
+"""Seconds between two ``next()`` calls from which every batch's CPU is sampled, not one in
+:data:`CPU_SAMPLE_EVERY`: the six CPU clock reads a sampled batch and its step take (about
+0.6 us each on this project's Linux VM, ``python -m timeit -s "import time"
+"time.thread_time()"``) then cost under 0.1% of the loop, and a short run of slow batches (a
+10-second run of 100 ms batches has about 100) gets its steady steps sampled, not one or two
+of them. pipecheck's choice."""
 
 FOLD_BATCHES = 4096
 """Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""
@@ -149,7 +161,10 @@ class ConsumerProbe:
 
     ``samples`` / ``tokens``: optional callables ``batch -> int``; by default samples are read
     from the batch's structure (:func:`~pipecheck.probes.batches.count_samples`) and tokens are
-    counted when batches are mappings with ``input_ids``.
+    counted when batches are mappings with ``input_ids``. ``cpu_clock`` and
+    ``thread_cpu_clock``: the process's and the calling thread's CPU clocks in seconds (default
+    ``time.process_time`` and ``time.thread_time``; a given ``cpu_clock`` stands for both unless
+    ``thread_cpu_clock`` is given too).
     """
 
     def __init__(
@@ -161,13 +176,14 @@ class ConsumerProbe:
         tokens: Optional[TokenCounter] = None,
         timeline_capacity: int = DEFAULT_TIMELINE_CAPACITY,
         cpu_clock: Optional[Clock] = None,
+        thread_cpu_clock: Optional[Clock] = None,
     ) -> None:
         if timeline_capacity < 2:
             raise ValueError(f"timeline_capacity must be >= 2, got {timeline_capacity}")
         self._clock = clock
         self._cpu_clock = cpu_clock or time.process_time
-        # An injected process clock stands for the thread's too (a fake clock in tests).
-        self._thread_cpu_clock = cpu_clock or time.thread_time
+        # An injected process clock stands for the thread's too unless one is given (tests).
+        self._thread_cpu_clock = thread_cpu_clock or cpu_clock or time.thread_time
         self._run_start = run_start
         # Sample/token counters are specialised on the first batch (see _first_batch).
         self._user_samples = samples
@@ -189,8 +205,9 @@ class ConsumerProbe:
         self.tokens: Optional[int] = None
         self.batch_bytes: Optional[int] = None
         self.batch_tensors: Optional[int] = None
-        # wait wall, wait cpu, compute wall, compute cpu, wait cpu of the calling thread
-        self._cpu = [0.0, 0.0, 0.0, 0.0, 0.0]
+        # wait wall, wait cpu, compute wall, compute cpu, wait cpu of the calling thread,
+        # compute cpu of the calling thread
+        self._cpu = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
         self._error: Optional[str] = None
         self.errors = 0  # next() calls that raised
         self._failed = False  # the run ended by an uncaught exception (mark_ended)
@@ -417,6 +434,7 @@ class ConsumerProbe:
             sampled_compute_wall_s=self._cpu[2],
             sampled_compute_cpu_s=self._cpu[3],
             sampled_wait_thread_cpu_s=self._cpu[4],
+            sampled_compute_thread_cpu_s=self._cpu[5],
             batch_bytes=self.batch_bytes,
             batch_tensors=self.batch_tensors,
         )
@@ -469,11 +487,12 @@ class EpochIterator:
 
     Most calls take the fast path (two clock reads, two appends, the sample count); one in
     :data:`CPU_SAMPLE_EVERY` reads the CPU clock, and the first call, the one after it, and
-    any after an exception take the full path (:meth:`_next_full`).
+    any after an exception take the full path (:meth:`_next_full`), as does every call while
+    batches come :data:`SLOW_BATCH_S` apart or more.
     """
 
     __slots__ = ("_probe", "_epoch", "_iterator", "_clock", "_marks", "_sizes", "_hot",
-                 "_sample_due", "_pending", "_done", "_raised", "_cpu_mark",
+                 "_sample_due", "_regular_in", "_pending", "_done", "_raised", "_cpu_mark",
                  "_observers", "_on_observer_error", "_periodic", "__weakref__")
 
     def __init__(self, probe: ConsumerProbe, epoch: _Epoch, iterator: Iterator[Any]) -> None:
@@ -485,11 +504,13 @@ class EpochIterator:
         self._clock = probe._clock
         self._marks = epoch.marks
         self._sizes = epoch.sizes
-        self._sample_due = True  # the next full call reads the CPU clock (the first does)
+        self._sample_due = True  # the next full call is a regular sample (the first is)
+        self._regular_in = CPU_SAMPLE_EVERY  # full calls of a slow loop before the next one
         self._pending: Optional[float] = epoch.started  # iter() is part of the first wait
         self._done = False
         self._raised = False
-        self._cpu_mark: Optional[tuple[float, float]] = None  # sampled batch's (left, cpu)
+        # The sampled batch's (left, process cpu, thread cpu), closed by the next call
+        self._cpu_mark: Optional[tuple[float, float, float]] = None
         # What the fast path reads, in one list: [fast-path calls left before the next full
         # one, clock, the source iterator, marks.append, sample counter or None (batch
         # sizes known up front), token counter or None]. One attribute read per batch: the
@@ -551,16 +572,24 @@ class EpochIterator:
         cpu = probe._cpu
         cpu_clock = probe._cpu_clock
         if self._cpu_mark is not None:  # the step after a sampled batch: its compute share
-            left_before, cpu_before = self._cpu_mark
+            left_before, cpu_before, thread_cpu_before = self._cpu_mark
             self._cpu_mark = None
             cpu[2] += entered - left_before
             cpu[3] += cpu_clock() - cpu_before
-        sample = self._sample_due
-        if sample:
-            if len(epoch.marks) >> 1 >= FOLD_BATCHES:
+            cpu[5] += probe._thread_cpu_clock() - thread_cpu_before
+        regular = self._sample_due
+        marks = epoch.marks
+        # A slow loop samples every batch's CPU (see SLOW_BATCH_S); marks[-2] is when the
+        # previous next() was entered.
+        slow = len(marks) >= 2 and entered - marks[-2] >= SLOW_BATCH_S
+        if regular:
+            if len(marks) >> 1 >= FOLD_BATCHES:
                 probe._fold(epoch, entered)
             if self._periodic is not None:
                 self._call_periodic()
+        # Not the run's first batch: its wait and step hold start-up and lazy initialisation.
+        sample = (regular or slow) and probe._primed
+        if sample:
             before = cpu_clock()
             thread_before = probe._thread_cpu_clock()
         try:
@@ -571,22 +600,32 @@ class EpochIterator:
         left = clock()
         if sample:
             after = cpu_clock()
-            cpu[4] += probe._thread_cpu_clock() - thread_before
+            thread_after = probe._thread_cpu_clock()
+            cpu[4] += thread_after - thread_before
             cpu[0] += left - entered
             cpu[1] += after - before
-            self._cpu_mark = (left, after)
+            self._cpu_mark = (left, after, thread_after)
+        hot = self._hot
+        if regular and not sample:
+            hot[0] = 1  # the run's first batch: the next one is the first sample
+        elif regular:
             self._sample_due = False
-            self._hot[0] = 1  # the next call closes the compute sample
+            self._regular_in = CPU_SAMPLE_EVERY - 1
+            hot[0] = 1  # the next call closes the compute sample
+        elif slow:
+            # Every call is full while the loop stays slow; the regular sample (fold,
+            # periodic) still comes one batch in CPU_SAMPLE_EVERY.
+            self._regular_in -= 1
+            self._sample_due = self._regular_in <= 0
+            hot[0] = 1
         else:
             self._sample_due = True
-            self._hot[0] = CPU_SAMPLE_EVERY - 1
-        marks = epoch.marks
+            hot[0] = CPU_SAMPLE_EVERY - 1
         marks.append(entered)
         marks.append(left)
         if self._raised:
             self._raised = False
             epoch.ended = "running"  # the error did not end the epoch after all
-        hot = self._hot
         if not probe._primed:
             probe._first_batch(batch)
             hot[4] = None if epoch.fixed is not None else probe._count_samples

@@ -127,3 +127,58 @@ def test_a_pool_starved_of_cores_gets_workers_proposed_without_a_prediction():
     assert result["starved"], result
     workers = [p for p in result["proposals"] if p[0] == "num_workers"]
     assert workers == [["num_workers", 1, None, "not predictable from this run"]]
+
+
+STARVED_STEP_CHILD = """
+import json, os, time
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one CPU for 2 intra-op threads
+import torch
+torch.set_num_threads(2)
+from torch.utils.data import DataLoader, Dataset
+import pipecheck
+from pipecheck.analysis import analyze
+
+class Sleepy(Dataset):  # latency-bound production: 4 ms a sample, on the calling thread
+    def __len__(self):
+        return 64
+    def __getitem__(self, index):
+        time.sleep(0.004)
+        return torch.zeros(4)
+
+signal = torch.randn(1_000_000)  # elementwise ops this large run on the intra-op pool
+wrapped = pipecheck.wrap(DataLoader(Sleepy(), batch_size=8))
+started = time.perf_counter()
+while time.perf_counter() - started < 4.0:
+    for batch in wrapped:
+        for _ in range(10):
+            signal.mul(1.0001).relu_().sum()
+record, report = wrapped.record(), wrapped.report()
+wrapped.close()
+consumer = record.consumer
+model = analyze(record).model
+print(json.dumps({
+    "step_wall": consumer.sampled_compute_wall_s, "step_cpu": consumer.sampled_compute_cpu_s,
+    "step_thread": consumer.sampled_compute_thread_cpu_s, "compute": consumer.compute_s,
+    "step_s": 1 / model.demand_batches_per_s, "unstarved": model.unstarved_step_s,
+    "reasons": [r.reason for r in report.recommendations if r.setting == "num_workers"]}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_a_step_whose_pool_waits_for_a_core_is_taken_at_its_calling_threads_cpu():
+    # A real num_workers=0 loader with a step of torch ops on 2 intra-op threads and one CPU:
+    # the calling thread runs about half the step, its teammate the other half, so the
+    # step's wall time holds waits for a core that need not recur beside workers.
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    done = subprocess.run([sys.executable, "-c", STARVED_STEP_CHILD], env=env,
+                          capture_output=True, text=True, timeout=240, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # Every step after the first is sampled (slow batches), with the calling thread's CPU.
+    assert result["step_thread"] is not None, result
+    assert result["step_wall"] >= 0.8 * result["compute"], result
+    assert result["step_cpu"] >= 1.2 * result["step_thread"], result
+    assert result["unstarved"] is not None, result
+    assert result["unstarved"] < 0.8 * result["step_s"], result
+    assert any("waited for a core" in reason for reason in result["reasons"]), result

@@ -86,6 +86,7 @@ def test_skipped_candidates_carry_predictions_and_measured_false(searched):
         assert by_workers[3] > by_workers[2]
 
 
+@pytest.mark.slow  # the module fixture's two searches (13 s); the other users are slow too
 def test_explicit_worker_list_runs_the_plain_grid(searched):
     _, grid = searched
     assert [t.config["num_workers"] for t in grid.trials] == [0, 2, 4, 8]

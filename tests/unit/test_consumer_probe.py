@@ -338,3 +338,67 @@ def test_generators_and_non_iterators_behave_as_unwrapped():
     assert str(wrapped.value) == str(unwrapped.value)
     with pytest.raises(TypeError):  # the same iterator goes on raising it, as next() does
         next(wrapped_iterator)
+
+
+def test_a_slow_loop_samples_every_batch_but_the_runs_first():
+    from pipecheck.probes.consumer import SLOW_BATCH_S
+
+    clock, cpu, thread = FakeClock(), FakeClock(), FakeClock()
+    n = 40
+
+    class Slow:
+        def __iter__(self):
+            for i in range(n):
+                wait = 1.0 if i == 0 else SLOW_BATCH_S  # start-up, then steady batches
+                clock.advance(wait)
+                cpu.advance(wait / 2)
+                thread.advance(wait / 4)
+                yield 1
+
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=cpu, thread_cpu_clock=thread)
+    for i, _ in enumerate(probe.iterate(Slow())):
+        step = 2.0 if i == 0 else SLOW_BATCH_S  # lazy initialisation, then steady steps
+        clock.advance(step)
+        cpu.advance(step)  # the step's process CPU: one core's worth ...
+        thread.advance(step * 0.4)  # ... of which the calling thread ran 40%
+    rec = probe.record()
+    # Every wait and step after the first is sampled: far more than one in CPU_SAMPLE_EVERY.
+    assert rec.sampled_wait_wall_s == pytest.approx((n - 1) * SLOW_BATCH_S)
+    assert rec.sampled_compute_wall_s == pytest.approx((n - 1) * SLOW_BATCH_S)
+    assert rec.sampled_wait_cpu_s / rec.sampled_wait_wall_s == pytest.approx(0.5)
+    assert rec.sampled_wait_thread_cpu_s / rec.sampled_wait_wall_s == pytest.approx(0.25)
+    assert rec.sampled_compute_cpu_s / rec.sampled_compute_wall_s == pytest.approx(1.0)
+    assert rec.sampled_compute_thread_cpu_s / rec.sampled_compute_wall_s == pytest.approx(0.4)
+
+
+def test_a_fast_loop_samples_one_batch_in_cpu_sample_every():
+    from pipecheck.probes.consumer import CPU_SAMPLE_EVERY
+
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    n = CPU_SAMPLE_EVERY * 4
+    consume(probe, TimedSource(clock, [0.0001] * n), clock, 0.0002)
+    rec = probe.record()
+    # The second batch, then one in CPU_SAMPLE_EVERY.
+    assert rec.sampled_wait_wall_s == pytest.approx(0.0001 * 4)
+    assert rec.sampled_compute_wall_s == pytest.approx(0.0002 * 4)
+
+
+def test_a_slow_loop_still_folds_and_calls_periodic_one_batch_in_cpu_sample_every():
+    from pipecheck.probes.consumer import CPU_SAMPLE_EVERY, FOLD_BATCHES, SLOW_BATCH_S
+
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0,
+                          timeline_capacity=256)
+    n = FOLD_BATCHES * 2 + 123
+    calls = []
+    iterator = probe.open_epoch(lambda: iter(TimedSource(clock, [SLOW_BATCH_S] * n)),
+                                periodic=calls.append)
+    biggest = 0
+    for _ in iterator:
+        clock.advance(SLOW_BATCH_S)
+        biggest = max(biggest, iterator._epoch.buffered())
+    rec = probe.record()
+    assert rec.batches == n and rec.compute_s == pytest.approx(SLOW_BATCH_S * n)
+    assert biggest <= FOLD_BATCHES + CPU_SAMPLE_EVERY  # folded, so the buffer stays bounded
+    assert len(calls) == pytest.approx(n / CPU_SAMPLE_EVERY, abs=2)
