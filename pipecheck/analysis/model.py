@@ -3,7 +3,7 @@ measured run.
 
 The model, per steady batch (every batch but each epoch's first):
 
-* demand ``D = 1 / mean step time`` (the consumer's ceiling);
+* demand ``D = 1 / mean step time`` without the run's first step (the consumer's ceiling);
 * the consumer's floor per batch with workers: the step plus the main process's CPU time to
   receive a batch inside ``next()`` (unpickling, shared memory), paid even when it is ready;
 * with host data (the usual case), processes outside the run keep the cores they used (other
