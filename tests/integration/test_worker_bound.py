@@ -18,7 +18,7 @@ from pipecheck.analysis import analyze
 from pipecheck.analysis.bound import (CPU_BOUND, IO_BOUND, LATENCY_BOUND, classify,
                                       workers_class)
 from pipecheck.records import WorkerSummary
-from pipecheck.recommend import MAX_CPU_BOUND_WORKERS_PER_CPU, recommend
+from pipecheck.recommend import MAX_CPU_BOUND_WORKERS_PER_CPU, MAX_WORKERS_PER_CPU, recommend
 
 SAMPLE_COST_S = 0.01
 STEP_S = 0.005  # a step much shorter than a batch (4 samples): the runs are input-bound
@@ -53,13 +53,22 @@ def test_busy_loop_is_cpu_bound_and_sleep_is_latency_bound_with_different_advice
     kinds = {f.kind for f in busy.diagnosis.findings} | {f.kind for f in sleepy.diagnosis.findings}
     assert {"cpu-bound-workers", "latency-bound-workers"} <= kinds
     usable = len(os.sched_getaffinity(0))
-    # CPU-bound: never past the cores; waiting work: more workers than that.
-    assert _num_workers(busy) <= usable
-    assert _num_workers(sleepy) > _num_workers(busy)
-    if usable < 8:  # the sleepy run needs ~8 workers to feed a 5 ms step
-        assert _num_workers(sleepy) > usable
-    reason = next(r.reason for r in sleepy.recommendations if r.setting == "num_workers")
-    assert "latency-bound" in reason
+    assert _num_workers(busy) <= MAX_CPU_BOUND_WORKERS_PER_CPU * usable
+    assert _num_workers(sleepy) <= MAX_WORKERS_PER_CPU * usable
+    # On a contended host (a loaded test run) the cores left decide: beside busy processes in
+    # the run's group more CPU-bound threads take a larger fair share, and the waiting
+    # workers' hand-over CPU may have no core left. On a quiet one the class decides: CPU-bound
+    # within the cores, waiting work past them.
+    contended = any(f.kind == "contended-host"
+                    for f in busy.diagnosis.findings + sleepy.diagnosis.findings)
+    if not contended:
+        assert _num_workers(busy) <= usable
+        assert _num_workers(sleepy) > _num_workers(busy)
+        if usable < 8:  # the sleepy run needs ~8 workers to feed a 5 ms step
+            assert _num_workers(sleepy) > usable
+    reasons = [r.reason for r in sleepy.recommendations if r.setting == "num_workers"]
+    assert reasons or contended
+    assert all("latency-bound" in reason for reason in reasons)
 
 
 def test_cpu_burnt_in_a_subprocess_the_worker_started_counts_for_the_worker():
