@@ -365,7 +365,8 @@ class ThroughputModel:
     pool's waits change with workers cannot be told from the run (on
     ``benchmarks/prediction.py``'s latency pipeline beside a busy process the step took 88 ms
     at ``num_workers=0``, 43 ms of it on the calling thread's CPU, and 35 ms beside 4 workers;
-    quiet, 8.4, 5.3 and 2.8 ms). The interval keeps the measured step at its low end.
+    quiet, 8.4, 5.3 and 2.8 ms; ``python benchmarks/step_threads.py --busy --workers 0,4``
+    printed 91, 44 and 46 ms). The interval keeps the measured step at its low end.
     ``None`` otherwise."""
 
     @property

@@ -43,7 +43,8 @@ from .batches import (SampleCounter, TokenCounter, batch_storage, count_samples,
 
 CPU_SAMPLE_EVERY = 64
 """Read the process CPU clock on one batch in this many (dividing ``FOLD_BATCHES``, so a fold
-always falls on a sampled batch)."""
+always falls on a sampled batch). In a slow loop (:data:`SLOW_BATCH_S`) every batch is
+sampled, and the fold check and the ``periodic`` callback still come one batch in this many."""
 
 SLOW_BATCH_S = 0.005
 """Seconds between two ``next()`` calls from which every batch's CPU is sampled, not one in

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -182,3 +183,30 @@ def test_a_step_whose_pool_waits_for_a_core_is_taken_at_its_calling_threads_cpu(
     assert result["unstarved"] is not None, result
     assert result["unstarved"] < 0.8 * result["step_s"], result
     assert any("waited for a core" in reason for reason in result["reasons"]), result
+
+
+class Steady(Dataset):
+    def __len__(self) -> int:
+        return 96
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((4,), float(index))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_slow_first_step_is_a_warm_up_left_out_of_the_step_rate(context):
+    # A real loader with workers whose first step does one-time work (lazy initialization):
+    # the consumer demand and the model's step are the steady steps', not a mean the first
+    # step dominates (0.6 s against 24 steps of 5 ms would triple it).
+    wrapped = pipecheck.wrap(DataLoader(Steady(), batch_size=4, num_workers=2,
+                                        multiprocessing_context=context))
+    for index, _ in enumerate(wrapped):
+        time.sleep(0.6 if index == 0 else 0.005)
+    record, report = wrapped.record(), wrapped.report()
+    wrapped.close()
+    step_s = 1.0 / report.consumer.demand_batches_per_s
+    # sleep() never returns early; the mean with the first step in it is 0.03 s
+    assert 0.005 <= step_s < 0.02, step_s
+    model = analyze(record).model
+    if model is not None:
+        assert model.warmup_step_s >= 0.5
