@@ -11,7 +11,8 @@ consumer probe, worker probe and the psutil host sampler.
 Two modes for it (``--epochs``, both by default): ``first`` takes every wrapped epoch from a
 fresh ``pipecheck.wrap()`` (made with the clock stopped), so every chunk is from a first
 epoch, the costliest one: with ``num_workers=0`` and fast batches the per-sample probe times
-the first epoch (in windows of 4 batches in 64) and one epoch in 8 after it. ``steady`` runs one
+the first epoch (in windows of 4 batches in 64, then 4 in 256 once 256 are timed) and one
+epoch in 8 after it. ``steady`` runs one
 wrapped loader epoch after epoch (the average over epochs, mostly unprobed ones).
 The start-up of a first epoch (the host sampler's baseline reading, 32 batches timed one by
 one) falls in a chunk that is seldom the fastest: ``first_epoch_cost.py`` counts it.

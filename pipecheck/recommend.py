@@ -56,13 +56,17 @@ DOWN_HEADROOM = 2.0
 batch-time variance and contention the model does not see)."""
 
 MAX_WORKERS_PER_CPU = 4
-"""Upper bound on proposed workers per usable CPU, even for latency-bound work: beyond it the
-IPC the model ignores dominates (the main process alone sends every index and receives every
-batch, its queues' feeder threads waiting for the GIL). Measured with
-``benchmarks/prediction.py``'s latency pipeline on 2 cores (128 ms of sleep a batch, quiet): a
-worker took 146, 166 and 228 ms a batch with 4, 8 and 16 workers (ad-hoc timed loops of its
-``train_for``), so the model, which holds it at the serial 138 ms, overshot by 24% at 16
-workers and about 12% at 8. pipecheck's choice, from those measurements (it was 8)."""
+"""Upper bound on proposed workers per usable CPU, even for latency-bound work. What it guards
+against is the epoch start the model does not price at worker counts it did not measure: with
+``persistent_workers=False`` every epoch forks all the workers again and waits for their first
+batches, and the epoch's tail leaves workers idle. On ``benchmarks/prediction.py``'s latency
+pipeline (128 ms of sleep a batch, 64 batches an epoch, 2 cores, quiet) each worker took 146,
+157 and 218 ms a batch with 4, 8 and 16 such workers; with persistent workers and 128-batch
+epochs, 140, 139 and 144 ms (``python benchmarks/waiting_workers.py --epoch-samples 4096
+--no-persistent-workers`` and ``python benchmarks/waiting_workers.py``). So the waiting
+workers themselves scale past 8 a CPU here; the per-epoch restart does not, and the model,
+which holds a worker's batch at its serial time, overshot 16 workers by 24%. pipecheck's choice
+from those measurements (it was 8)."""
 
 MAX_PREFETCH_FACTOR = 16
 """Largest proposed prefetch_factor: past it the batches held in memory (prefetch_factor x

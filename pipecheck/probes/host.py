@@ -71,7 +71,7 @@ class _ProcessReading(NamedTuple):
 
 class _Tick(NamedTuple):
     elapsed_s: float  # real seconds (perf_counter), the denominator of every rate
-    at_s: float  # seconds since run_start on the injected clock
+    at_s: float  # seconds since run_start on the injected clock, read with elapsed_s
     processes: dict[tuple[int, float], _ProcessReading]
     system_cpu: Any  # psutil.cpu_times() namedtuple
     available_memory_bytes: int
@@ -314,6 +314,10 @@ class HostProbe:
     def _read(self) -> _Tick:
         assert self._main is not None
         elapsed_s = time.perf_counter()
+        # Stamped with the clock read that decides whether memory is due, not after the reads
+        # (which take milliseconds, more on a busy host): readings are then never closer in
+        # at_s than the memory interval.
+        at_s = self._clock() - self._run_start
         if self._started_elapsed_s is None:
             self._started_elapsed_s = elapsed_s
         early = elapsed_s - self._started_elapsed_s < self._early_pss_window_s
@@ -340,7 +344,7 @@ class HostProbe:
         self._scan_neighbours(elapsed_s, {key[0] for key in processes})
         return _Tick(
             elapsed_s=elapsed_s,
-            at_s=self._clock() - self._run_start,
+            at_s=at_s,
             processes=processes,
             system_cpu=psutil.cpu_times(),
             usable_cpu=self._usable_cpu_times(),

@@ -39,6 +39,7 @@ import copy
 import dataclasses
 import mmap
 import os
+import random
 import threading
 import weakref
 from time import perf_counter
@@ -81,7 +82,21 @@ a first slow batch (imports, page cache) does not decide alone."""
 MAIN_WINDOW = 4
 """Batches timed in a row in each sampling window of the main process; a window opens at
 every call of :meth:`WorkerProbe.between_batches` (the consumer probe makes one every
-``CPU_SAMPLE_EVERY`` = 64 batches), so fast batches are timed 4 in 64."""
+``CPU_SAMPLE_EVERY`` = 64 batches) until :data:`MAIN_DENSE_TIMED` batches are timed, so fast
+batches are timed 4 in 64 at first."""
+
+MAIN_DENSE_TIMED = 256
+"""Timed batches after which the main process's windows thin out to one call in
+:data:`MAIN_SPARSE_EVERY` (4 in 256 batches, drawn at random so that a period in the data
+cannot alias with the window cadence). 256 timed batches give the mean production time to
+about 6% at a coefficient of variation of 1 (1/sqrt(256)); each timed batch of the fastest
+loader costs about 2 us on a 19 us batch, so 4 in 64 cost about 0.7% of its first epoch and
+4 in 256 about 0.2% (``python benchmarks/overhead.py --fastest-only --epochs first``). The
+dense phase lasts 4,096 batches: under 0.1 s at that pace."""
+
+MAIN_SPARSE_EVERY = 4
+"""After :data:`MAIN_DENSE_TIMED` timed batches a call of :meth:`WorkerProbe.between_batches`
+opens a window with probability ``1 / MAIN_SPARSE_EVERY``."""
 
 
 class WorkerProbeUnsupported(PipecheckError):
@@ -698,6 +713,8 @@ class WorkerProbe:
                                            os.getpid())
         self._sampled_iterator: Any = None  # between_batches: the epoch it follows
         self._swap: Optional[_FetcherSwap] = None
+        # Which sparse-phase calls open a window; seeded, so a run's sampling is repeatable.
+        self._window_draw = random.Random(0).random
 
     def check_supported(self, loader: torch.utils.data.DataLoader) -> None:
         """Raise unless this probe can time ``loader``: ``ValueError`` if its ``num_workers``
@@ -742,8 +759,9 @@ class WorkerProbe:
         whose DataLoader iterator is ``iterator``, regularly (the consumer probe calls it every
         ``CPU_SAMPLE_EVERY`` batches, and at each epoch's first). Once
         :data:`MAIN_SAMPLE_AFTER` batches are timed and their mean is under
-        :data:`FAST_BATCH_S`, each call opens a window of :data:`MAIN_WINDOW` timed batches and
-        the batches after it are fetched with the untimed dataset and collate (the iterator's
+        :data:`FAST_BATCH_S`, each call opens a window of :data:`MAIN_WINDOW` timed batches
+        (after :data:`MAIN_DENSE_TIMED` timed batches, one call in :data:`MAIN_SPARSE_EVERY`
+        at random) and the batches after it are fetched with the untimed dataset and collate (the iterator's
         fetcher is pointed at them: no pipecheck code runs for those batches); in an epoch
         :meth:`pause` d, every batch is. Does nothing for other iterators (workers, an
         iterable dataset, a loader whose iterator torch does not build so), which are timed
@@ -762,8 +780,9 @@ class WorkerProbe:
         if acc.busy:  # a paused epoch: every batch untimed
             swap.untimed()
         elif acc.timed >= MAIN_SAMPLE_AFTER and acc.timed_busy_s < FAST_BATCH_S * acc.timed:
-            swap.timed()
-            acc.window = MAIN_WINDOW
+            if acc.timed < MAIN_DENSE_TIMED or self._window_draw() * MAIN_SPARSE_EVERY < 1.0:
+                swap.timed()
+                acc.window = MAIN_WINDOW
 
     def pause(self, paused: bool) -> None:
         """Stop (``True``) or resume timing in this process, for ``num_workers=0`` loaders

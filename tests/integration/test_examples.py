@@ -52,8 +52,10 @@ def test_wrap_dataloader_prints_and_saves_the_report(tmp_path):
 
 
 @pytest.mark.parametrize("name, batches, extra", [
-    ("iterable_dataset.py", 64, "tokens/s"),     # 1024 documents / 32, two epochs
-    ("webdataset_pipeline.py", 64, "WebLoader"),  # 512 images / 16, two epochs
+    # 1024 documents / 32, two epochs
+    pytest.param("iterable_dataset.py", 64, "tokens/s", marks=pytest.mark.slow),
+    # 512 images / 16, two epochs
+    pytest.param("webdataset_pipeline.py", 64, "WebLoader", marks=pytest.mark.slow),
     ("plain_iterable.py", 80, "RemoteBatchStream"),  # 40 batches, two epochs
 ])
 def test_example_prints_a_report(tmp_path, name, batches, extra):

@@ -227,6 +227,7 @@ trainer.train()
 """
 
 
+@pytest.mark.slow
 def test_transformers_callback_saves_what_was_measured_when_training_raises(tmp_path):
     pytest.importorskip("accelerate")
     pytest.importorskip("transformers")

@@ -193,7 +193,7 @@ class Steady(Dataset):
         return torch.full((4,), float(index))
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_a_slow_first_step_is_a_warm_up_left_out_of_the_step_rate(context):
     # A real loader with workers whose first step does one-time work (lazy initialization):
     # the consumer demand and the model's step are the steady steps', not a mean the first

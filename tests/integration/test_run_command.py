@@ -69,7 +69,8 @@ def program(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("workers,context", [
-    (0, "none"), (2, "fork"), pytest.param(2, "spawn", marks=pytest.mark.slow)])
+    (0, "none"), pytest.param(2, "fork", marks=pytest.mark.slow),
+    pytest.param(2, "spawn", marks=pytest.mark.slow)])
 def test_an_unmodified_script_is_measured_with_its_own_exit_code(program, workers, context):
     result = _pipecheck("run", "--json", "run.json", "--quiet", "--", sys.executable, "train.py",
                         str(workers), context, "exit3", cwd=program)

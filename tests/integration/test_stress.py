@@ -140,12 +140,13 @@ def test_a_crashing_worker_fails_its_trial_with_the_error(tmp_path, capsys):
     assert quiet.out == ""
 
 
+@pytest.mark.slow
 def test_cli_subprocess_runs_a_dataset_target(tmp_path):
     out = tmp_path / "run.json"
     done = subprocess.run(
         [sys.executable, "-m", "pipecheck", "stress", _target("sleepy_dataset"), "--workers",
          "0", "--batches", "4", "--batch-size", "2", "--step-time", "0.01+-0.005",
-         "--json", str(out), "--quiet"],
+         "--no-stacks", "--no-persistent-workers", "--json", str(out), "--quiet"],
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = pipecheck.load(out)

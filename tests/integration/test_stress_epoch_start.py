@@ -77,6 +77,7 @@ def test_a_long_epoch_keeps_the_recommendation_unchanged():
     assert "not worth changing" in _text(report)
 
 
+@pytest.mark.slow
 def test_an_iterable_without_length_is_cut_and_left_to_the_user_to_weigh():
     report = _stress(slow_start_stream)
     entry = report.stress.epoch_start

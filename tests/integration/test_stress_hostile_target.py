@@ -39,9 +39,12 @@ def _stress(tmp_path, name: str, *options: str) -> tuple[subprocess.CompletedPro
 @pytest.mark.parametrize(("name", "what"), [
     pytest.param("hangs_in_call", "timed out after 3 s while importing it and calling it once",
                  marks=pytest.mark.slow),
-    ("hangs_on_import", "timed out after 3 s while importing it and calling it once"),
-    ("exits", "exited with status 7 while importing it and calling it once"),
-    ("kills_itself", "killed by signal SIGKILL while importing it and calling it once"),
+    pytest.param("hangs_on_import", "timed out after 3 s while importing it and calling it once",
+                 marks=pytest.mark.slow),
+    pytest.param("exits", "exited with status 7 while importing it and calling it once",
+                 marks=pytest.mark.slow),
+    pytest.param("kills_itself", "killed by signal SIGKILL while importing it and calling it once",
+                 marks=pytest.mark.slow),
     ("segfaults", "killed by signal SIGSEGV"),
 ])
 def test_a_target_that_hangs_or_dies_is_exit_2_with_one_line(tmp_path, name, what):
@@ -72,6 +75,7 @@ _LOADERS = {
 }
 
 
+@pytest.mark.slow
 def test_a_trial_killed_by_a_signal_names_the_signal_not_a_warning(tmp_path):
     done, _ = _stress(tmp_path, "segfaults_in_trial")
     assert done.returncode == 2, done.stderr

@@ -85,6 +85,7 @@ def test_cpu_burnt_in_a_subprocess_the_worker_started_counts_for_the_worker():
     assert worker.bound == CPU_BOUND and report.producer.workers_class == CPU_BOUND
 
 
+@pytest.mark.slow
 def test_the_class_travels_through_json():
     report = _wrapped_run(SleepyDataset, context="spawn")
     again = pipecheck.Report.from_dict(report.to_dict())

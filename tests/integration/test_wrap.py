@@ -257,6 +257,32 @@ def test_final_report_is_public_and_clock_is_not_a_wrap_option():
         pipecheck.wrap(DataLoader(SquaresDataset(8)), clock=lambda: 0.0)
 
 
+def test_main_process_windows_thin_out_once_enough_batches_are_timed():
+    """After MAIN_DENSE_TIMED timed batches a window opens one call in MAIN_SPARSE_EVERY (the
+    consumer probe calls every CPU_SAMPLE_EVERY batches): a long fast epoch is timed about 4
+    in 256 batches after its first few thousand, not 4 in 64, and the totals still scale to
+    every batch."""
+    from torch.utils.data import TensorDataset
+
+    from pipecheck.probes.consumer import CPU_SAMPLE_EVERY
+    from pipecheck.probes.workers import (MAIN_DENSE_TIMED, MAIN_SAMPLE_AFTER,
+                                          MAIN_SPARSE_EVERY, MAIN_WINDOW)
+
+    n = 16_000
+    loader = DataLoader(TensorDataset(torch.arange(n).reshape(n, 1)), batch_size=1)
+    wrapped = pipecheck.wrap(loader, host=False)
+    assert sum(1 for _ in wrapped) == n
+    (record,) = wrapped.record().workers
+    wrapped.close()
+    assert record.batches == n and record.samples == n
+    dense_batches = (MAIN_SAMPLE_AFTER + MAIN_DENSE_TIMED // MAIN_WINDOW * CPU_SAMPLE_EVERY)
+    sparse_windows = (n - dense_batches) / CPU_SAMPLE_EVERY / MAIN_SPARSE_EVERY
+    after_dense = record.timed_batches - MAIN_SAMPLE_AFTER - MAIN_DENSE_TIMED
+    # Seeded draws: the count is repeatable; the bounds hold for any fair draw of ~45 windows.
+    assert 0.5 * sparse_windows * MAIN_WINDOW <= after_dense <= 1.5 * sparse_windows * MAIN_WINDOW
+    assert record.timed_batches < n * MAIN_WINDOW // CPU_SAMPLE_EVERY // 2
+
+
 def test_wrapped_main_process_samples_fast_batches_and_scales_the_timed_ones():
     """num_workers=0 with batches far under FAST_BATCH_S: after MAIN_SAMPLE_AFTER timed
     batches only windows of MAIN_WINDOW batches are timed; the batch count is the consumer's

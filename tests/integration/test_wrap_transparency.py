@@ -21,7 +21,8 @@ from transparency_datasets import (BadPairs, CheckingLoader, CountingLoader, Fro
                                    opaque_collate, record_worker_dataset_class)
 from paths import SUPPORT
 
-WORKERS = [(0, None), (2, "fork"), (2, "spawn")]
+# spawn (a fresh interpreter per worker, ~2 s) runs with the slow tests
+WORKERS = [(0, None), (2, "fork"), pytest.param(2, "spawn", marks=pytest.mark.slow)]
 
 
 def _skipping_errors(loader) -> tuple[list, list[str]]:

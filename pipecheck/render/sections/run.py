@@ -80,7 +80,7 @@ def producer(report: "Report") -> Section:
     demand = consumer.demand_batches_per_s
     basis = f" ({producer.capacity_basis})" if producer.capacity_basis else ""
     blocks: list[Block] = [
-        line(("consumer demand", f"{fmt.rate(demand, 'batches')} (1 / mean step time)")),
+        line(("consumer demand", f"{fmt.rate(demand, 'batches')} (1 / mean steady step time)")),
         line(("producer capacity",
               f"{fmt.rate(producer.capacity_batches_per_s, 'batches')}{basis}")),
     ]
