@@ -23,7 +23,7 @@ for: two bare clock reads around ``next()`` already cost about 2%); <= 2% CPU pe
 2-worker loader.
 
     python benchmarks/overhead.py [--pairs 200] [--rounds 21] [--epochs first|steady|both]
-                                  [--floor] [--fastest-only]
+                                  [--floor] [--parts] [--fastest-only]
 """
 
 from __future__ import annotations
@@ -109,18 +109,24 @@ class BareTimers:
 
 
 def compare(name: str, make: Callable[[], DataLoader], *, pairs: int, chunk: int,
-            target: float, first_epoch: bool, floor: bool = False) -> tuple[bool, float]:
+            target: float, first_epoch: bool, floor: bool = False,
+            options: Optional[dict] = None, label: str = "") -> tuple[bool, float]:
     """Interleaved chunks of ``chunk`` batches, plain vs wrapped. ``first_epoch``: every epoch
     of the wrapped side is a fresh ``pipecheck.wrap(make())``'s first (the costliest: the
     ``num_workers=0`` worker probe times every first epoch, later ones one in 8); else one
     wrapped loader runs epoch after epoch (its average over epochs). ``floor``: two bare
-    timers stand in for pipecheck (no target). Returns (within ``target``, the best-of-chunks
-    slowdown as a fraction)."""
+    timers stand in for pipecheck (no target). ``options``: keyword arguments for
+    ``pipecheck.wrap`` (probes turned off), named by ``label``. Returns (within ``target``, the
+    best-of-chunks slowdown as a fraction)."""
     plain_chunks = chunk_times(make(), chunk)
-    made: list = [BareTimers(make()) if floor else pipecheck.wrap(make())]
+
+    def fresh() -> Iterable:
+        return BareTimers(make()) if floor else pipecheck.wrap(make(), **(options or {}))
+
+    made: list = [fresh()]
 
     def renew() -> Iterable:
-        made.append(BareTimers(make()) if floor else pipecheck.wrap(make()))
+        made.append(fresh())
         return made[-1]
 
     wrapped_chunks = chunk_times(made[0], chunk, renew if first_epoch else None)
@@ -147,6 +153,8 @@ def compare(name: str, make: Callable[[], DataLoader], *, pairs: int, chunk: int
     verdict = f"; target <= {target * 100:.0f}% -> {'ok' if best <= target else 'OVER TARGET'}"
     if floor:
         mode, verdict = "two bare timers around next() instead of pipecheck (the floor)", ""
+    elif options:
+        mode, verdict = f"{mode}, {label}", ""
     print(f"{name}, {mode} ({len(made)} wrapped loaders): wrapped slowdown {best * 100:+.2f}% best-of-{pairs} chunks of {chunk} "
           f"batches ({best * plain_batch_us:.2f} us on a {plain_batch_us:.1f} us batch); "
           f"median of alternating pairs {median * 100:+.2f}%{verdict}")
@@ -221,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", action="store_true",
                         help="also time the fastest loader behind two bare timers "
                              "(BareTimers), the floor of any timing around next()")
+    parser.add_argument("--parts", action="store_true",
+                        help="also time first epochs with probes turned off one by one (the "
+                             "consumer probe alone, then with the per-sample probe), to show "
+                             "where the cost beyond the floor goes")
     parser.add_argument("--fastest-only", action="store_true",
                         help="skip the 2-worker loader")
     args = parser.parse_args(argv)
@@ -242,6 +254,21 @@ def main(argv: list[str] | None = None) -> int:
         for first_epoch, slowdown in slowdowns.items():
             print(f"pipecheck beyond the floor, {'first epochs' if first_epoch else 'epoch after epoch'}: "
                   f"{(slowdown - floor) * 100:+.2f} pp")
+    if args.parts:
+        fastest_loader = lambda: DataLoader(fastest, batch_size=1, num_workers=0)  # noqa: E731
+        parts = {}
+        for label, options in (
+                ("consumer probe only", dict(host=False, workers=False, device=False)),
+                ("consumer and per-sample probes", dict(host=False, device=False))):
+            _, parts[label] = compare("TensorDataset, batch_size=1, num_workers=0",
+                                      fastest_loader, pairs=args.pairs, chunk=1000,
+                                      target=0.05, first_epoch=True, options=options,
+                                      label=label)
+        if args.floor and True in slowdowns:
+            steps = [("two bare timers (the floor)", floor)] + list(parts.items()) + [
+                ("everything (psutil sampler added)", slowdowns[True])]
+            print("first epochs, step by step: " + "; ".join(
+                f"{name} {value * 100:+.2f}%" for name, value in steps))
     if not args.fastest_only:
         ok &= compare_epochs("2 workers, batch_size=32, 64x64 matmul per sample",
                              lambda: DataLoader(NumpyWorkDataset(8_192), batch_size=32,

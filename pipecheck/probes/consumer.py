@@ -25,6 +25,7 @@ short of the step's wall time is its wait for a core while the pool ran
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from array import array
@@ -43,8 +44,9 @@ from .batches import (SampleCounter, TokenCounter, batch_storage, count_samples,
 
 CPU_SAMPLE_EVERY = 64
 """Read the process CPU clock on one batch in this many (dividing ``FOLD_BATCHES``, so a fold
-always falls on a sampled batch). In a slow loop (:data:`SLOW_BATCH_S`) every batch is
-sampled, and the fold check and the ``periodic`` callback still come one batch in this many."""
+always falls on a regular call), but at most once per :data:`CPU_SAMPLE_MIN_GAP_S`. In a
+slow loop (:data:`SLOW_BATCH_S`) every batch is sampled, and the fold check and the
+``periodic`` callback still come one batch in this many."""
 
 SLOW_BATCH_S = 0.005
 """Seconds between two ``next()`` calls from which every batch's CPU is sampled, not one in
@@ -53,6 +55,14 @@ SLOW_BATCH_S = 0.005
 "time.thread_time()"``) then cost under 0.1% of the loop, and a short run of slow batches (a
 10-second run of 100 ms batches has about 100) gets its steady steps sampled, not one or two
 of them. pipecheck's choice."""
+
+CPU_SAMPLE_MIN_GAP_S = 0.02
+"""Least wall time in seconds from one regular CPU sample to the next: in a loop so fast that
+:data:`CPU_SAMPLE_EVERY` batches take less, the regular call in between only folds and calls
+``periodic``, and reads no CPU clock (the sample and the step after it take two full calls,
+about 17 us on the fastest loader, ``python benchmarks/overhead.py --fastest-only --floor
+--parts``; at one in 64 batches of 19 us that was 1.4 pp of its first epoch). At most 50 CPU
+samples a second, still thousands in a minute. pipecheck's choice."""
 
 FOLD_BATCHES = 4096
 """Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""
@@ -487,13 +497,16 @@ class EpochIterator:
     Dropping it mid-epoch (``break``) ends the epoch at that moment (``__del__``).
 
     Most calls take the fast path (two clock reads, two appends, the sample count); one in
-    :data:`CPU_SAMPLE_EVERY` reads the CPU clock, and the first call, the one after it, and
-    any after an exception take the full path (:meth:`_next_full`), as does every call while
-    batches come :data:`SLOW_BATCH_S` apart or more.
+    :data:`CPU_SAMPLE_EVERY` takes the full path (:meth:`_next_full`: fold check, ``periodic``)
+    and reads the CPU clock when :data:`CPU_SAMPLE_MIN_GAP_S` has passed since the last such
+    sample (the call after a sample closes its step on the full path too). The first call
+    and any after an exception take the full path, as does every call while batches come
+    :data:`SLOW_BATCH_S` apart or more.
     """
 
     __slots__ = ("_probe", "_epoch", "_iterator", "_clock", "_marks", "_sizes", "_hot",
-                 "_sample_due", "_regular_in", "_pending", "_done", "_raised", "_cpu_mark",
+                 "_sample_due", "_regular_in", "_cpu_sampled_at", "_pending", "_done",
+                 "_raised", "_cpu_mark",
                  "_observers", "_on_observer_error", "_periodic", "__weakref__")
 
     def __init__(self, probe: ConsumerProbe, epoch: _Epoch, iterator: Iterator[Any]) -> None:
@@ -507,6 +520,7 @@ class EpochIterator:
         self._sizes = epoch.sizes
         self._sample_due = True  # the next full call is a regular sample (the first is)
         self._regular_in = CPU_SAMPLE_EVERY  # full calls of a slow loop before the next one
+        self._cpu_sampled_at = -math.inf  # when the last regular CPU sample was entered
         self._pending: Optional[float] = epoch.started  # iter() is part of the first wait
         self._done = False
         self._raised = False
@@ -589,7 +603,9 @@ class EpochIterator:
             if self._periodic is not None:
                 self._call_periodic()
         # Not the run's first batch: its wait and step hold start-up and lazy initialisation.
-        sample = (regular or slow) and probe._primed
+        # A regular call samples the CPU only CPU_SAMPLE_MIN_GAP_S after the last one did.
+        sample = (slow or (regular and entered - self._cpu_sampled_at >= CPU_SAMPLE_MIN_GAP_S)
+                  ) and probe._primed
         if sample:
             before = cpu_clock()
             thread_before = probe._thread_cpu_clock()
@@ -607,9 +623,12 @@ class EpochIterator:
             cpu[1] += after - before
             self._cpu_mark = (left, after, thread_after)
         hot = self._hot
-        if regular and not sample:
+        if regular and not probe._primed:
             hot[0] = 1  # the run's first batch: the next one is the first sample
+        elif regular and not sample:
+            hot[0] = CPU_SAMPLE_EVERY  # a fast loop: the next regular call, no step to close
         elif regular:
+            self._cpu_sampled_at = entered
             self._sample_due = False
             self._regular_in = CPU_SAMPLE_EVERY - 1
             hot[0] = 1  # the next call closes the compute sample

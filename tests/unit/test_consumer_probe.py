@@ -372,16 +372,45 @@ def test_a_slow_loop_samples_every_batch_but_the_runs_first():
 
 
 def test_a_fast_loop_samples_one_batch_in_cpu_sample_every():
-    from pipecheck.probes.consumer import CPU_SAMPLE_EVERY
+    from pipecheck.probes.consumer import CPU_SAMPLE_EVERY, CPU_SAMPLE_MIN_GAP_S
 
     clock = FakeClock()
     probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
     n = CPU_SAMPLE_EVERY * 4
-    consume(probe, TimedSource(clock, [0.0001] * n), clock, 0.0002)
+    # CPU_SAMPLE_EVERY batches take longer than the gap, so every regular call samples.
+    wait_s, step_s = 0.0001, 1.5 * CPU_SAMPLE_MIN_GAP_S / CPU_SAMPLE_EVERY
+    consume(probe, TimedSource(clock, [wait_s] * n), clock, step_s)
     rec = probe.record()
     # The second batch, then one in CPU_SAMPLE_EVERY.
-    assert rec.sampled_wait_wall_s == pytest.approx(0.0001 * 4)
-    assert rec.sampled_compute_wall_s == pytest.approx(0.0002 * 4)
+    assert rec.sampled_wait_wall_s == pytest.approx(wait_s * 4)
+    assert rec.sampled_compute_wall_s == pytest.approx(step_s * 4)
+
+
+def test_a_very_fast_loop_samples_the_cpu_once_per_gap_and_still_folds_and_calls_periodic():
+    from pipecheck.probes.consumer import (CPU_SAMPLE_EVERY, CPU_SAMPLE_MIN_GAP_S,
+                                           FOLD_BATCHES)
+
+    clock = FakeClock()
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
+    n = FOLD_BATCHES * 3
+    wait_s, step_s = 5e-6, 15e-6  # 20 us a batch: CPU_SAMPLE_EVERY of them take 1.3 ms
+    calls = []
+    iterator = probe.open_epoch(lambda: iter(TimedSource(clock, [wait_s] * n)),
+                                periodic=calls.append)
+    biggest = 0
+    for _ in iterator:
+        clock.advance(step_s)
+        biggest = max(biggest, iterator._epoch.buffered())
+    rec = probe.record()
+    assert rec.batches == n and rec.wait_s == pytest.approx(wait_s * n)
+    samples = rec.sampled_wait_wall_s / wait_s
+    run_s = n * (wait_s + step_s)
+    # One sample per gap (rounded up to the next regular call), not one in CPU_SAMPLE_EVERY.
+    assert run_s / CPU_SAMPLE_MIN_GAP_S * 0.8 <= samples <= run_s / CPU_SAMPLE_MIN_GAP_S + 1
+    assert samples < n / CPU_SAMPLE_EVERY / 4
+    assert rec.sampled_compute_wall_s == pytest.approx(step_s * samples)
+    assert len(calls) == pytest.approx(n / CPU_SAMPLE_EVERY, abs=2)  # periodic unchanged
+    assert biggest <= FOLD_BATCHES + CPU_SAMPLE_EVERY  # still folded
 
 
 def test_a_slow_loop_still_folds_and_calls_periodic_one_batch_in_cpu_sample_every():
