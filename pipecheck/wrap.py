@@ -468,7 +468,8 @@ class WrappedLoader:
             probe = "workers" if (self._config.num_workers or 0) > 0 else "main-process"
         if probe == "main-process":
             total = sum(e.batches for e in consumer.epochs if e.epoch in self._probed_ids)
-            workers = [scaled_to(w, total) for w in workers]
+            first = self._workers.first_batch() if self._workers is not None else None
+            workers = [scaled_to(w, total, first) for w in workers]
         return RunRecord(kind="wrap", created=self._created, environment=collect_environment(),
                          loader=self._config, consumer=consumer,
                          workers=workers, worker_probe=probe, host=records.get("host"),

@@ -43,7 +43,7 @@ import random
 import threading
 import weakref
 from time import perf_counter
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch.utils.data
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -134,6 +134,16 @@ class _SharedArea:
         return worker_id if 0 <= worker_id < self.num_workers else None
 
 
+class FirstBatch(NamedTuple):
+    """The first batch committed in a process: ``fetch_s`` and ``collate_s`` (seconds) and
+    its ``samples``. It holds the process's lazy initialisation, so the main process's sampled
+    totals are scaled without it (:func:`scaled_to`)."""
+
+    fetch_s: float
+    collate_s: float
+    samples: int
+
+
 class _BatchAccumulator:
     """Fetch time and samples since the last batch, in one process, for one probe.
 
@@ -144,7 +154,7 @@ class _BatchAccumulator:
     """
 
     __slots__ = ("fetch_s", "samples", "attached", "writer", "area", "busy", "window",
-                 "close_window", "timed", "timed_busy_s")
+                 "close_window", "timed", "timed_busy_s", "first")
 
     def __init__(self, area: _SharedArea) -> None:
         self.area = area
@@ -159,8 +169,12 @@ class _BatchAccumulator:
         # open window, and what puts the untimed dataset and collate back when it closes.
         self.window = 0
         self.close_window: Optional[Callable[[], None]] = None
-        self.timed = 0  # batches committed in this process, and their fetch + collate s
+        # Batches committed in this process, and the fetch + collate s of all but the first:
+        # a first batch's lazy initialisation (0.5 s, say) would otherwise hold the mean
+        # over FAST_BATCH_S, and a fast loader timed batch by batch, for thousands of batches.
+        self.timed = 0
         self.timed_busy_s = 0.0
+        self.first: Optional[FirstBatch] = None  # the first committed batch, as written
 
     def attach(self) -> None:
         """Open this process's slot and register its pid. Silent (no writer) when this
@@ -187,8 +201,11 @@ class _BatchAccumulator:
         self.samples = 0
         if self.writer is not None:
             self.writer.add_batch(end_time, fetch_s, collate_s, samples)
+        if self.timed:
+            self.timed_busy_s += fetch_s + collate_s
+        else:
+            self.first = FirstBatch(fetch_s, collate_s, samples)
         self.timed += 1
-        self.timed_busy_s += fetch_s + collate_s
         if self.window:
             self.window -= 1
             if not self.window and self.close_window is not None:
@@ -231,6 +248,7 @@ class _BatchAccumulator:
         self.busy = 0
         self.window = self.timed = 0
         self.timed_busy_s = 0.0
+        self.first = None
         self.close_window = None
         writer, self.writer = self.writer, None
         if writer is not None:
@@ -620,18 +638,31 @@ class _TimedCollate:
 # ---------------------------------------------------------------------------------------------
 
 
-def scaled_to(record: WorkerRecord, batches: int) -> WorkerRecord:
+def scaled_to(record: WorkerRecord, batches: int,
+              first: Optional[FirstBatch] = None) -> WorkerRecord:
     """``record`` (the main process's, whose timed batches were sampled) scaled to
     ``batches`` produced in all: ``samples``, ``fetch_s``, ``collate_s`` and ``busy_s`` times
-    ``batches / record.batches``, ``timed_batches`` set. ``record`` itself when every batch
-    was timed (``batches <= record.batches``) or none was."""
+    ``batches / record.batches`` (the ratio estimator), ``timed_batches`` set. ``first``, the
+    process's first batch (always timed, and holding its lazy initialisation: a 0.3 s first
+    fetch scaled 40-fold would swamp 20 us batches), is counted once and the other timed
+    batches are scaled to the other ``batches - 1``. ``record`` itself when every batch was
+    timed (``batches <= record.batches``) or none was."""
     if record.batches == 0 or batches <= record.batches:
         return record
-    scale = batches / record.batches
+    if first is None or record.batches < 2:
+        scale = batches / record.batches
+        return dataclasses.replace(
+            record, batches=batches, samples=round(record.samples * scale),
+            fetch_s=record.fetch_s * scale, collate_s=record.collate_s * scale,
+            busy_s=record.busy_s * scale, timed_batches=record.batches)
+    scale = (batches - 1) / (record.batches - 1)
+    fetch_s = first.fetch_s + max(record.fetch_s - first.fetch_s, 0.0) * scale
+    collate_s = first.collate_s + max(record.collate_s - first.collate_s, 0.0) * scale
     return dataclasses.replace(
-        record, batches=batches, samples=round(record.samples * scale),
-        fetch_s=record.fetch_s * scale, collate_s=record.collate_s * scale,
-        busy_s=record.busy_s * scale, timed_batches=record.batches)
+        record, batches=batches,
+        samples=first.samples + round(max(record.samples - first.samples, 0) * scale),
+        fetch_s=fetch_s, collate_s=collate_s, busy_s=fetch_s + collate_s,
+        timed_batches=record.batches)
 
 
 class _FetcherSwap:
@@ -758,8 +789,8 @@ class WorkerProbe:
         """Main-process sampling (``num_workers=0``): called between two batches of the epoch
         whose DataLoader iterator is ``iterator``, regularly (the consumer probe calls it every
         ``CPU_SAMPLE_EVERY`` batches, and at each epoch's first). Once
-        :data:`MAIN_SAMPLE_AFTER` batches are timed and their mean is under
-        :data:`FAST_BATCH_S`, each call opens a window of :data:`MAIN_WINDOW` timed batches
+        :data:`MAIN_SAMPLE_AFTER` batches are timed and their mean (the first left out: lazy
+        initialisation) is under :data:`FAST_BATCH_S`, each call opens a window of :data:`MAIN_WINDOW` timed batches
         (after :data:`MAIN_DENSE_TIMED` timed batches, one call in :data:`MAIN_SPARSE_EVERY`
         at random) and the batches after it are fetched with the untimed dataset and collate (the iterator's
         fetcher is pointed at them: no pipecheck code runs for those batches); in an epoch
@@ -779,10 +810,17 @@ class WorkerProbe:
             return
         if acc.busy:  # a paused epoch: every batch untimed
             swap.untimed()
-        elif acc.timed >= MAIN_SAMPLE_AFTER and acc.timed_busy_s < FAST_BATCH_S * acc.timed:
+        elif (acc.timed >= MAIN_SAMPLE_AFTER
+              and acc.timed_busy_s < FAST_BATCH_S * (acc.timed - 1)):
             if acc.timed < MAIN_DENSE_TIMED or self._window_draw() * MAIN_SPARSE_EVERY < 1.0:
                 swap.timed()
                 acc.window = MAIN_WINDOW
+
+    def first_batch(self) -> Optional[FirstBatch]:
+        """The first batch this process committed for this probe (``num_workers=0``: the
+        main process's), or ``None`` before one."""
+        accumulator = _accumulators.get(self._key)
+        return None if accumulator is None else accumulator.first
 
     def pause(self, paused: bool) -> None:
         """Stop (``True``) or resume timing in this process, for ``num_workers=0`` loaders

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 import pytest
 import torch
@@ -283,6 +284,43 @@ def test_main_process_windows_thin_out_once_enough_batches_are_timed():
     assert record.timed_batches < n * MAIN_WINDOW // CPU_SAMPLE_EVERY // 2
 
 
+class _LazyFirstItem(torch.utils.data.Dataset):
+    """Fast items, but the first fetch pays a one-time initialisation (opening an index, a
+    first decode): 0.3 s."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.ready = n, False
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int):
+        if not self.ready:
+            time.sleep(0.3)
+            self.ready = True
+        return torch.tensor([index])
+
+
+def test_a_slow_first_batch_does_not_keep_a_fast_loader_timed_batch_by_batch():
+    """The mean that decides whether batches are fast enough to sample leaves the first out: a
+    0.3 s first fetch would otherwise hold the mean of 20 us batches over FAST_BATCH_S for
+    about 1,500 batches, each timed one by one in the training loop."""
+    from pipecheck.probes.consumer import CPU_SAMPLE_EVERY
+    from pipecheck.probes.workers import FAST_BATCH_S, MAIN_SAMPLE_AFTER, MAIN_WINDOW
+
+    n = 3000
+    wrapped = pipecheck.wrap(DataLoader(_LazyFirstItem(n), batch_size=1), host=False)
+    assert [int(b[0]) for b in wrapped] == list(range(n))
+    (record,) = wrapped.record().workers
+    wrapped.close()
+    assert record.batches == n
+    windows = n // CPU_SAMPLE_EVERY + 1
+    assert record.timed_batches <= MAIN_SAMPLE_AFTER + CPU_SAMPLE_EVERY + windows * MAIN_WINDOW
+    # The first batch counts once: scaled with the sampled ones it would add about
+    # 0.3 s x n / timed_batches (over 3 s) to the production time.
+    assert 0.3 <= record.busy_s < 0.3 + (n - 1) * FAST_BATCH_S
+
+
 def test_wrapped_main_process_samples_fast_batches_and_scales_the_timed_ones():
     """num_workers=0 with batches far under FAST_BATCH_S: after MAIN_SAMPLE_AFTER timed
     batches only windows of MAIN_WINDOW batches are timed; the batch count is the consumer's
@@ -303,7 +341,11 @@ def test_wrapped_main_process_samples_fast_batches_and_scales_the_timed_ones():
     assert MAIN_SAMPLE_AFTER <= record.timed_batches < n // 4
     assert len(record.recent) == record.timed_batches
     timed_busy = sum(b.fetch_s + b.collate_s for b in record.recent)
-    assert record.busy_s == pytest.approx(timed_busy * n / record.timed_batches)
+    # The first batch (lazy initialisation) counts once; the other timed ones stand for the
+    # other n - 1.
+    first = record.recent[0].fetch_s + record.recent[0].collate_s
+    assert record.busy_s == pytest.approx(
+        first + (timed_busy - first) * (n - 1) / (record.timed_batches - 1))
 
     slow = pipecheck.wrap(DataLoader(SleepDataset(40, 0.0003), batch_size=1), host=False)
     assert len(list(slow)) == 40
