@@ -386,22 +386,29 @@ def test_a_fast_loop_samples_one_batch_in_cpu_sample_every():
     assert rec.sampled_compute_wall_s == pytest.approx(step_s * 4)
 
 
-def test_a_very_fast_loop_samples_the_cpu_once_per_gap_and_still_folds_and_calls_periodic():
-    from pipecheck.probes.consumer import (CPU_SAMPLE_EVERY, CPU_SAMPLE_MIN_GAP_S,
-                                           FOLD_BATCHES)
-
+def _loop_with_periodic(n: int, wait_s: float, step_s: float):
+    """A fake-clock loop of ``n`` batches with a ``periodic`` callback: (the record, the
+    callback's calls, the most batches ever buffered before a fold)."""
     clock = FakeClock()
-    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
-    n = FOLD_BATCHES * 3
-    wait_s, step_s = 5e-6, 15e-6  # 20 us a batch: CPU_SAMPLE_EVERY of them take 1.3 ms
-    calls = []
+    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0,
+                          timeline_capacity=256)
+    calls: list = []
     iterator = probe.open_epoch(lambda: iter(TimedSource(clock, [wait_s] * n)),
                                 periodic=calls.append)
     biggest = 0
     for _ in iterator:
         clock.advance(step_s)
         biggest = max(biggest, iterator._epoch.buffered())
-    rec = probe.record()
+    return probe.record(), calls, biggest
+
+
+def test_a_very_fast_loop_samples_the_cpu_once_per_gap_and_still_folds_and_calls_periodic():
+    from pipecheck.probes.consumer import (CPU_SAMPLE_EVERY, CPU_SAMPLE_MIN_GAP_S,
+                                           FOLD_BATCHES)
+
+    n = FOLD_BATCHES * 3
+    wait_s, step_s = 5e-6, 15e-6  # 20 us a batch: CPU_SAMPLE_EVERY of them take 1.3 ms
+    rec, calls, biggest = _loop_with_periodic(n, wait_s, step_s)
     assert rec.batches == n and rec.wait_s == pytest.approx(wait_s * n)
     samples = rec.sampled_wait_wall_s / wait_s
     run_s = n * (wait_s + step_s)
@@ -416,18 +423,8 @@ def test_a_very_fast_loop_samples_the_cpu_once_per_gap_and_still_folds_and_calls
 def test_a_slow_loop_still_folds_and_calls_periodic_one_batch_in_cpu_sample_every():
     from pipecheck.probes.consumer import CPU_SAMPLE_EVERY, FOLD_BATCHES, SLOW_BATCH_S
 
-    clock = FakeClock()
-    probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0,
-                          timeline_capacity=256)
     n = FOLD_BATCHES * 2 + 123
-    calls = []
-    iterator = probe.open_epoch(lambda: iter(TimedSource(clock, [SLOW_BATCH_S] * n)),
-                                periodic=calls.append)
-    biggest = 0
-    for _ in iterator:
-        clock.advance(SLOW_BATCH_S)
-        biggest = max(biggest, iterator._epoch.buffered())
-    rec = probe.record()
+    rec, calls, biggest = _loop_with_periodic(n, SLOW_BATCH_S, SLOW_BATCH_S)
     assert rec.batches == n and rec.compute_s == pytest.approx(SLOW_BATCH_S * n)
     assert biggest <= FOLD_BATCHES + CPU_SAMPLE_EVERY  # folded, so the buffer stays bounded
     assert len(calls) == pytest.approx(n / CPU_SAMPLE_EVERY, abs=2)
