@@ -59,10 +59,12 @@ of them. pipecheck's choice."""
 CPU_SAMPLE_MIN_GAP_S = 0.02
 """Least wall time in seconds from one regular CPU sample to the next: in a loop so fast that
 :data:`CPU_SAMPLE_EVERY` batches take less, the regular call in between only folds and calls
-``periodic``, and reads no CPU clock (the sample and the step after it take two full calls,
-about 17 us on the fastest loader, ``python benchmarks/overhead.py --fastest-only --floor
---parts``; at one in 64 batches of 19 us that was 1.4 pp of its first epoch). At most 50 CPU
-samples a second, still thousands in a minute. pipecheck's choice."""
+``periodic``, and reads no CPU clock. A sample and the call that closes its step take two
+full calls with six CPU clock reads: on the fastest loader (19 us batches), the consumer probe
+alone cost +8.2% of a first epoch sampling one batch in 64 against +6.8% one in 4,096
+(medians of 4 interleaved A/B runs of ``benchmarks/overhead.py``'s ``compare`` harness,
+this project's 2-core VM), about 17 us a sample. At most 50 CPU samples a second, still
+thousands in a minute. pipecheck's choice."""
 
 FOLD_BATCHES = 4096
 """Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""

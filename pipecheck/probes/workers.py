@@ -90,9 +90,10 @@ MAIN_DENSE_TIMED = 256
 :data:`MAIN_SPARSE_EVERY` (4 in 256 batches, drawn at random so that a period in the data
 cannot alias with the window cadence). 256 timed batches give the mean production time to
 about 6% at a coefficient of variation of 1 (1/sqrt(256)); each timed batch of the fastest
-loader costs about 2 us on a 19 us batch, so 4 in 64 cost about 0.7% of its first epoch and
-4 in 256 about 0.2% (``python benchmarks/overhead.py --fastest-only --epochs first``). The
-dense phase lasts 4,096 batches: under 0.1 s at that pace."""
+loader costs about 2 us on a 19 us batch (:data:`FAST_BATCH_S`), so 4 in 64 cost about 0.7%
+of its first epoch and 4 in 256 about 0.2%; measured with this cadence, the per-sample probe
+adds 0.3-0.5 pp to that first epoch (``python benchmarks/overhead.py --fastest-only --floor
+--parts``). The dense phase lasts 4,096 batches: under 0.1 s at that pace."""
 
 MAIN_SPARSE_EVERY = 4
 """After :data:`MAIN_DENSE_TIMED` timed batches a call of :meth:`WorkerProbe.between_batches`
@@ -790,10 +791,10 @@ class WorkerProbe:
         whose DataLoader iterator is ``iterator``, regularly (the consumer probe calls it every
         ``CPU_SAMPLE_EVERY`` batches, and at each epoch's first). Once
         :data:`MAIN_SAMPLE_AFTER` batches are timed and their mean (the first left out: lazy
-        initialisation) is under :data:`FAST_BATCH_S`, each call opens a window of :data:`MAIN_WINDOW` timed batches
-        (after :data:`MAIN_DENSE_TIMED` timed batches, one call in :data:`MAIN_SPARSE_EVERY`
-        at random) and the batches after it are fetched with the untimed dataset and collate (the iterator's
-        fetcher is pointed at them: no pipecheck code runs for those batches); in an epoch
+        initialisation) is under :data:`FAST_BATCH_S`, each call opens a window of
+        :data:`MAIN_WINDOW` timed batches (after :data:`MAIN_DENSE_TIMED` timed batches, one
+        call in :data:`MAIN_SPARSE_EVERY` at random) and the batches after it are fetched with
+        the untimed dataset and collate (the iterator's fetcher is pointed at them: no pipecheck code runs for those batches); in an epoch
         :meth:`pause` d, every batch is. Does nothing for other iterators (workers, an
         iterable dataset, a loader whose iterator torch does not build so), which are timed
         batch by batch. The caller scales the timed batches to all of them (the ratio
