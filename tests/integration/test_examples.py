@@ -56,7 +56,8 @@ def test_wrap_dataloader_prints_and_saves_the_report(tmp_path):
     pytest.param("iterable_dataset.py", 64, "tokens/s", marks=pytest.mark.slow),
     # 512 images / 16, two epochs
     pytest.param("webdataset_pipeline.py", 64, "WebLoader", marks=pytest.mark.slow),
-    ("plain_iterable.py", 80, "RemoteBatchStream"),  # 40 batches, two epochs
+    # 40 batches, two epochs; examples run as subprocesses, about 5 s each
+    pytest.param("plain_iterable.py", 80, "RemoteBatchStream", marks=pytest.mark.slow),
 ])
 def test_example_prints_a_report(tmp_path, name, batches, extra):
     done = run_example(name, tmp_path)

@@ -122,6 +122,7 @@ with pipecheck.wrap(loader, stacks=True, stacks_window_s=30.0, host=False) as wr
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
 def test_py_spy_beside_an_unactivated_venvs_python_is_found(tmp_path):
     # Job scripts run venv/bin/python train.py without activating the venv: PATH lacks its bin.
