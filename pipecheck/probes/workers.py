@@ -745,6 +745,7 @@ class WorkerProbe:
                                            os.getpid())
         self._sampled_iterator: Any = None  # between_batches: the epoch it follows
         self._swap: Optional[_FetcherSwap] = None
+        self._first_at_close: Optional[FirstBatch] = None
         # Which sparse-phase calls open a window; seeded, so a run's sampling is repeatable.
         self._window_draw = random.Random(0).random
 
@@ -819,7 +820,9 @@ class WorkerProbe:
 
     def first_batch(self) -> Optional[FirstBatch]:
         """The first batch this process committed for this probe (``num_workers=0``: the
-        main process's), or ``None`` before one."""
+        main process's), or ``None`` before one; after :meth:`close`, as it was at close."""
+        if self._first_at_close is not None:
+            return self._first_at_close
         accumulator = _accumulators.get(self._key)
         return None if accumulator is None else accumulator.first
 
@@ -908,6 +911,8 @@ class WorkerProbe:
             if self._final is None and self._finalizer.alive:
                 self._read_pids()
                 self._final = self._read_records()
+                # The finalizer drops this process's accumulator, and its first batch with it
+                self._first_at_close = self.first_batch()
             self._finalizer()
 
     def remove_file(self) -> None:

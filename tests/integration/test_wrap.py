@@ -314,6 +314,8 @@ def test_a_slow_first_batch_does_not_keep_a_fast_loader_timed_batch_by_batch():
     (record,) = wrapped.record().workers
     wrapped.close()
     assert record.batches == n
+    (after_close,) = wrapped.record().workers  # the same estimate once the probe is closed
+    assert after_close.busy_s == pytest.approx(record.busy_s)
     windows = n // CPU_SAMPLE_EVERY + 1
     assert record.timed_batches <= MAIN_SAMPLE_AFTER + CPU_SAMPLE_EVERY + windows * MAIN_WINDOW
     # The first batch counts once: scaled with the sampled ones it would add about
