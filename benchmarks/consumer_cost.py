@@ -3,9 +3,11 @@ source whose ``next()`` costs almost nothing, against that source alone (best of
 
 Parts: the fast path (batch sizes known up front, as for a plain DataLoader: two clock reads,
 two appends), the same with a sample count per batch (batches whose sizes are read from their
-structure), and ``time.perf_counter`` alone (two of them are the floor of any timing around
-``next()``). Folding every ``FOLD_BATCHES`` batches and the CPU-clock sample every
-``CPU_SAMPLE_EVERY`` are included, as in a run.
+structure), each with every batch timed and with the sparse blocks a loop this fast gets
+(``SPARSE_BELOW_S``: one block of 64 in ``SPARSE_TIMED_EVERY`` timed, the others only counted),
+and ``time.perf_counter`` alone (two of them are the floor of any timing around ``next()``).
+Folding every ``FOLD_BATCHES`` batches and the CPU-clock sample every ``CPU_SAMPLE_EVERY`` are
+included, as in a run.
 
     python benchmarks/consumer_cost.py [--batches 1000000] [--rounds 5]
 """
@@ -18,6 +20,7 @@ import time
 from typing import Callable, Iterator, Optional
 
 from pipecheck._clock import monotonic
+from pipecheck.probes import consumer
 from pipecheck.probes.consumer import ConsumerProbe, FixedBatches
 
 
@@ -40,8 +43,10 @@ def loop_s(iterator: Iterator, batches: int) -> float:
     return time.perf_counter() - started
 
 
-def extra_ns(batches: int, rounds: int, fixed: Optional[FixedBatches]) -> float:
-    """Best of ``rounds``: ns a batch the epoch iterator adds over the bare source."""
+def extra_ns(batches: int, rounds: int, fixed: Optional[FixedBatches], sparse: bool) -> float:
+    """Best of ``rounds``: ns a batch the epoch iterator adds over the bare source, with
+    sparse blocks or every batch timed."""
+    consumer.SPARSE_BELOW_S = SPARSE_BELOW_S if sparse else 0.0
     best = float("inf")
     for _ in range(rounds):
         probe = ConsumerProbe(run_start=monotonic())
@@ -49,6 +54,9 @@ def extra_ns(batches: int, rounds: int, fixed: Optional[FixedBatches]) -> float:
         bare = loop_s(Source(), batches)
         best = min(best, (wrapped - bare) / batches * 1e9)
     return best
+
+
+SPARSE_BELOW_S = consumer.SPARSE_BELOW_S
 
 
 def call_ns(fn: Callable[[], object], calls: int, rounds: int) -> float:
@@ -67,10 +75,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     fixed = FixedBatches(batch_size=1, samples_per_epoch=10**12)
-    print(f"epoch iterator, batch sizes known (fast path): "
-          f"{extra_ns(args.batches, args.rounds, fixed):.0f} ns a batch")
-    print(f"epoch iterator, samples counted per batch: "
-          f"{extra_ns(args.batches, args.rounds, None):.0f} ns a batch")
+    for sparse, mode in ((False, "every batch timed"), (True, "sparse blocks")):
+        print(f"epoch iterator, batch sizes known (fast path), {mode}: "
+              f"{extra_ns(args.batches, args.rounds, fixed, sparse):.0f} ns a batch")
+        print(f"epoch iterator, samples counted per batch, {mode}: "
+              f"{extra_ns(args.batches, args.rounds, None, sparse):.0f} ns a batch")
     print(f"time.perf_counter(): {call_ns(time.perf_counter, args.batches, args.rounds):.0f} "
           f"ns a call (with the loop's own cost)")
     return 0

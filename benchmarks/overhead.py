@@ -12,15 +12,16 @@ Two modes for it (``--epochs``, both by default): ``first`` takes every wrapped 
 fresh ``pipecheck.wrap()`` (made with the clock stopped), so every chunk is from a first
 epoch, the costliest one: with ``num_workers=0`` and fast batches the per-sample probe times
 the first epoch (in windows of 4 batches in 64, then 4 in 256 once 256 are timed) and one
-epoch in 8 after it. ``steady`` runs one
+epoch in 8 after it, and the consumer probe, the loop being faster than ``SPARSE_BELOW_S``,
+times one block of 64 batches in 8 after the run's first 1,024. ``steady`` runs one
 wrapped loader epoch after epoch (the average over epochs, mostly unprobed ones).
 The start-up of a first epoch (the host sampler's baseline reading, 32 batches timed one by
 one) falls in a chunk that is seldom the fastest: ``first_epoch_cost.py`` counts it.
 
 Targets (issue "pipecheck 0.1", and issue 13 "A lighter touch" for the first epoch): <= 5% on
 the fastest loader (TensorDataset, batch_size=1, num_workers=0) in either mode (+3% aimed
-for: two bare clock reads around ``next()`` already cost about 2%); <= 2% CPU per epoch on a
-2-worker loader.
+for; ``--floor`` times two bare clock reads around every ``next()``, which pipecheck's sparse
+blocks undercut); <= 2% CPU per epoch on a 2-worker loader.
 
     python benchmarks/overhead.py [--pairs 200] [--rounds 21] [--epochs first|steady|both]
                                   [--floor] [--parts] [--fastest-only]

@@ -128,10 +128,12 @@ class EpochTiming:
 
 @dataclass(frozen=True)
 class ConsumerRecord:
-    """Exact counters over the whole run plus a bounded, evenly spaced sample of batches.
+    """Counters over the whole run plus a bounded, evenly spaced sample of batches.
 
-    ``timeline`` keeps every ``timeline_stride``-th batch (the stride doubles whenever the buffer
-    fills), so it covers the whole run in bounded memory. ``sampled_*`` fields come from reading
+    Batch and sample counts are exact; wait and compute are exact except in a fast loop's
+    sparse stretches (``untimed_batches``). ``timeline`` keeps every ``timeline_stride``-th
+    timed batch (the stride doubles whenever the buffer fills), so it covers the whole run in
+    bounded memory. ``sampled_*`` fields come from reading
     the main process's CPU clock around a subset of batches (``process_time``, all its threads):
     CPU seconds spent per wall second while waiting and while computing. ``status``:
     ``not-started``, ``in-progress``, ``complete``, ``error`` (``error`` says what: raised by
@@ -170,6 +172,11 @@ class ConsumerRecord:
     ``sampled_compute_cpu_s``: the step's CPU without its intra-op threads'; short of
     ``sampled_compute_wall_s`` when that thread waited (for a core, a GPU, a lock or I/O);
     ``None`` in older reports."""
+    untimed_batches: int = 0
+    """Batches taken in a fast loop's sparse stretches without a clock read
+    (:data:`pipecheck.probes.consumer.SPARSE_BELOW_S`): counted in ``batches``, ``samples``,
+    ``wall_s`` and the epochs' figures, with their wait estimated at the timed blocks' share of
+    wait in their wall time; absent from ``timeline``. 0 in loops slower than that."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -580,6 +587,10 @@ class ConsumerSummary:
     error: Optional[str] = None
     errors: int = 0
     """``next()`` calls that raised; the loop may have gone on past them."""
+    untimed_batches: Optional[int] = None
+    """Batches of a fast loop's sparse stretches, whose wait was estimated at the timed blocks'
+    share of wait (:attr:`ConsumerRecord.untimed_batches`); 0: every batch was timed;
+    ``None`` in older reports."""
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ def summarize_consumer(record: ConsumerRecord) -> ConsumerSummary:
         status=record.status,
         error=record.error,
         errors=record.errors,
+        untimed_batches=record.untimed_batches,
     )
 
 

@@ -1,14 +1,18 @@
 """Consumer timing: wait inside ``next()`` vs compute between batches, per batch, in the main
 process, by timing around the real iterator (no patching of torch).
 
-Memory is bounded whatever the run length: exact counters for the whole run, plus a timeline of
+Memory is bounded whatever the run length: counters for the whole run, plus a timeline of
 at most ``timeline_capacity`` batches kept evenly spaced (every ``stride``-th batch; the stride
 doubles each time the buffer fills), plus one small record per epoch.
 
 The hot path per batch is two clock reads, two appends to a typed array and, unless the batch
 sizes are known up front (``FixedBatches``), a sample count (about 0.4 us in all with the sizes
 known, two ``perf_counter`` reads of about 0.06 us each included;
-``benchmarks/consumer_cost.py``). Every ``FOLD_BATCHES`` batches the arrays are folded
+``benchmarks/consumer_cost.py``). In a loop faster than ``SPARSE_BELOW_S`` a batch, that is
+still percents of the loop, so after ``SPARSE_AFTER_BATCHES`` batches one block of
+``CPU_SAMPLE_EVERY`` batches in ``SPARSE_TIMED_EVERY`` (drawn at random) is timed that way and
+the others only counted; their wall time is split into wait and compute at the drawn blocks'
+share, and batch, sample and token counts and wall time stay exact. Every ``FOLD_BATCHES`` batches the arrays are folded
 with numpy into the counters and the timeline, so they never grow past that. One batch in
 ``CPU_SAMPLE_EVERY`` (every batch but the run's first when batches are ``SLOW_BATCH_S`` apart
 or more) also reads the main process's CPU clock (``time.process_time``, about 0.6 us on
@@ -26,6 +30,7 @@ short of the step's wall time is its wait for a core while the pool ran
 from __future__ import annotations
 
 import math
+import random
 import threading
 import time
 from array import array
@@ -66,6 +71,29 @@ alone cost +8.2% of a first epoch sampling one batch in 64 against +6.8% one in 
 this project's 2-core VM), about 17 us a sample. At most 50 CPU samples a second, still
 thousands in a minute. pipecheck's choice."""
 
+SPARSE_BELOW_S = 100e-6
+"""Mean seconds per batch (over the last block of :data:`CPU_SAMPLE_EVERY` calls) below which
+the loop is timed in sparse blocks: each block after :data:`SPARSE_AFTER_BATCHES` is timed
+batch by batch with probability 1 / :data:`SPARSE_TIMED_EVERY` (a seeded draw, so a period in
+the data cannot alias with the cadence); the others' batches are passed on with no clock read
+(the block's first call still folds, calls ``periodic`` and may sample the CPU), and their wait
+is estimated from the drawn blocks' share of wait (``_Chunk``). Two clock reads and two appends cost
+0.9-1.1 us a batch on this project's 2-core VM (the floor of ``benchmarks/overhead.py``: +4.6%
+to +6.7% of a 19 us batch), so under 100 us a batch they would cost about 1% of the loop or
+more. pipecheck's choice."""
+
+SPARSE_AFTER_BATCHES = 1024
+"""Batches of the run timed one by one before sparse blocks may start (the warm-up, the
+quantiles and the steady-state test have them all), and each epoch's first block is timed."""
+
+SPARSE_TIMED_EVERY = 8
+"""In a sparse stretch, one block in this many (on average) is timed batch by batch. On the
+fastest loader's first epochs, 8 cost +2.5% to +4.2% against +4.2% to +5.6% for 4 and +6.1%
+to +8.1% with every block timed (best of 200 interleaved chunks, 3 runs each, this project's
+2-core VM; ``benchmarks/overhead.py``'s ``compare``). The estimate's standard error is then
+about 1 / sqrt(timed batches) of the wait's spread: 0.6% for exponential waits over 160,000
+batches (``tests/unit/test_consumer_sparse.py``)."""
+
 FOLD_BATCHES = 4096
 """Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""
 
@@ -101,41 +129,89 @@ class FixedBatches(NamedTuple):
 
 
 class _Chunk:
-    """Derived figures of a run of buffered batches (see :meth:`_Epoch.chunk`)."""
+    """Derived figures of a run of buffered batches (see :meth:`_Epoch.chunk`).
 
-    __slots__ = ("entered", "waits", "computes", "sizes", "last_left")
+    The buffer holds an (entered, left) pair per timed batch and, for each sparse stretch of
+    a fast loop (:data:`SPARSE_BELOW_S`), one gap pair ``(-k, end)``: ``k`` batches taken
+    without a clock read, up to ``end``, when the ``next()`` after them was entered. A gap's
+    wall time runs from the buffered moment before it (the timed batch's hand-over, the
+    previous gap's end, or ``prev_left``) to its end; its wait is estimated as that wall (less
+    one mean step when a timed batch's step runs into it) times the share of wait in the wall
+    time of ``pool`` (batches, wait and wall in seconds: the blocks drawn to be timed, a random
+    sample of the sparse stretches), and the rest is compute. A ratio of the same blocks' wait
+    and wall follows the loop as the machine speeds up or slows down: on a real 27 us loop it
+    spread 1 pp from run to run, where ``k`` times the mean wait spread 6 pp
+    (``benchmarks/sparse_accuracy.py``, 100,000 batches, 4 runs each). Without a drawn block
+    yet, ``k`` times this chunk's mean timed wait (an epoch's first batch left out), clipped to
+    the gap. Per-row arrays (``offsets``, ``entered``, ``waits``, ``computes``, ``sizes``)
+    hold the timed batches only; the totals hold every batch."""
+
+    __slots__ = ("offsets", "entered", "waits", "computes", "sizes", "last_left", "batches",
+                 "samples", "wait", "compute", "untimed", "counted_to")
 
     def __init__(self, marks: array, sizes: array, next_entered: Optional[float],
-                 fixed: Optional[FixedBatches], samples_before: int) -> None:
+                 fixed: Optional[FixedBatches], samples_before: int,
+                 pool: tuple[int, float, float] = (0, 0.0, 0.0),
+                 prev_left: Optional[float] = None) -> None:
         # Slicing copies under the GIL in one step; a numpy view of the live array would block
         # the generator's appends (BufferError) if another thread took this snapshot.
-        if fixed is None:
-            n = min(len(sizes), len(marks) // 2)
-            self.sizes = np.array(sizes[:n], dtype=np.int64)
-        else:
-            n = len(marks) // 2
-            full = np.full(n, fixed.batch_size, dtype=np.int64)
-            room = fixed.samples_per_epoch - samples_before - (np.cumsum(full) - full)
-            self.sizes = np.clip(room, 0, full)
+        n = len(marks) // 2 if fixed is not None else min(len(sizes), len(marks) // 2)
         times = np.array(marks[: 2 * n], dtype=np.float64)
-        self.entered = times[0::2]
-        left = times[1::2]
-        self.waits = left - self.entered
-        # compute of batch i: from its hand-over to the next next() call; unknown for the last
-        # batch until that call happens (NaN)
-        self.computes = np.full(n, np.nan)
-        if n:
-            self.computes[:-1] = self.entered[1:] - left[:-1]
-            if next_entered is not None:
-                self.computes[-1] = next_entered - left[-1]
-        self.last_left = float(left[-1]) if n else None
+        entered_all, left_all = times[0::2], times[1::2]
+        gap = entered_all < 0
+        counts = np.where(gap, -entered_all, 1.0).astype(np.int64)
+        if fixed is None:
+            row_sizes = np.array(sizes[:n], dtype=np.int64)
+        else:
+            full = counts * fixed.batch_size
+            room = fixed.samples_per_epoch - samples_before - (np.cumsum(full) - full)
+            row_sizes = np.clip(room, 0, full)
+        timed = ~gap
+        self.batches = int(counts.sum())
+        self.untimed = int(counts[gap].sum())
+        self.samples = int(row_sizes.sum())
+        self.offsets = (np.cumsum(counts) - counts)[timed]
+        self.entered = entered_all[timed]
+        self.sizes = row_sizes[timed]
+        self.waits = left_all[timed] - self.entered
+        # compute of a timed batch: from its hand-over to the next next() call; unknown for
+        # the last batch until that call happens, and part of the gap before a gap (NaN)
+        after = np.append(entered_all[1:], np.nan if next_entered is None else next_entered)
+        after_gap = np.append(gap[1:], False)
+        self.computes = np.where(after_gap, np.nan, after - left_all)[timed]
+        self.wait = float(self.waits.sum())
+        self.compute = float(np.nansum(self.computes))
+        if n and gap.any():
+            before = np.concatenate(([np.nan if prev_left is None else prev_left],
+                                     left_all[:-1]))
+            walls = np.nan_to_num(left_all[gap] - before[gap], nan=0.0)
+            if pool[0] and pool[2] > 0:
+                # the drawn blocks' share of wait in their wall time; a gap right after a
+                # timed batch also holds that batch's step, at the drawn blocks' mean
+                share = pool[1] / pool[2]
+                step_s = (pool[2] - pool[1]) / pool[0]
+                after_timed = np.concatenate(([False], timed[:-1]))[gap]
+                spans = walls - np.where(after_timed, np.minimum(step_s, walls), 0.0)
+                gap_waits = spans * share
+            else:  # no drawn block yet (a short epoch, an early snapshot): the mean wait
+                waits = self.waits[1:] if samples_before == 0 else self.waits
+                mean_wait = float(waits.mean()) if len(waits) else 0.0
+                gap_waits = np.clip(counts[gap] * mean_wait, 0.0, walls)
+            self.wait += float(gap_waits.sum())
+            self.compute += float((walls - gap_waits).sum())
+        self.last_left = float(left_all[-1]) if n else None
+        # how far wait and compute are counted: the last timed batch's step ends at the next
+        # call, when it is known (a gap at the next chunk's start begins there)
+        self.counted_to = (next_entered if n and not gap[-1] and next_entered is not None
+                           else self.last_left)
 
 
 class _Epoch:
     """One pass: folded counters plus the batches buffered since the last fold."""
 
     __slots__ = ("epoch", "started", "base_index", "batches", "samples", "wait", "compute",
-                 "last", "first", "ended", "marks", "sizes", "fixed", "last_wait", "dropped_at")
+                 "last", "first", "ended", "marks", "sizes", "fixed", "last_wait", "dropped_at",
+                 "pool", "run_pool", "untimed", "counted_to")
 
     def __init__(self, epoch: int, started: float, base_index: int,
                  fixed: Optional[FixedBatches]) -> None:
@@ -154,9 +230,22 @@ class _Epoch:
         self.sizes = array("q")  # samples per buffered batch (unless fixed)
         self.fixed = fixed
         self.dropped_at: Optional[float] = None  # when its iterator was dropped mid-epoch
+        # batches of the blocks drawn to be timed, and their wait in seconds (_Chunk's pool)
+        self.pool: list[float] = [0, 0.0, 0.0]
+        self.run_pool: Optional[list[float]] = None  # the probe's, over every epoch
+        self.counted_to = started  # the end of the folded batches' last step, when known
+        self.untimed = 0  # folded batches of sparse stretches (no clock read)
 
     def chunk(self, next_entered: Optional[float]) -> _Chunk:
-        return _Chunk(self.marks, self.sizes, next_entered, self.fixed, self.samples)
+        return _Chunk(self.marks, self.sizes, next_entered, self.fixed, self.samples,
+                      self.pool_for_estimates(), self.counted_to)
+
+    def pool_for_estimates(self) -> tuple[int, float, float]:
+        """The epoch's drawn blocks once they hold :data:`CPU_SAMPLE_EVERY` batches, else the
+        whole run's (``run_pool``, set by the probe)."""
+        pool = self.pool if self.pool[0] >= CPU_SAMPLE_EVERY or self.run_pool is None \
+            else self.run_pool
+        return (int(pool[0]), float(pool[1]), float(pool[2]))
 
     def buffered(self) -> int:
         return len(self.marks) // 2
@@ -225,6 +314,9 @@ class ConsumerProbe:
         self.errors = 0  # next() calls that raised
         self._failed = False  # the run ended by an uncaught exception (mark_ended)
         self._interrupted = False
+        # Which fast-loop blocks are timed (SPARSE_TIMED_EVERY): seeded, so runs repeat.
+        self._sparse_draw = random.Random(0x5EED).random
+        self._pool: list[float] = [0, 0.0, 0.0]  # batches, wait (s) of every epoch's drawn blocks
 
     # -- hot path ------------------------------------------------------------------------------
 
@@ -285,6 +377,7 @@ class ConsumerProbe:
             self._close_dropped()
             base = sum(e.batches + e.buffered() for e in self._epochs)
             epoch = _Epoch(len(self._epochs), self._clock(), base, fixed)
+            epoch.run_pool = self._pool
             self._epochs.append(epoch)
         return epoch
 
@@ -334,16 +427,18 @@ class ConsumerProbe:
     def _fold_locked(self, epoch: _Epoch, next_entered: float) -> None:
         chunk = epoch.chunk(next_entered)
         rows = self._rows_of(epoch, chunk)
-        n = len(chunk.sizes)
-        if n:
-            if epoch.first is None and epoch.batches == 0:
+        if chunk.batches:
+            if epoch.first is None and epoch.batches == 0 and len(chunk.waits):
                 epoch.first = float(chunk.waits[0])
-            epoch.batches += n
-            epoch.samples += int(chunk.sizes.sum())
-            epoch.wait += float(chunk.waits.sum())
-            epoch.compute += float(np.nansum(chunk.computes))
-            assert chunk.last_left is not None  # set when n > 0
+            epoch.batches += chunk.batches
+            epoch.samples += chunk.samples
+            epoch.wait += chunk.wait
+            epoch.compute += chunk.compute
+            epoch.untimed += chunk.untimed
+            # both set when the chunk has batches
+            assert chunk.last_left is not None and chunk.counted_to is not None
             epoch.last = chunk.last_left
+            epoch.counted_to = chunk.counted_to
         del epoch.sizes[:]
         del epoch.marks[:]
         if len(rows):
@@ -355,15 +450,15 @@ class ConsumerProbe:
             self._row_count = sum(len(r) for r in self._rows)
 
     def _rows_of(self, epoch: _Epoch, chunk: _Chunk) -> np.ndarray:
-        """Timeline rows (every ``stride``-th run-wide batch index) of a chunk: a float array
+        """Timeline rows (the timed batches whose run-wide index is a multiple of ``stride``)
+        of a chunk: a float array
         of shape ``(rows, 6)``, columns index, epoch, start (s since the run start), wait,
         compute (NaN: not known yet) and samples."""
-        first = epoch.base_index + epoch.batches
-        offset = (-first) % self._stride
-        picked = slice(offset, None, self._stride)
+        indices = epoch.base_index + epoch.batches + chunk.offsets
+        picked = indices % self._stride == 0
         starts = chunk.entered[picked] - self._run_start
         rows = np.empty((len(starts), 6))
-        rows[:, 0] = np.arange(first + offset, first + len(chunk.sizes), self._stride)
+        rows[:, 0] = indices[picked]
         rows[:, 1] = epoch.epoch
         rows[:, 2] = starts
         rows[:, 3] = chunk.waits[picked]
@@ -383,6 +478,7 @@ class ConsumerProbe:
         if how == "exhausted":
             epoch.last_wait = max(0.0, end - last_entered)
         epoch.last = end
+        epoch.counted_to = end
         epoch.ended = how
 
     # -- reading -------------------------------------------------------------------------------
@@ -408,20 +504,22 @@ class ConsumerProbe:
             rows = list(self._rows)
             stride = self._stride
             epoch_records = []
+            untimed = 0
             for e in self._epochs:
                 chunk = e.chunk(None)
                 rows.append(self._rows_of(e, chunk))
-                n = len(chunk.sizes)
+                n = chunk.batches
+                untimed += e.untimed + chunk.untimed
                 first = e.first
-                if first is None and e.batches == 0 and n:
+                if first is None and e.batches == 0 and len(chunk.waits):
                     first = float(chunk.waits[0])
                 last = chunk.last_left if (n and e.ended == "running") else e.last
                 assert last is not None  # chunk.last_left is set when n > 0
                 epoch_records.append(EpochTiming(
                     epoch=e.epoch, started_at_s=e.started - self._run_start,
-                    batches=e.batches + n, samples=e.samples + int(chunk.sizes.sum()),
-                    wait_s=e.wait + float(chunk.waits.sum()),
-                    compute_s=e.compute + float(np.nansum(chunk.computes)),
+                    batches=e.batches + n, samples=e.samples + chunk.samples,
+                    wait_s=e.wait + chunk.wait,
+                    compute_s=e.compute + chunk.compute,
                     wall_s=max(0.0, last - e.started), first_batch_s=first, ended=e.ended,
                     last_wait_s=e.last_wait))
         table = np.concatenate(rows) if rows else np.empty((0, 6))
@@ -450,6 +548,7 @@ class ConsumerProbe:
             sampled_compute_thread_cpu_s=self._cpu[5],
             batch_bytes=self.batch_bytes,
             batch_tensors=self.batch_tensors,
+            untimed_batches=untimed,
         )
         return self._last
 
@@ -503,13 +602,17 @@ class EpochIterator:
     and reads the CPU clock when :data:`CPU_SAMPLE_MIN_GAP_S` has passed since the last such
     sample (the call after a sample closes its step on the full path too). The first call
     and any after an exception take the full path, as does every call while batches come
-    :data:`SLOW_BATCH_S` apart or more.
+    :data:`SLOW_BATCH_S` apart or more. In a loop faster than :data:`SPARSE_BELOW_S` a batch,
+    most blocks of :data:`CPU_SAMPLE_EVERY` calls take the skip path after their full call:
+    the batch and its sample count, no clock read.
     """
 
     __slots__ = ("_probe", "_epoch", "_iterator", "_clock", "_marks", "_sizes", "_hot",
                  "_sample_due", "_regular_in", "_cpu_sampled_at", "_pending", "_done",
-                 "_raised", "_cpu_mark",
+                 "_raised", "_cpu_mark", "_skip_len", "_skip_next", "_block_entered", "_drawn",
                  "_observers", "_on_observer_error", "_periodic", "__weakref__")
+
+    _sparse = True  # whether fast loops may skip timing (not when observers read each wait)
 
     def __init__(self, probe: ConsumerProbe, epoch: _Epoch, iterator: Iterator[Any]) -> None:
         # Made by ConsumerProbe.open_epoch, which opens ``iterator`` (its time is part of the
@@ -528,14 +631,19 @@ class EpochIterator:
         self._raised = False
         # The sampled batch's (left, process cpu, thread cpu), closed by the next call
         self._cpu_mark: Optional[tuple[float, float, float]] = None
+        self._skip_len = 0  # calls of the current sparse stretch (0: none open)
+        self._skip_next = False  # the block of the sample being closed is to be skipped
+        self._block_entered: Optional[float] = None  # when the current block's full call began
+        self._drawn = False  # the current block was drawn to be timed (SPARSE_TIMED_EVERY)
         # What the fast path reads, in one list: [fast-path calls left before the next full
-        # one, clock, the source iterator, marks.append, sample counter or None (batch
-        # sizes known up front), token counter or None]. One attribute read per batch: the
+        # one (negative: skip-path calls left), clock, the source iterator, marks.append,
+        # sample counter or None (batch sizes known up front), token counter or None,
+        # samples of the skipped batches so far]. One attribute read per batch: the
         # class has a __getattr__, which keeps Python 3.11 from specialising its attribute
         # reads (about 20 ns each, benchmarks/consumer_cost.py).
         self._hot: list[Any] = [0, self._clock, iterator, epoch.marks.append,
                                 None if epoch.fixed is not None else probe._count_samples,
-                                probe._count_tokens]
+                                probe._count_tokens, 0]
         self._periodic: Optional[Callable[[Iterator[Any]], None]] = None
         self._on_observer_error: Optional[ObserverErrorHandler] = None
 
@@ -555,9 +663,22 @@ class EpochIterator:
 
     def __next__(self) -> Any:
         hot = self._hot
-        fast, clock, source, append, count, tokens = hot
+        fast, clock, source, append, count, tokens, _ = hot
         if fast <= 1:
-            return self._next_full()
+            if fast >= 0:
+                return self._next_full()
+            hot[0] = fast + 1  # the skip path: the batch, no clock read
+            try:
+                batch = next(source)
+            except BaseException as exc:
+                self._on_skip_raise(fast, exc)
+                raise
+            if count is not None:
+                hot[6] += count(batch)
+            if tokens is not None:
+                probe = self._probe
+                probe.tokens = (probe.tokens or 0) + tokens(batch)
+            return batch
         hot[0] = fast - 1
         entered = clock()
         try:
@@ -596,9 +717,19 @@ class EpochIterator:
             cpu[5] += probe._thread_cpu_clock() - thread_cpu_before
         regular = self._sample_due
         marks = epoch.marks
+        skipped = self._skip_len  # batches of the open sparse stretch
+        if regular and self._drawn:
+            self._pool_block(entered)
         # A slow loop samples every batch's CPU (see SLOW_BATCH_S); marks[-2] is when the
-        # previous next() was entered.
-        slow = len(marks) >= 2 and entered - marks[-2] >= SLOW_BATCH_S
+        # previous next() was entered (or, after a sparse stretch, its gap's -count: the loop
+        # was fast).
+        slow = (not skipped and len(marks) >= 2 and marks[-2] >= 0
+                and entered - marks[-2] >= SLOW_BATCH_S)
+        # Whether this call's batch joins a sparse stretch: a skipped block's regular call,
+        # and the call after it that closes its CPU sample.
+        in_gap = (not slow and self._skip_block(entered)) if regular else self._skip_next
+        if skipped and (regular or not in_gap):
+            self._close_gap(skipped, entered)  # a new block: the stretch ends here
         if regular:
             if len(marks) >> 1 >= FOLD_BATCHES:
                 probe._fold(epoch, entered)
@@ -614,6 +745,7 @@ class EpochIterator:
         try:
             batch = next(self._iterator)
         except BaseException as exc:
+            self._close_gap(self._skip_len, entered)
             self._on_raise(entered, exc)
             raise
         left = clock()
@@ -628,11 +760,13 @@ class EpochIterator:
         if regular and not probe._primed:
             hot[0] = 1  # the run's first batch: the next one is the first sample
         elif regular and not sample:
-            hot[0] = CPU_SAMPLE_EVERY  # a fast loop: the next regular call, no step to close
+            # a fast loop: the next regular call, no step to close
+            self._open_block(CPU_SAMPLE_EVERY - 1, in_gap)
         elif regular:
             self._cpu_sampled_at = entered
             self._sample_due = False
             self._regular_in = CPU_SAMPLE_EVERY - 1
+            self._skip_next = in_gap
             hot[0] = 1  # the next call closes the compute sample
         elif slow:
             # Every call is full while the loop stays slow; the regular sample (fold,
@@ -642,9 +776,13 @@ class EpochIterator:
             hot[0] = 1
         else:
             self._sample_due = True
-            hot[0] = CPU_SAMPLE_EVERY - 1
-        marks.append(entered)
-        marks.append(left)
+            self._open_block(CPU_SAMPLE_EVERY - 2, self._skip_next)
+            self._skip_next = False
+        if in_gap:
+            self._skip_len += 1
+        else:
+            marks.append(entered)
+            marks.append(left)
         if self._raised:
             self._raised = False
             epoch.ended = "running"  # the error did not end the epoch after all
@@ -654,11 +792,78 @@ class EpochIterator:
             hot[5] = probe._count_tokens
         count = hot[4]
         if count is not None:
-            epoch.sizes.append(count(batch))
+            if in_gap:
+                hot[6] += count(batch)
+            else:
+                epoch.sizes.append(count(batch))
         tokens = hot[5]
         if tokens is not None:
             probe.tokens = (probe.tokens or 0) + tokens(batch)
         return batch
+
+    def _skip_block(self, entered: float) -> bool:
+        """At a regular call (the start of a block of :data:`CPU_SAMPLE_EVERY` calls): whether
+        the rest of the block skips timing (:data:`SPARSE_BELOW_S`). Only once the run has
+        :data:`SPARSE_AFTER_BATCHES` batches, from an epoch's second block, while the last
+        block's mean time per batch is under :data:`SPARSE_BELOW_S`, and for all but one
+        block in :data:`SPARSE_TIMED_EVERY` drawn at random."""
+        started = self._block_entered
+        self._block_entered = entered
+        if not self._sparse or started is None:
+            return False
+        epoch = self._epoch
+        if epoch.base_index + epoch.batches + epoch.buffered() < SPARSE_AFTER_BATCHES:
+            return False
+        if entered - started >= SPARSE_BELOW_S * CPU_SAMPLE_EVERY:
+            return False
+        if self._probe._sparse_draw() * SPARSE_TIMED_EVERY >= 1.0:
+            return True
+        self._drawn = True
+        return False
+
+    def _pool_block(self, now: float) -> None:
+        """Add the block drawn to be timed, which ends now, to the pool the sparse stretches'
+        wait is estimated from (the epoch's and the run's): a random sample of the blocks, so
+        neither the dense start nor an epoch's first batch weighs in."""
+        self._drawn = False
+        calls = CPU_SAMPLE_EVERY
+        block = self._marks[-2 * calls:]
+        if len(block) < 2 * calls or min(block[0::2]) < 0:
+            return  # not one whole timed block
+        wait = sum(block[1::2]) - sum(block[0::2])
+        for pool in (self._epoch.pool, self._probe._pool):
+            pool[0] += calls
+            pool[1] += wait
+            pool[2] += now - block[0]
+
+    def _open_block(self, calls: int, skip: bool) -> None:
+        """The next ``calls`` calls take the fast path (timed), or the skip path when
+        ``skip``; the call after them is full again."""
+        if skip:
+            self._skip_len += calls
+            self._hot[0] = -calls
+        else:
+            self._hot[0] = calls + 1
+
+    def _close_gap(self, calls: int, end: float) -> None:
+        """Buffer the gap pair of a sparse stretch of ``calls`` batches (0: nothing to
+        buffer) that ended at ``end`` (when the next ``next()`` was entered), and end it."""
+        self._skip_len = 0
+        hot = self._hot
+        if calls > 0:
+            marks = self._marks
+            marks.append(-float(calls))
+            marks.append(end)
+            if hot[4] is not None:
+                self._sizes.append(hot[6])
+        hot[6] = 0
+
+    def _on_skip_raise(self, fast: int, exc: BaseException) -> None:
+        """The skip-path call that began with ``fast`` (negative) calls left raised: buffer
+        the batches skipped before it, then record the raise as any other."""
+        entered = self._clock()
+        self._close_gap(self._skip_len + fast, entered)
+        self._on_raise(entered, exc)
 
     def _call_periodic(self) -> None:
         periodic = self._periodic
@@ -676,6 +881,9 @@ class EpochIterator:
 
     def _on_raise(self, entered: float, exc: BaseException) -> None:
         self._hot[0] = 0  # the next call takes the full path
+        self._block_entered = None  # the cadence is broken: time the next block
+        self._skip_next = False
+        self._drawn = False
         probe = self._probe
         if isinstance(exc, StopIteration):
             self._done = True
@@ -691,7 +899,10 @@ class EpochIterator:
         # Lock-free: may run in any thread (garbage collection), or at interpreter exit.
         try:
             if not self._done and self._epoch.ended == "running":
-                self._epoch.dropped_at = self._probe._clock()
+                now = self._probe._clock()
+                if self._skip_len:  # the batches of an open sparse stretch were taken
+                    self._close_gap(self._skip_len + min(0, self._hot[0]), now)
+                self._epoch.dropped_at = now
         except BaseException:
             pass
 
@@ -704,6 +915,7 @@ class ObservedEpochIterator(EpochIterator):
     batch, or the loader's exception, passes through unchanged."""
 
     __slots__ = ()
+    _sparse = False  # observers read each call's wait from the marks
 
     def __init__(self, probe: ConsumerProbe, epoch: _Epoch, iterator: Iterator[Any],
                  observers: tuple[BatchObserver, ...],

@@ -101,7 +101,7 @@ def rates_svg(report: "Report") -> Optional[str]:
     if len(batches) < 2:
         return None
     delivered_at = [b.start_at_s + b.wait_s for b in batches]
-    weight = _stride(batches)
+    weight = _weights(batches)
     span = (min(delivered_at), max(delivered_at))
     produced_at = [wb.end_at_s for wb in report.timeline.worker_batches]
     if produced_at:
@@ -380,12 +380,19 @@ def _epoch_starts(batches: Sequence["BatchTiming"]) -> list[int]:
 
 
 def _stride(batches: Sequence["BatchTiming"]) -> int:
-    """Batches each kept timeline entry stands for: the gcd of the index gaps (1 when every
-    batch was kept)."""
+    """The gcd of the index gaps (1 when every batch was kept)."""
     stride = 0
     for previous, current in zip(batches, batches[1:]):
         stride = math.gcd(stride, current.index - previous.index)
     return max(1, stride)
+
+
+def _weights(batches: Sequence["BatchTiming"]) -> list[int]:
+    """Batches each kept timeline entry stands for: itself and the untimed or unkept ones up
+    to the next entry (the timeline's stride, and a fast loop's sparse stretches), the last
+    entry the smallest gap's worth (:func:`_stride`)."""
+    gaps = [current.index - previous.index for previous, current in zip(batches, batches[1:])]
+    return [max(1, gap) for gap in gaps] + [_stride(batches)]
 
 
 def _bin_edges(span: tuple[float, float], bins: int) -> list[float]:
@@ -397,13 +404,15 @@ def _bin_edges(span: tuple[float, float], bins: int) -> list[float]:
 
 
 def _binned_rate(times: Sequence[float], edges: Sequence[float],
-                 weight: int) -> tuple[list[float], list[float]]:
-    """Events per second in each bin (each event counting ``weight``), and the bin centres."""
+                 weight: int | Sequence[int]) -> tuple[list[float], list[float]]:
+    """Events per second in each bin (each event counting ``weight``, or its own entry of
+    ``weight``), and the bin centres."""
     counts = [0] * (len(edges) - 1)
     first, width = edges[0], edges[1] - edges[0]
-    for t in times:
+    weights = [weight] * len(times) if isinstance(weight, int) else weight
+    for t, w in zip(times, weights):
         slot = min(len(counts) - 1, max(0, int((t - first) / width)))
-        counts[slot] += weight
+        counts[slot] += w
     centers = [first + (i + 0.5) * width for i in range(len(counts))]
     return centers, [c / width for c in counts]
 

@@ -273,3 +273,19 @@ def test_legend_fits_the_chart_width():
     (legend,) = fig.legends
     box = legend.get_window_extent(renderer)
     assert box.x0 >= 0 and box.x1 <= fig.bbox.width  # not cut off at the right edge
+
+
+def test_the_rates_chart_counts_the_batches_between_kept_timeline_entries():
+    # A fast loop's sparse stretches leave gaps of many batches between timed entries; each
+    # entry stands for the batches up to the next one, so the binned rate adds up to them all.
+    from pipecheck.render import charts
+
+    indices = [0, 1, 2, 3, 67, 68, 69, 200, 201]
+    batches = [BatchTiming(index=i, epoch=0, start_at_s=i * 1e-3, wait_s=0.0, compute_s=1e-3,
+                           samples=1) for i in indices]
+    weights = charts._weights(batches)
+    assert weights == [1, 1, 1, 64, 1, 1, 131, 1, 1]
+    edges = charts._bin_edges((0.0, 0.202), 4)
+    _, rates = charts._binned_rate([b.start_at_s for b in batches], edges, weights)
+    width = edges[1] - edges[0]
+    assert sum(rate * width for rate in rates) == pytest.approx(202)

@@ -354,3 +354,39 @@ def test_wrapped_main_process_samples_fast_batches_and_scales_the_timed_ones():
     (record,) = slow.record().workers
     slow.close()
     assert record.batches == 40 and record.timed_batches is None
+
+
+def test_a_fast_loop_is_timed_in_blocks_and_its_counts_stay_exact(monkeypatch, tmp_path):
+    """A real loop fast enough for sparse blocks (SPARSE_BELOW_S, raised here so that a loaded
+    machine qualifies too): the batches are the unwrapped loader's, counts of batches and
+    samples stay exact across epochs (the last batch short), the report says how many were
+    timed, and its JSON keeps the figure."""
+    from torch.utils.data import TensorDataset
+
+    from pipecheck.probes import consumer
+
+    monkeypatch.setattr(consumer, "SPARSE_BELOW_S", 1.0)
+    n, epochs = 6_001, 2
+
+    def make() -> DataLoader:
+        return DataLoader(TensorDataset(torch.arange(n)), batch_size=2, shuffle=True,
+                          generator=torch.Generator().manual_seed(3))
+
+    unwrapped = make()
+    plain = [[b[0].tolist() for b in unwrapped] for _ in range(epochs)]
+    wrapped = pipecheck.wrap(make(), host=False)
+    got = [[b[0].tolist() for b in wrapped] for _ in range(epochs)]
+    assert got == plain
+    report = wrapped.report()
+    wrapped.close()
+    consumer_summary = report.consumer
+    assert consumer_summary.batches == epochs * 3_001
+    assert consumer_summary.samples == epochs * n
+    assert 0 < consumer_summary.untimed_batches < consumer_summary.batches
+    assert len(report.timeline.batches) == consumer_summary.batches \
+        - consumer_summary.untimed_batches
+    assert consumer_summary.wait_s + consumer_summary.compute_s == pytest.approx(
+        sum(e.wall_s for e in report.timeline.epochs), rel=0.01)
+    assert "timed batch by batch" in report.render(width=120)
+    again = pipecheck.load(report.save(tmp_path / "fast.json"))
+    assert again.consumer.untimed_batches == consumer_summary.untimed_batches

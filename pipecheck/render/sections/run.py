@@ -58,11 +58,18 @@ def stall(report: "Report") -> Section:
         blocks.append(line(("wait per batch:", fmt.duration_quantiles(consumer.wait_time_s))))
     if consumer.compute_time_s is not None:
         blocks.append(line(("step per batch:", fmt.duration_quantiles(consumer.compute_time_s))))
+    untimed = consumer.untimed_batches
+    if untimed:
+        blocks.append(line((
+            "timed batch by batch",
+            f"{consumer.batches - untimed:,} of {consumer.batches:,} batches (a loop this fast "
+            "is timed in random blocks of 64; the others' wait is estimated at the timed "
+            "blocks' share of wait in their wall time)")))
     kept = len(report.timeline.batches)
     caption = "Wait vs compute per batch; dashed lines mark epoch starts."
     if kept and kept < consumer.batches:
-        caption += (f" The report keeps an evenly spaced sample of the batches: {kept:,} of "
-                    f"{consumer.batches:,} are shown.")
+        sample = "the timed batches" if untimed else "an evenly spaced sample of the batches"
+        caption += f" The report keeps {sample}: {kept:,} of {consumer.batches:,} are shown."
     blocks.append(Chart("step_timeline", caption, "No per-batch timeline was recorded."))
     if report.timeline.epochs:
         rows = [[str(e.epoch), f"{e.batches:,}", fmt.seconds(e.wait_s), fmt.seconds(e.compute_s),
