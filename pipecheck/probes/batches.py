@@ -84,8 +84,10 @@ def counter_for(first_batch: Any) -> SampleCounter:
     """A sample counter specialised to the structure of ``first_batch``.
 
     Batches of one loader share a structure, so the general walk of :func:`count_samples`
-    runs once; later batches read one leading dimension (about 0.1 us instead of 1 us). Any
-    batch the fast path cannot read falls back to :func:`count_samples`.
+    runs once; later batches read one leading dimension: 0.15 us a batch of two tensors and
+    about 0.17 us a mapping of two, against 1.0 and 1.8-2.4 us for the walk (``timeit``, this
+    project's 2-core VM). Any batch the fast path cannot read falls back to
+    :func:`count_samples`.
     """
     n = count_samples(first_batch)
     if _leading_size(first_batch) == n:
@@ -93,6 +95,10 @@ def counter_for(first_batch: Any) -> SampleCounter:
     if isinstance(first_batch, (list, tuple)) and first_batch:
         if _leading_size(first_batch[0]) == n:
             return _count_first_leading
+    if isinstance(first_batch, Mapping):
+        for key, value in first_batch.items():
+            if _leading_size(value) == n:
+                return _leading_of_key(key)
     return count_samples
 
 
@@ -108,6 +114,19 @@ def _count_first_leading(batch: Any) -> int:
         return batch[0].shape[0]
     except Exception:
         return count_samples(batch)
+
+
+def _leading_of_key(key: Any) -> SampleCounter:
+    """A counter of mapping batches (Hugging Face style): the leading size of ``key``'s
+    tensor."""
+
+    def count(batch: Any) -> int:
+        try:
+            return batch[key].shape[0]
+        except Exception:
+            return count_samples(batch)
+
+    return count
 
 
 def token_counter_for(batch: Any) -> Optional[TokenCounter]:

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from pipecheck.probes.batches import count_samples
+from pipecheck.probes.batches import count_samples, counter_for
 
 
 def test_collated_tuple():
@@ -47,3 +47,21 @@ def test_batch_storage_counts_the_bytes_and_the_tensors_a_worker_hands_over():
     nested = {"x": [np.zeros(4, dtype=np.float32), torch.zeros(2)], "name": ["a", "b"]}
     assert batch_storage(nested) == (16 + 8, 2)
     assert batch_storage(["text only"]) == (None, 0)
+
+
+def test_specialised_counters_agree_with_the_general_walk_and_fall_back_when_it_changes():
+    tensors = (torch.zeros(32, 3), torch.zeros(32))
+    mapping = {"input_ids": torch.zeros(8, 128, dtype=torch.long),
+               "attention_mask": torch.ones(8, 128, dtype=torch.long), "id": "x"}
+    labels_first = {"meta": ["a", "b"], "pixels": np.zeros((4, 3, 2, 2))}
+    for first, later in ((tensors, (torch.zeros(5, 3), torch.zeros(5))),
+                         (mapping, {"input_ids": torch.zeros(3, 9), "attention_mask": None}),
+                         (labels_first, {"meta": ["a"], "pixels": np.zeros((7, 3))})):
+        counter = counter_for(first)
+        assert counter is not count_samples  # one leading dimension read, not the walk
+        assert counter(first) == count_samples(first)
+        assert counter(later) == count_samples(later)
+    # A batch of another structure (the key gone, a list of plain items): the general walk.
+    counter = counter_for(mapping)
+    assert counter({"labels": torch.zeros(6)}) == 6
+    assert counter([1, 2, 3]) == 3
