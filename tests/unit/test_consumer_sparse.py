@@ -44,7 +44,8 @@ def _probe(clock: FakeClock) -> ConsumerProbe:
 
 
 def _run(waits: list[float], step_s: float, **source):
-    """A fake-clock loop over ``waits``: (the record, the batches taken, the true wait s)."""
+    """A fake-clock loop over ``waits``, going on after a ``ValueError``: (the record, the
+    batches taken)."""
     clock = FakeClock(50.0)
     probe = _probe(clock)
     taken = 0
@@ -143,7 +144,7 @@ def test_a_loop_slower_than_the_threshold_times_every_batch():
 
 def test_an_error_inside_a_skipped_block_passes_through_and_the_epoch_goes_on():
     n = 8_000
-    fail_at = n - 100  # late in the run: its block is very likely skipped
+    fail_at = n - 100  # with the seeded draws, its call takes the skip path
     rec, taken = _run([3e-6] * n, 5e-6, fail_at=fail_at)
     assert taken == n - 1 and rec.batches == n - 1
     assert rec.errors == 1 and rec.error == "ValueError: bad batch 7900"
