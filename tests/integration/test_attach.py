@@ -118,6 +118,13 @@ def test_samples_inside_next_are_the_stall_and_its_interval_is_wilsons():
     assert result.consumer.stall_fraction == pytest.approx(0.12)
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    # A test run started in the background by a non-interactive shell (a CI runner, nohup)
+    # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler in the
+    # child: give it the default disposition a terminal's Ctrl-C finds.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_ends_the_window_and_still_writes_the_report(tmp_path):
     target, _ = _start_target(tmp_path, "--workers", "0")
@@ -125,7 +132,8 @@ def test_ctrl_c_ends_the_window_and_still_writes_the_report(tmp_path):
     try:
         attach = subprocess.Popen([sys.executable, "-m", "pipecheck", "attach", str(target.pid),
                                    "--duration", "60", "--json", str(out)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  preexec_fn=_ctrl_c_as_in_a_terminal)
         assert attach.stderr is not None
         line = attach.stderr.readline()  # printed once sampling has started
         assert "sampling PID" in line, line

@@ -12,6 +12,13 @@ import time
 import pytest
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    # A test run started in the background by a non-interactive shell (a CI runner, nohup)
+    # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler in the
+    # child: give it the default disposition a terminal's Ctrl-C finds.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_mid_demo_saves_and_prints_the_partial_report(tmp_path):
     out = tmp_path / "partial.json"
@@ -20,7 +27,8 @@ def test_ctrl_c_mid_demo_saves_and_prints_the_partial_report(tmp_path):
         [sys.executable, "-m", "pipecheck", "demo", "--data", str(tmp_path / "data"),
          "--images", "64", "--steps", "100000", "--batch-size", "8", "--json", str(out),
          "--width", "100"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         # The demo announces its data before training starts; give it a few steps after that
         # (6 s: on a 2-core machine running two other busy processes 3 s was not always enough
