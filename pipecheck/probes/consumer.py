@@ -90,7 +90,8 @@ SPARSE_TIMED_EVERY = 8
 """In a sparse stretch, one block in this many (on average) is timed batch by batch. On the
 fastest loader's first epochs, 8 cost +2.5% to +4.2% against +4.2% to +5.6% for 4 and +6.1%
 to +8.1% with every block timed (best of 200 interleaved chunks, 3 runs each, this project's
-2-core VM; ``benchmarks/overhead.py``'s ``compare``). The estimate's standard error is then
+2-core VM; an ad hoc A/B setting this constant around ``benchmarks/overhead.py``'s
+``compare``). The estimate's standard error is then
 about 1 / sqrt(timed batches) of the wait's spread: 0.6% for exponential waits over 160,000
 batches (``tests/unit/test_consumer_sparse.py``)."""
 
@@ -140,8 +141,9 @@ class _Chunk:
     time of ``pool`` (batches, wait and wall in seconds: the blocks drawn to be timed, a random
     sample of the sparse stretches), and the rest is compute. A ratio of the same blocks' wait
     and wall follows the loop as the machine speeds up or slows down: on a real 27 us loop it
-    spread 1 pp from run to run, where ``k`` times the mean wait spread 6 pp
-    (``benchmarks/sparse_accuracy.py``, 100,000 batches, 4 runs each). Without a drawn block
+    spread 1 pp from run to run, where ``k`` times the mean wait spread 6 pp (an ad hoc A/B
+    of the two estimators on ``benchmarks/sparse_accuracy.py``'s loop, 100,000 batches, 4
+    interleaved runs each, against an independent clock around the loop body). Without a drawn block
     yet, ``k`` times this chunk's mean timed wait (an epoch's first batch left out), clipped to
     the gap. Per-row arrays (``offsets``, ``entered``, ``waits``, ``computes``, ``sizes``)
     hold the timed batches only; the totals hold every batch."""
