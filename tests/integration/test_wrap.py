@@ -390,3 +390,33 @@ def test_a_fast_loop_is_timed_in_blocks_and_its_counts_stay_exact(monkeypatch, t
     assert "timed batch by batch" in report.render(width=120)
     again = pipecheck.load(report.save(tmp_path / "fast.json"))
     assert again.consumer.untimed_batches == consumer_summary.untimed_batches
+
+
+def test_an_error_inside_a_sparse_stretch_reaches_the_loop_unchanged_and_the_epoch_goes_on(
+        monkeypatch):
+    """A real loader fast enough for sparse blocks raises late in the epoch: the loop gets the
+    loader's own exception, the same iterator goes on with the next batch, as unwrapped, and
+    the counts stay exact."""
+    from pipecheck.probes import consumer
+
+    monkeypatch.setattr(consumer, "SPARSE_BELOW_S", 1.0)
+    n, bad = 6_000, 5_900
+
+    def take(loader) -> tuple[list, list]:
+        got, errors = [], []
+        iterator = iter(loader)
+        while True:
+            try:
+                got.append(next(iterator)[1].tolist())
+            except StopIteration:
+                return got, errors
+            except ValueError as exc:
+                errors.append(str(exc))
+
+    plain = take(DataLoader(FailingDataset(n, bad), batch_size=1))
+    wrapped = pipecheck.wrap(DataLoader(FailingDataset(n, bad), batch_size=1), host=False)
+    assert take(wrapped) == plain
+    record = wrapped.record().consumer
+    wrapped.close()
+    assert record.batches == n - 1 and record.errors == 1
+    assert 0 < record.untimed_batches < n and record.epochs[0].ended == "exhausted"
