@@ -1,7 +1,8 @@
 """Cost of per-stage timing on the demo's real pipeline (JPEG decode, crop, flip, normalize).
 
 The demo's WebDataset pipeline (``pipecheck.demo.build_dataset`` over its 2048 JPEG shards) is
-iterated in this process, plain and with every stage timed (``probes.stages.time_pipeline``),
+iterated in this process, plain and with every stage timed (``probes.stages.time_pipeline_stages``: the
+pipeline object registered, not copied),
 alternately, ``--rounds`` times each over the same shards; the figure is the ratio of the
 fastest rounds (noise on a shared machine only adds time), plus the median of per-pair ratios.
 Stage timing is measured alone here: the worker and consumer probes have their own benchmarks
@@ -15,14 +16,13 @@ Target (issue "Where time goes inside the pipeline"): <= 2 %.
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
 import tempfile
 import time
 
 from pipecheck.demo import build_dataset
 from pipecheck.demo_data import default_data_dir, ensure_shards
-from pipecheck.probes.stages import time_pipeline
+from pipecheck.probes.stages import time_pipeline_stages
 
 
 def _epoch_s(dataset) -> tuple[float, int]:
@@ -41,8 +41,8 @@ def per_stage_cost_us(items: int = 200_000, stages: int = 8) -> float:
     from webdataset import DataPipeline
 
     plain = DataPipeline(lambda: iter(range(items)), *([_identity] * stages))
-    timed = copy.copy(plain)
-    timed.pipeline = time_pipeline(list(plain.pipeline), None, "cost")
+    timed = DataPipeline(lambda: iter(range(items)), *([_identity] * stages))
+    time_pipeline_stages(timed, tempfile.mkdtemp(prefix="pipecheck-stage-bench-"), "cost")
     best = {}
     for name, pipeline in (("plain", plain), ("timed", timed)):
         best[name] = min(_epoch_s(pipeline)[0] for _ in range(5))
@@ -55,11 +55,10 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=512, help="images per round")
     args = parser.parse_args()
     urls = ensure_shards(default_data_dir())
-    plain = build_dataset(urls)
-    plain.pipeline.append(lambda src: (x for _, x in zip(range(args.images), src)))
-    timed = copy.copy(plain)
-    folder = tempfile.mkdtemp(prefix="pipecheck-stage-bench-")
-    timed.pipeline = time_pipeline(list(plain.pipeline), folder, "bench")
+    plain, timed = build_dataset(urls), build_dataset(urls)
+    for pipeline in (plain, timed):
+        pipeline.pipeline.append(lambda src: (x for _, x in zip(range(args.images), src)))
+    time_pipeline_stages(timed, tempfile.mkdtemp(prefix="pipecheck-stage-bench-"), "bench")
     _epoch_s(plain), _epoch_s(timed)  # warm the page cache and imports
     plain_s, timed_s, ratios = [], [], []
     for round_ in range(args.rounds):

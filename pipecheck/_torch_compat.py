@@ -1,28 +1,41 @@
 """Every place pipecheck relies on a private part of ``torch.utils.data``, in one module.
 
-pipecheck measures a DataLoader without changing what it yields. Two things need torch
-internals, each checked here against the installed torch (2.1 to 2.13 are known to have them):
+pipecheck measures a DataLoader without changing what it yields, and without making instances
+or subclasses of the user's classes: the user's loader and dataset objects are the ones torch
+iterates, in the main process and in the workers. What needs torch internals, each checked here
+against the installed torch (2.1 to 2.13 are known to have them):
 
 * ``DataLoader._get_iterator()``: the one call through which ``DataLoader.__iter__`` (and the
-  subclasses of torchdata, MosaicML streaming and litdata, which call it through ``super()``)
-  builds an epoch's iterator. The iterator reads ``loader.dataset``, ``loader.collate_fn`` and
-  ``loader.worker_init_fn`` once, when it is built, and hands them to the workers.
-  :func:`substitute_while_iterating` hooks that call on a private copy of the user's loader, so
-  that only the iterator sees pipecheck's timed dataset and collate function: every attribute a
-  user or a library reads on the loader, before, during and after iteration, is their own.
-* ``DataLoader._iterator``: the persistent-workers iterator a loader keeps between epochs;
-  :func:`private_copy` clears it so that a copy never shares the user's workers.
+  subclasses of torchdata, MosaicML streaming and litdata) builds an epoch's iterator. The
+  iterator reads ``loader.collate_fn`` and ``loader.worker_init_fn`` once, when it is built, and
+  hands them to the fetcher or the workers. :func:`register` makes a loader's iterators be built
+  with substitutes for those attributes (pipecheck's timed ``collate_fn``, a ``worker_init_fn``
+  that opts workers in to py-spy), without copying the loader or changing its class: the class
+  in its MRO that defines ``_get_iterator`` gets, once, a version that looks the loader up in a
+  registry held by identity and weakly (:class:`pipecheck._identity.IdentityWeakMap`: no user ``__hash__`` /
+  ``__eq__`` runs, nothing of theirs is kept alive). Every attribute a user or a library reads
+  on the loader, before, during and after iteration, is their own.
+* ``_DatasetKind.create_fetcher``: the one call through which torch's iterators, torch's worker
+  loop and torchdata's build the object that fetches a batch from the dataset and collates it
+  (``_MapDatasetFetcher`` / ``_IterableDatasetFetcher``). :func:`install_fetcher_factory`
+  replaces it, once per process, by a version that builds a timed fetcher (a subclass of torch's
+  own fetcher class, :class:`TimedMapFetcher` / :class:`TimedIterableFetcher`) when, and only
+  when, the collate function it is given is pipecheck's (:data:`INSTRUMENTED_COLLATE`); every
+  other loader gets torch's fetcher exactly as before. The timed fetcher times ``fetch()``
+  around the dataset's ``__getitem__`` / ``__getitems__`` / ``next()`` calls; the timed collate
+  inside it splits that into fetch and collate time.
 * ``DataLoader._IterableDataset_len_called``: ``len(loader)`` over an ``IterableDataset`` sets
   it, and from then on torch warns when the dataset yields more than that many samples;
   :func:`quiet_len` reads the length without leaving it set.
-
+* ``DataLoader._iterator``: the persistent-workers iterator a loader keeps between epochs
+  (:func:`has_persistent_iterator`: one started before measuring was built without pipecheck's
+  substitutes, and torch reuses it).
 * The multi-worker iterator's ``_task_info`` (batch index -> ``(worker_id,)`` while out,
   ``(worker_id, data)`` once it arrived ahead of its turn), ``_rcvd_idx`` (the next batch to
   return), ``_in_order`` and ``_num_workers``, which head-of-line timing reads at every
   ``next()`` (:func:`head_of_line_unsupported`, :func:`awaited_batch`).
-* The single-process iterator's ``_dataset_fetcher`` (a ``_MapDatasetFetcher``) and its
-  ``dataset`` / ``collate_fn``, read at every batch: main-process sampling points them at the
-  timed or the untimed pair between batches (:func:`main_process_fetcher`).
+* The single-process iterator's ``_dataset_fetcher``: main-process sampling switches it between
+  the timed fetcher and torch's own class between batches (:func:`main_process_fetcher`).
 
 Each function checks what it relies on and says so when it is missing; pipecheck then turns
 that probe off with a note instead of failing.
@@ -30,16 +43,22 @@ that probe off with a note instead of failing.
 
 from __future__ import annotations
 
-import copy
-import weakref
-from typing import Any, Optional
+import os
+import threading
+from time import perf_counter
+from typing import Any, Callable, Optional
 
 from torch.utils.data import DataLoader
+from torch.utils.data import dataloader as _dataloader
 from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
 
 from torch.utils.data._utils import fetch as _fetch
 
-_MAP_FETCHER: Optional[type] = getattr(_fetch, "_MapDatasetFetcher", None)
+from ._identity import IdentityWeakMap
+
+_MAP_FETCHER: Any = getattr(_fetch, "_MapDatasetFetcher", None)
+_ITERABLE_FETCHER: Any = getattr(_fetch, "_IterableDatasetFetcher", None)
+_DATASET_KIND: Any = getattr(_dataloader, "_DatasetKind", None)
 
 ITERATOR_HOOK = "_get_iterator"
 """The private DataLoader method every epoch's iterator is built by (torch >= 1.8)."""
@@ -47,9 +66,14 @@ ITERATOR_HOOK = "_get_iterator"
 HAS_ITERATOR_HOOK = callable(getattr(DataLoader, ITERATOR_HOOK, None))
 """Whether the installed torch builds iterators through :data:`ITERATOR_HOOK`."""
 
+HAS_FETCHER_HOOK = (_MAP_FETCHER is not None and _ITERABLE_FETCHER is not None
+                    and callable(getattr(_DATASET_KIND, "create_fetcher", None)))
+"""Whether the installed torch builds fetchers through ``_DatasetKind.create_fetcher``."""
+
 
 class IteratorHookUnavailable(RuntimeError):
-    """This torch, or this loader class, builds no iterator through :data:`ITERATOR_HOOK`."""
+    """This torch, or this loader class, builds no iterator (or fetcher) through the calls
+    pipecheck hooks."""
 
 
 _LEN_CALLED = "_IterableDataset_len_called"
@@ -76,57 +100,76 @@ def quiet_len(loader: Any) -> Optional[int]:
                 del state[_LEN_CALLED]
 
 
-def main_process_fetcher(iterator: Any) -> Optional[Any]:
-    """The fetcher of a ``num_workers=0`` DataLoader iterator over a map-style dataset
-    (``_SingleProcessDataLoaderIter._dataset_fetcher``, a ``_MapDatasetFetcher``), whose
-    ``dataset`` and ``collate_fn`` attributes torch reads at every batch (torch 1.8 to 2.13);
-    ``None`` for any other iterator or when those attributes are missing. Main-process
-    sampling (:meth:`pipecheck.probes.workers.WorkerProbe.between_batches`) points them at the
-    timed or the untimed dataset and collate between batches."""
-    if _MAP_FETCHER is None or type(iterator) is not _SingleProcessDataLoaderIter:
-        return None
-    fetcher = getattr(iterator, "_dataset_fetcher", None)
-    if type(fetcher) is not _MAP_FETCHER:
-        return None
-    if not (hasattr(fetcher, "dataset") and hasattr(fetcher, "collate_fn")):
-        return None
-    return fetcher
+def has_persistent_iterator(loader: Any) -> bool:
+    """Whether ``loader`` already holds a persistent-workers iterator (``DataLoader._iterator``),
+    which torch reuses for every later epoch instead of building a new one."""
+    state = getattr(loader, "__dict__", None)
+    return isinstance(state, dict) and state.get("_iterator") is not None
 
 
-def private_copy(loader: DataLoader) -> DataLoader:
-    """A shallow copy of ``loader`` (same class, dataset, sampler, generator and settings) with
-    no persistent-workers iterator of its own yet: iterating it never touches the workers the
-    user's loader may already hold."""
-    clone = copy.copy(loader)
-    clone._iterator = None
-    return clone
+# -- iterator substitutes: `_get_iterator` ---------------------------------------------------------
 
 
 class IteratorSubstitutes:
-    """What a hooked loader's iterators are built with: ``values`` (attribute name -> value,
-    e.g. ``dataset``, ``collate_fn``, ``worker_init_fn``) in place of the loader's own, and
-    ``calls``, the iterators built so far (0 after iterating means the loader class builds
-    its iterators some other way, and nothing was measured inside them)."""
+    """How a registered loader's iterators are built (:func:`register`).
 
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.values = dict(values)
+    ``substitute(name, value)`` gives the value the iterator gets for the loader's attribute
+    ``name`` (one of ``names``) whose current value is ``value``; it is called at every build,
+    so it sees the loader's attributes as they are then and holds none of them in between.
+    ``owner_pid``: only this process builds with substitutes (a forked child iterating its copy
+    of the loader builds as torch would, and measures nothing into its parent's probes).
+    ``calls``: iterators built with substitutes so far (0 after iterating means the loader's
+    class builds its iterators some other way, and nothing was measured inside them).
+    ``armed``: ``None`` to substitute at every build; else the number of builds (0 or 1) that
+    get them, set by :meth:`arm` (``pipecheck.wrap``, at each epoch's start: the next build is
+    that epoch's, made at once by torch's ``DataLoader.__iter__`` or, by a loader class whose
+    ``__iter__`` is a generator, at the epoch's first ``next()``; the user's own
+    ``iter(loader)`` beside the wrapper stays unmeasured)."""
+
+    def __init__(self, names: tuple[str, ...], substitute: Callable[[str, Any], Any], *,
+                 always: bool) -> None:
+        self.names = names
+        self.substitute = substitute
+        self.owner_pid = os.getpid()
         self.calls = 0
+        self.armed: Optional[int] = None if always else 0
+
+    def arm(self) -> None:
+        """The loader's next iterator build (this epoch's) uses the substitutes."""
+        if self.armed is not None:
+            self.armed = 1
+
+    def take(self) -> bool:
+        """Whether the build happening now uses the substitutes (and, when armed for one
+        build, disarm)."""
+        if self.owner_pid != os.getpid():
+            return False
+        if self.armed is None:
+            return True
+        if self.armed:
+            self.armed = 0
+            return True
+        return False
 
 
-_STATE_KEY = "_pipecheck_iterator_substitutes"
+_registered: IdentityWeakMap[Any, IteratorSubstitutes] = IdentityWeakMap()
+_patched_owners: set[type] = set()
+_patch_lock = threading.Lock()
 
 
 def _build_with(loader: Any, substitutes: IteratorSubstitutes, build: Any) -> Any:
-    """``build(loader)`` (a ``_get_iterator``) with ``substitutes`` set in ``loader``'s
+    """``build(loader)`` (a ``_get_iterator``) with the substitutes set in ``loader``'s
     ``__dict__`` meanwhile (past ``DataLoader.__setattr__``'s guard); the loader's own values
     are back before this returns or raises."""
     state = loader.__dict__
-    saved = {name: state[name] for name in substitutes.values if name in state}
-    state.update(substitutes.values)
+    saved = {name: state[name] for name in substitutes.names if name in state}
+    replaced = {name: substitutes.substitute(name, getattr(loader, name, None))
+                for name in substitutes.names}
+    state.update(replaced)
     try:
         iterator = build(loader)
     finally:
-        for name in substitutes.values:
+        for name in substitutes.names:
             if name in saved:
                 state[name] = saved[name]
             else:
@@ -134,66 +177,213 @@ def _build_with(loader: Any, substitutes: IteratorSubstitutes, build: Any) -> An
     substitutes.calls += 1
     return iterator
 
-_hooked_classes: dict[type, type] = {}
+
+def _hook_owner(owner: type) -> None:
+    """Give ``owner`` (the class that defines ``_get_iterator``) a version that builds
+    registered loaders' iterators with their substitutes; others build as before."""
+    with _patch_lock:
+        if owner in _patched_owners:
+            return
+        build = vars(owner)[ITERATOR_HOOK]
+
+        def _get_iterator(self: Any) -> Any:
+            substitutes = _registered.get(self)
+            if substitutes is None or not substitutes.take():
+                return build(self)
+            return _build_with(self, substitutes, build)
+
+        _get_iterator.__wrapped__ = build  # type: ignore[attr-defined]
+        # type.__setattr__: a metaclass's own __setattr__ must not see pipecheck's write.
+        type.__setattr__(owner, ITERATOR_HOOK, _get_iterator)
+        _patched_owners.add(owner)
 
 
-def _hooked_class(base: type) -> type:
-    """A subclass of the loader class ``base`` whose ``_get_iterator`` applies the instance's
-    :class:`IteratorSubstitutes` around ``base``'s own (so ``isinstance`` checks on the loader
-    hold, and copies of the loader stay hooked the same way)."""
-    hooked = _hooked_classes.get(base)
-    if hooked is not None:
-        return hooked
-    build = getattr(base, ITERATOR_HOOK)
-
-    def _get_iterator(self: Any) -> Any:
-        substitutes = self.__dict__.get(_STATE_KEY)
-        if substitutes is None:
-            return build(self)
-        return _build_with(self, substitutes, build)
-
-    hooked = type(base)(base.__name__, (base,), {
-        ITERATOR_HOOK: _get_iterator, "__module__": base.__module__,
-        "__qualname__": base.__qualname__,
-        "__doc__": base.__doc__})
-    _hooked_classes[base] = hooked
-    return hooked
-
-
-def substitute_while_iterating(loader: DataLoader,
-                               values: dict[str, Any]) -> IteratorSubstitutes:
-    """Make ``loader`` (pipecheck's own copy: see :func:`private_copy`) build each epoch's
-    iterator with ``values`` (attribute name -> value) in place of its own attributes; the
-    attributes anyone reads on the loader stay its own. Changes ``loader``'s class to a
-    subclass of it (:func:`_hooked_class`). Returns the substitutes record.
+def register(loader: Any, names: tuple[str, ...], substitute: Callable[[str, Any], Any], *,
+             always: bool) -> IteratorSubstitutes:
+    """Make ``loader`` (the user's own object, never copied or re-classed) build its iterators
+    with ``substitute(name, current value)`` for each attribute in ``names``; see
+    :class:`IteratorSubstitutes` for ``always``. ``substitute`` must not refer to the loader.
 
     Raises:
-        IteratorHookUnavailable: the installed torch has no ``DataLoader._get_iterator``, or
-            the loader's class cannot be subclassed.
+        IteratorHookUnavailable: no class of the loader defines ``_get_iterator``, or the
+            loader cannot be weakly referenced.
     """
-    if not HAS_ITERATOR_HOOK:
+    owner = next((c for c in type(loader).__mro__ if ITERATOR_HOOK in vars(c)), None)
+    if owner is None or not isinstance(getattr(loader, "__dict__", None), dict):
         raise IteratorHookUnavailable(
-            f"this torch's DataLoader has no {ITERATOR_HOOK}(): per-worker timing is off")
+            f"{type(loader).__qualname__} has no {ITERATOR_HOOK}(): per-worker timing is off")
+    substitutes = IteratorSubstitutes(names, substitute, always=always)
     try:
-        hooked = _hooked_class(type(loader))
-        object.__setattr__(loader, "__class__", hooked)
-    except Exception as err:  # TypeError mostly: a layout or metaclass that refuses
+        _registered.set(loader, substitutes)
+    except TypeError as err:
         raise IteratorHookUnavailable(
-            f"{type(loader).__qualname__} cannot be hooked: {err}") from None
-    substitutes = IteratorSubstitutes(values)
-    loader.__dict__[_STATE_KEY] = substitutes
+            f"{type(loader).__qualname__} cannot be measured inside: {err}") from None
+    _hook_owner(owner)
     return substitutes
 
 
-def substitutes_of(loader: Any, in_place: bool = False) -> Any:
-    """The :class:`IteratorSubstitutes` of a hooked ``loader`` (one registered in place with
-    ``in_place``), or ``None``."""
-    if in_place:
-        try:
-            return _in_place.get(loader)
-        except TypeError:  # unhashable or not weak-referenceable: never registered
-            return None
-    return getattr(loader, "__dict__", {}).get(_STATE_KEY)
+def unregister(loader: Any, substitutes: IteratorSubstitutes) -> None:
+    """Forget ``loader``'s registration when it is still ``substitutes`` (idempotent)."""
+    if _registered.get(loader) is substitutes:
+        _registered.pop(loader)
+
+
+# -- timed fetchers: `_DatasetKind.create_fetcher` -----------------------------------------------
+
+INSTRUMENTED_COLLATE: list[type] = []
+"""The collate class whose instances make :func:`install_fetcher_factory`'s factory build a
+timed fetcher (set once by :mod:`pipecheck.probes.workers`, which defines it)."""
+
+
+class FetchTimer:
+    """What the timed fetchers expect of the object in the instrumented collate's ``timer``
+    attribute (:class:`pipecheck.probes.workers._BatchAccumulator`), for documentation: the
+    fetcher sets ``fetch_start`` (``perf_counter`` s) and ``expected_samples`` (samples of this
+    fetch, or -1 to count the collated list) before calling the dataset, and calls
+    ``fetch_failed(start)`` when the fetch raised before collation began (``in_fetch`` still
+    true); ``busy`` true means an untimed epoch, ``attached`` false means ``attach()`` first,
+    ``add_pending(seconds)`` counts fetch time (an iterable dataset's ``iter()``) towards the
+    next batch."""
+
+    busy: int
+    attached: bool
+    in_fetch: bool
+    fetch_start: float
+    expected_samples: int
+
+    def attach(self) -> None: ...
+    def fetch_failed(self, start: float) -> None: ...
+    def add_pending(self, seconds: float) -> None: ...
+
+
+def _timed_fetch(self: Any, index: Any, base_fetch: Callable[[Any, Any], Any],
+                 samples: int) -> Any:
+    timer = self.collate_fn.timer
+    if timer is None or timer.busy:
+        return base_fetch(self, index)
+    if not timer.attached:
+        timer.attach()
+    start = perf_counter()
+    timer.fetch_start = start
+    timer.expected_samples = samples
+    timer.in_fetch = True
+    try:
+        return base_fetch(self, index)
+    except BaseException:
+        if timer.in_fetch:  # the dataset raised (or ran out) before collation
+            timer.fetch_failed(start)
+        raise
+    finally:
+        timer.in_fetch = False
+
+
+if HAS_FETCHER_HOOK:
+    assert _MAP_FETCHER is not None and _ITERABLE_FETCHER is not None
+
+    class TimedMapFetcher(_MAP_FETCHER):  # type: ignore[valid-type,misc]
+        """torch's map-style fetcher with ``fetch()`` timed (see the module docstring)."""
+
+        def fetch(self, possibly_batched_index: Any) -> Any:
+            if not self.auto_collation:
+                samples = 1
+            else:
+                try:
+                    samples = len(possibly_batched_index)
+                except TypeError:  # a batch sampler yielding unsized batches
+                    samples = -1
+            return _timed_fetch(self, possibly_batched_index, _MAP_FETCHER.fetch, samples)
+
+    class TimedIterableFetcher(_ITERABLE_FETCHER):  # type: ignore[valid-type,misc]
+        """torch's iterable fetcher with ``iter(dataset)`` and ``fetch()`` timed."""
+
+        def __init__(self, dataset: Any, auto_collation: Any, collate_fn: Any,
+                     drop_last: Any) -> None:
+            timer = collate_fn.timer
+            start = perf_counter()
+            try:
+                super().__init__(dataset, auto_collation, collate_fn, drop_last)
+            finally:
+                if timer is not None and not timer.busy:
+                    if not timer.attached:
+                        timer.attach()
+                    timer.add_pending(perf_counter() - start)
+
+        def fetch(self, possibly_batched_index: Any) -> Any:
+            return _timed_fetch(self, possibly_batched_index, _ITERABLE_FETCHER.fetch,
+                                -1 if self.auto_collation else 1)
+else:  # pragma: no cover - depends on the torch version
+    TimedMapFetcher = TimedIterableFetcher = None  # type: ignore[assignment,misc]
+
+_original_create_fetcher: Any = None
+_on_fetcher: list[Callable[[Any, Any], None]] = []
+
+
+def install_fetcher_factory(on_fetcher: Optional[Callable[[Any, Any], None]] = None) -> None:
+    """Replace ``_DatasetKind.create_fetcher`` in this process, once (idempotent; also called in
+    spawned workers when pipecheck's collate is unpickled there): a fetcher whose collate
+    function is an :data:`INSTRUMENTED_COLLATE` is built as a timed one, every other as torch
+    builds it. ``on_fetcher(dataset, collate)``, when given, is called (once per distinct
+    callback) before such a fetcher is built (the stage probe registers the dataset there).
+
+    Raises:
+        IteratorHookUnavailable: this torch builds no fetchers through
+            ``_DatasetKind.create_fetcher``.
+    """
+    global _original_create_fetcher
+    if not HAS_FETCHER_HOOK:
+        raise IteratorHookUnavailable(
+            "this torch's DataLoader has no _DatasetKind.create_fetcher: per-worker timing "
+            "is off")
+    with _patch_lock:
+        if on_fetcher is not None and on_fetcher not in _on_fetcher:
+            _on_fetcher.append(on_fetcher)
+        if _original_create_fetcher is not None:
+            return
+        original = _DATASET_KIND.__dict__["create_fetcher"].__func__  # type: ignore[union-attr]
+        map_kind = _DATASET_KIND.Map  # type: ignore[union-attr]
+
+        def create_fetcher(kind: Any, dataset: Any, auto_collation: Any, collate_fn: Any,
+                           drop_last: Any) -> Any:
+            if not INSTRUMENTED_COLLATE or type(collate_fn) is not INSTRUMENTED_COLLATE[0]:
+                return original(kind, dataset, auto_collation, collate_fn, drop_last)
+            for callback in list(_on_fetcher):
+                try:
+                    callback(dataset, collate_fn)
+                except Exception:  # a probe's bookkeeping never breaks loading
+                    pass
+            fetcher_class = TimedMapFetcher if kind == map_kind else TimedIterableFetcher
+            return fetcher_class(dataset, auto_collation, collate_fn, drop_last)
+
+        create_fetcher.__wrapped__ = original  # type: ignore[attr-defined]
+        type.__setattr__(_DATASET_KIND, "create_fetcher",  # type: ignore[arg-type]
+                         staticmethod(create_fetcher))
+        _original_create_fetcher = original
+
+
+def main_process_fetcher(iterator: Any) -> Optional[Any]:
+    """The timed fetcher of a ``num_workers=0`` DataLoader iterator over a map-style dataset
+    (``_SingleProcessDataLoaderIter._dataset_fetcher``, a :class:`TimedMapFetcher`), whose
+    ``fetch`` and ``collate_fn`` torch reads at every batch (torch 1.8 to 2.13); ``None`` for
+    any other iterator. Main-process sampling
+    (:meth:`pipecheck.probes.workers.WorkerProbe.between_batches`) switches it between the
+    timed and torch's own fetcher class with :func:`set_fetcher_timed`."""
+    if TimedMapFetcher is None or type(iterator) is not _SingleProcessDataLoaderIter:
+        return None
+    fetcher = getattr(iterator, "_dataset_fetcher", None)
+    if type(fetcher) is not TimedMapFetcher:
+        return None
+    return fetcher
+
+
+def set_fetcher_timed(fetcher: Any, timed: bool, collate_fn: Any) -> None:
+    """Point a fetcher from :func:`main_process_fetcher` at the timed fetch and ``collate_fn``
+    (pipecheck's instrumented one) or at torch's own fetch and ``collate_fn`` (the loader's):
+    two attribute writes, and no pipecheck code runs for an untimed batch."""
+    fetcher.__class__ = TimedMapFetcher if timed else _MAP_FETCHER
+    fetcher.collate_fn = collate_fn
+
+
+# -- head-of-line state --------------------------------------------------------------------------
 
 
 def head_of_line_unsupported(iterator: Any) -> Optional[str]:
@@ -215,38 +405,3 @@ def awaited_batch(iterator: Any) -> tuple[dict[int, tuple], int]:
     :func:`head_of_line_unsupported` accepted: its task table and the index of the batch the
     next ``next()`` returns."""
     return iterator._task_info, iterator._rcvd_idx
-
-
-# -- in place: `pipecheck run` instruments the user's own loader objects ----------------------
-
-_in_place: "weakref.WeakKeyDictionary[Any, IteratorSubstitutes]" = weakref.WeakKeyDictionary()
-_patched_owners: set[type] = set()
-
-
-def register_in_place(loader: DataLoader, values: dict[str, Any]) -> IteratorSubstitutes:
-    """Make the user's own ``loader`` build its iterators with ``values`` substituted, without
-    copying it or changing its class: the class in its MRO that defines ``_get_iterator`` gets,
-    once, a version that looks the loader up in a weak registry (unregistered loaders build as
-    before). For ``pipecheck run``, where the program holds the loader itself.
-
-    Raises:
-        IteratorHookUnavailable: no class of the loader defines ``_get_iterator``.
-    """
-    owner = next((c for c in type(loader).__mro__ if ITERATOR_HOOK in vars(c)), None)
-    if owner is None:
-        raise IteratorHookUnavailable(
-            f"{type(loader).__qualname__} has no {ITERATOR_HOOK}(): per-worker timing is off")
-    if owner not in _patched_owners:
-        build = vars(owner)[ITERATOR_HOOK]
-
-        def _get_iterator(self: Any) -> Any:
-            substitutes = _in_place.get(self)
-            if substitutes is None:
-                return build(self)
-            return _build_with(self, substitutes, build)
-
-        setattr(owner, ITERATOR_HOOK, _get_iterator)
-        _patched_owners.add(owner)
-    substitutes = IteratorSubstitutes(values)
-    _in_place[loader] = substitutes
-    return substitutes

@@ -24,9 +24,12 @@ One slot has one writer at a time: the writing process holds a POSIX record lock
 worker id (a new epoch's worker while the previous one is still shutting down) never interleave.
 The reader never locks: it uses the seqlock and retries.
 
-The area is a plain file (in ``/dev/shm`` when it exists) rather than
-``multiprocessing.shared_memory``, whose resource tracker unlinks or warns when worker processes
-attach under Python 3.11.
+The area is an anonymous memory file (``memfd_create``), which takes nothing from ``/dev/shm``
+(the DataLoader's own room for its queues and shared tensors) and leaves nothing behind when its
+processes die; workers reopen it as ``/proc/OWNER/fd/N``. Where there is none, a plain file in
+``/dev/shm`` (made only with ample room left, :data:`SHM_HEADROOM_BYTES`) or the temp dir.
+Not ``multiprocessing.shared_memory``, whose resource tracker unlinks or warns when worker
+processes attach under Python 3.11.
 """
 
 from __future__ import annotations
@@ -149,29 +152,138 @@ def reserve(fd: int, size_bytes: int, directory: str, what: str) -> None:
             f"{units.size(size_bytes)} (enlarge it, e.g. docker run --shm-size=...)") from err
 
 
-def create_area(layout: AreaLayout) -> tuple[str, mmap.mmap, int]:
-    """Create a zero-filled shared file for ``layout``; return its path, a shared mapping and
-    the descriptor that holds the file's ownership lock (:mod:`pipecheck._owned`).
+SHM_HEADROOM_BYTES = 64 * 1024 * 1024
+"""Free space (bytes) ``/dev/shm`` must keep *after* pipecheck's file when no anonymous memory
+file can be made (:func:`create_area` without ``memfd_create``): torch's worker queues and
+shared tensors live there, and pipecheck must never take the room they need. Docker's default
+``/dev/shm`` is 64 MiB, so in such a container pipecheck then stays out of it altogether and
+worker timing is off with the reason (pipecheck's choice)."""
 
-    Files left behind by killed processes are swept first. The file's pages are reserved
-    (:func:`reserve`) before it is mapped. Raises :class:`NoSpaceError` when ``/dev/shm`` lacks
-    the space and ``OSError`` when the file cannot be created or sized otherwise. The caller
-    owns all three: close the mapping, then :func:`pipecheck._owned.remove` the path and
-    descriptor when done.
-    """
-    directory = shared_dir()
-    remove_stale_areas(directory)
-    fd, path = _owned.create_file(directory, AREA_PREFIX, ".bin")
+
+@dataclass
+class Area:
+    """The shared memory of one :class:`~pipecheck.probes.workers.WorkerProbe`.
+
+    ``path``: what a worker opens to map it (``/proc/PID/fd/N`` for an anonymous memory file,
+    which takes nothing from ``/dev/shm`` and disappears with the processes that hold it; a
+    file in ``/dev/shm`` or the temp dir otherwise). ``mapping``: the owner's shared mapping.
+    ``fd``: the descriptor that keeps the memory (and, for a file, its ownership lock).
+    ``device_inode``: ``(st_dev, st_ino)`` of it, so a forked worker can use the inherited
+    descriptor when ``/proc`` cannot be opened. ``anonymous``: no file name to remove."""
+
+    path: str
+    mapping: mmap.mmap
+    fd: int
+    device_inode: tuple[int, int]
+    anonymous: bool
+
+    def release(self) -> None:
+        """Unmap, close and (for a named file) delete it. Idempotent, never raises."""
+        try:
+            self.mapping.close()
+        except (BufferError, ValueError):
+            pass
+        if self.anonymous:
+            fd, self.fd = self.fd, -1
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        else:
+            _owned.remove(self.fd if self.fd >= 0 else None, self.path)
+            self.fd = -1
+
+    def remove_name(self) -> None:
+        """Delete a named file now, taking no lock (the SIGTERM save); nothing for anonymous
+        memory, which goes with the process."""
+        if not self.anonymous:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+def _anonymous_fd(size_bytes: int) -> Optional[int]:
+    """An anonymous memory file of ``size_bytes`` (``memfd_create``, Linux 3.17+), its pages
+    reserved; ``None`` where there is none (no ``memfd_create``, or it failed)."""
+    create = getattr(os, "memfd_create", None)
+    if create is None:
+        return None
     try:
-        os.ftruncate(fd, layout.size_bytes)
-        reserve(fd, layout.size_bytes, directory, "worker timing")
-        area = mmap.mmap(fd, layout.size_bytes)
+        fd = create("pipecheck-workers", getattr(os, "MFD_CLOEXEC", 1))
+    except OSError:
+        return None
+    try:
+        os.ftruncate(fd, size_bytes)
+        os.posix_fallocate(fd, 0, size_bytes)  # no SIGBUS later, whatever memory does
+        os.stat(f"/proc/{os.getpid()}/fd/{fd}")  # spawn workers reopen it there
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def create_area(layout: AreaLayout) -> Area:
+    """Create zero-filled shared memory for ``layout``.
+
+    Preferably an anonymous memory file (``memfd_create``): it takes nothing from ``/dev/shm``,
+    where torch's queues and shared tensors live, and it goes with the last process holding
+    it, so a killed run leaves nothing behind. Otherwise a file in ``/dev/shm`` (or the temp
+    dir) owned through :mod:`pipecheck._owned` (files left by killed runs are swept first),
+    made only when ``/dev/shm`` keeps :data:`SHM_HEADROOM_BYTES` free beside it, and its pages
+    reserved (:func:`reserve`). Raises :class:`NoSpaceError` when that room is not there and
+    ``OSError`` when the memory cannot be made otherwise. The caller owns the result:
+    :meth:`Area.release` it when done.
+    """
+    fd = _anonymous_fd(layout.size_bytes)
+    if fd is not None:
+        path = f"/proc/{os.getpid()}/fd/{fd}"
+        anonymous = True
+    else:
+        directory = shared_dir()
+        remove_stale_areas(directory)
+        free = free_bytes(directory)
+        if directory == "/dev/shm" and free is not None \
+                and free < layout.size_bytes + SHM_HEADROOM_BYTES:
+            raise NoSpaceError(
+                errno.ENOSPC, f"worker timing off: {directory} has {units.size(free)} free, "
+                f"and pipecheck leaves it to the DataLoader below "
+                f"{units.size(layout.size_bytes + SHM_HEADROOM_BYTES)}")
+        fd, path = _owned.create_file(directory, AREA_PREFIX, ".bin")
+        anonymous = False
+        try:
+            os.ftruncate(fd, layout.size_bytes)
+            reserve(fd, layout.size_bytes, directory, "worker timing")
+        except BaseException:
+            _owned.remove(fd, path)
+            raise
+    try:
+        mapping = mmap.mmap(fd, layout.size_bytes)
     except BaseException:
-        _owned.remove(fd, path)
+        if anonymous:
+            os.close(fd)
+        else:
+            _owned.remove(fd, path)
         raise
-    # The mapping keeps the memory; workers reopen the file by path.
-    struct.pack_into("=qqqq", area, 0, MAGIC, LAYOUT_VERSION, layout.num_slots, layout.ring_size)
-    return path, area, fd
+    struct.pack_into("=qqqq", mapping, 0, MAGIC, LAYOUT_VERSION, layout.num_slots,
+                     layout.ring_size)
+    stat = os.fstat(fd)
+    return Area(path=path, mapping=mapping, fd=fd, device_inode=(stat.st_dev, stat.st_ino),
+                anonymous=anonymous)
+
+
+def open_area(path: str, fd: int, device_inode: tuple[int, int]) -> int:
+    """A new descriptor of the shared memory a worker writes into: ``path`` opened again, or,
+    where that fails (``/proc`` hidden), a duplicate of the inherited descriptor ``fd`` when it
+    still refers to the same memory (``device_inode``: a forked worker). Raises ``OSError``."""
+    try:
+        return os.open(path, os.O_RDWR)
+    except OSError:
+        stat = os.fstat(fd)  # OSError: not inherited (spawn)
+        if (stat.st_dev, stat.st_ino) != device_inode:
+            raise
+        return os.dup(fd)
 
 
 class SlotWriter:
@@ -184,12 +296,12 @@ class SlotWriter:
     __slots__ = ("_fd", "_area", "_words", "_floats", "_header", "_ring", "_ring_size", "_lock_at",
                  "_locking")
 
-    def __init__(self, path: str, layout: AreaLayout, slot: int, *, locking: bool = True) -> None:
-        """Open ``path`` and map it. ``locking=False`` skips the per-update record lock (two
+    def __init__(self, fd: int, layout: AreaLayout, slot: int, *, locking: bool = True) -> None:
+        """Map the shared memory open as ``fd`` (:func:`open_area`; this writer owns the
+        descriptor from now on). ``locking=False`` skips the per-update record lock (two
         syscalls) for a slot only one process can ever write: the main process's slot when
-        ``num_workers=0``. Raises ``OSError`` if the file is gone or unreadable and
-        ``ValueError`` if it is not an area of ``layout``."""
-        fd = os.open(path, os.O_RDWR)
+        ``num_workers=0``. Raises ``OSError`` if it cannot be mapped and ``ValueError`` if it
+        is not an area of ``layout``."""
         try:
             area = mmap.mmap(fd, layout.size_bytes)
         except BaseException:
@@ -204,7 +316,7 @@ class SlotWriter:
         ):
             area.close()
             os.close(fd)
-            raise ValueError(f"{path} is not a pipecheck worker area for {layout}")
+            raise ValueError(f"descriptor {fd} is not a pipecheck worker area for {layout}")
         self._fd = fd
         self._area = area
         # Two typed views of the same bytes: integer fields through one, float fields through

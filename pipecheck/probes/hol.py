@@ -11,7 +11,8 @@ types (torch 1.x to 2.13 keep them) and otherwise the probe stays off and says w
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import weakref
+from typing import Any, Callable, Optional
 
 from pipecheck._torch_compat import awaited_batch, head_of_line_unsupported
 from pipecheck.kinds import HeadOfLineStatus
@@ -30,7 +31,7 @@ class HeadOfLineProbe:
     def __init__(self) -> None:
         self.status: HeadOfLineStatus = "off"
         self.note: Optional[str] = "not attached"
-        self._iterator: Any = None
+        self._iterator: Optional[Callable[[], Any]] = None  # the epoch's iterator, weakly
         self._worker: Optional[int] = None
         self._ready_later = 0
         self.waits = 0
@@ -50,14 +51,18 @@ class HeadOfLineProbe:
             self.status = "unavailable" if "_task_info" in reason else "off"
             self.note = reason
             return False
-        self._iterator = iterator
+        try:  # weakly: the user's iterator (its workers, its dataset) stays theirs to drop
+            self._iterator = weakref.ref(iterator)
+        except TypeError:  # not a torch iterator (they all can be): held for this epoch only
+            self._iterator = lambda: iterator
         self.status, self.note = "ok", None
         return True
 
     def before_next(self) -> None:
         """At ``next()`` entry: note the awaited batch's worker and the later ones done."""
-        iterator = self._iterator
+        iterator = self._iterator() if self._iterator is not None else None
         if iterator is None:
+            self._worker = None
             return
         info, head = awaited_batch(iterator)
         awaited = info.get(head)

@@ -25,10 +25,9 @@ import os
 import tempfile
 import threading
 import time
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from pipecheck import _owned
-from pipecheck.probes._ring import shared_dir
 
 STAGE_DIR_ENV = "PIPECHECK_STAGE_DIR"
 """Environment variable naming the folder where worker processes write their stage totals."""
@@ -224,60 +223,68 @@ class _OpeningIterator(_TimedIterator):
         return item
 
 
-class TimedStage:
-    """A pipeline stage (source or filter) whose output is timed. Picklable when ``stage`` is:
-    it holds only the stage, its position, names and the folder."""
-
-    def __init__(self, stage: Any, key: str, name: str, upstream: Optional[str],
-                 folder: Optional[str]) -> None:
-        self.stage = stage
-        self.key = key
-        self.name = name
-        self.upstream = upstream
-        self.folder = folder
-
-    def _wrap(self, output: Iterable[Any]) -> _TimedIterator:
-        stage_totals = totals(self.folder)
-        stage_totals.declare(self.key, self.name, self.upstream)
-        kind = _OpeningIterator if self.name in OPENER_STAGES else _TimedIterator
-        return kind(iter(output), self.key, stage_totals)
-
-    def __iter__(self) -> Iterator[Any]:
-        """As a source stage (iterated without input)."""
-        return self._wrap(self.stage)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        """Run the stage as webdataset's ``DataPipeline.invoke`` would (a source is iterated,
-        a ``PipelineStage`` run, a filter called with the upstream iterator), timed."""
-        from torch.utils.data import DataLoader, IterableDataset
-        from webdataset.pipeline import PipelineStage
-
-        stage = self.stage
-        if isinstance(stage, (IterableDataset, DataLoader, list)) and not args and not kwargs:
-            return self._wrap(stage)
-        if isinstance(stage, PipelineStage):
-            return self._wrap(stage.run(*args, **kwargs))
-        return self._wrap(stage(*args, **kwargs))
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "stage":  # not yet set while unpickling
-            raise AttributeError(name)
-        return getattr(self.stage, name)
+_pipelines: Any = None  # IdentityWeakMap: pipeline object -> (folder, prefix), made on first use
+_original_iterator1: Any = None
 
 
-def time_pipeline(stages: list[Any], folder: Optional[str], prefix: str) -> list[Any]:
-    """``stages`` (a ``DataPipeline.pipeline`` list) with each stage wrapped in a
-    :class:`TimedStage` chained to its upstream; keys are ``PREFIX:INDEX:NAME``. A stage that is
-    a DataLoader or an IterableDataset stays the pipeline's source as before (webdataset
-    iterates those directly), wrapped as a source."""
-    timed: list[Any] = []
+def _timed_iterator1(self: Any) -> Any:
+    """webdataset's ``DataPipeline.iterator1`` while pipecheck times pipelines: a registered
+    pipeline's stages are chained exactly as webdataset chains them (its own ``invoke``), each
+    stage's output timed; any other pipeline runs webdataset's own method."""
+    entry = _pipelines.get(self) if _pipelines is not None else None
+    if entry is None:
+        return _original_iterator1(self)
+    folder, prefix = entry
+    stage_totals = totals(folder)
+    source: Any = None
     upstream: Optional[str] = None
-    for index, stage in enumerate(stages):
+    for index, stage in enumerate(self.pipeline):
         name = stage_name(stage)
         key = f"{prefix}:{index}:{name}"
-        timed.append(TimedStage(stage, key, name, upstream, folder))
+        stage_totals.declare(key, name, upstream)
+        source = self.invoke(stage) if index == 0 else self.invoke(stage, source)
+        kind = _OpeningIterator if name in OPENER_STAGES else _TimedIterator
+        source = kind(iter(source), key, stage_totals)
         upstream = key
-    return timed
+    return source
+
+
+def time_pipeline_stages(pipeline: Any, folder: str, prefix: str) -> bool:
+    """Time the stages of ``pipeline`` (a webdataset ``DataPipeline``: ``WebDataset``,
+    ``WebLoader``, ...) in this process whenever it is iterated, into ``folder``'s totals, keys
+    ``PREFIX:INDEX:NAME``. The pipeline object is not changed or copied: it is registered by
+    identity, weakly, and webdataset's ``DataPipeline.iterator1`` (which chains the stages at
+    each epoch's start) is replaced once per process by :func:`_timed_iterator1`. False (and
+    nothing done) for anything else, or where webdataset is missing or differs."""
+    global _pipelines, _original_iterator1
+    if not isinstance(getattr(pipeline, "pipeline", None), list):
+        return False
+    try:
+        from webdataset.pipeline import DataPipeline
+    except ImportError:
+        return False
+    if not isinstance(pipeline, DataPipeline) or not callable(
+            getattr(DataPipeline, "iterator1", None)) or not callable(
+            getattr(DataPipeline, "invoke", None)):
+        return False
+    if _pipelines is None:
+        from pipecheck._identity import IdentityWeakMap
+
+        _pipelines = IdentityWeakMap()
+    try:
+        _pipelines.set(pipeline, (folder, prefix))
+    except TypeError:  # not weakly referenceable
+        return False
+    if _original_iterator1 is None:
+        _original_iterator1 = DataPipeline.__dict__["iterator1"]
+        type.__setattr__(DataPipeline, "iterator1", _timed_iterator1)
+    return True
+
+
+def untime_pipeline_stages(pipeline: Any) -> None:
+    """Stop timing ``pipeline``'s stages (idempotent)."""
+    if _pipelines is not None:
+        _pipelines.pop(pipeline)
 
 
 # -- user stages ---------------------------------------------------------------------------
@@ -378,50 +385,45 @@ FOLDER_PREFIX = "pipecheck-stages."
 
 
 def _stage_folder() -> tuple[int, str]:
-    """A fresh folder for worker totals, in ``/dev/shm`` (memory) when there is one, owned by
-    this process (:mod:`pipecheck._owned`; folders of killed runs are swept first): its
-    descriptor and path."""
-    base = shared_dir()
+    """A fresh folder for worker totals in the temp dir (not ``/dev/shm``, which is the
+    DataLoader's room for its queues and shared tensors; a worker writes its few hundred bytes
+    at most every :data:`FLUSH_INTERVAL_S`), owned by this process (:mod:`pipecheck._owned`;
+    folders of killed runs are swept first): its descriptor and path."""
+    base = tempfile.gettempdir()
     _owned.sweep(base, FOLDER_PREFIX)
     return _owned.create_folder(base, FOLDER_PREFIX)
 
 
 class StageProbe:
     """Per-stage timing for one :func:`pipecheck.wrap` run: times the webdataset stages of a
-    DataLoader's ``DataPipeline`` dataset (in its workers), a ``WebLoader``'s main-process
-    stages, and every :class:`stage` block, in workers and in the main process.
+    DataLoader's ``DataPipeline`` dataset (in its workers, registered there by the fetcher
+    factory: :func:`pipecheck.probes.workers._register_stage_dataset`), a ``WebLoader``'s
+    main-process stages (:meth:`time_main_pipeline`), and every :class:`stage` block, in
+    workers and in the main process.
 
     While open, :data:`STAGE_DIR_ENV` names its folder (the previous value comes back on
-    :meth:`close`). Never modifies the user's objects: it returns instrumented copies.
+    :meth:`close`). Never modifies or copies the user's objects. The folder belongs to the
+    process that made the probe: a forked child closing its copy leaves it alone.
     """
 
     def __init__(self) -> None:
         self._folder_fd: Optional[int]
         self._folder_fd, self.folder = _stage_folder()
+        self._owner = os.getpid()
         self._saved_env = os.environ.get(STAGE_DIR_ENV)
         os.environ[STAGE_DIR_ENV] = self.folder
         self._final: Optional[list[dict[str, Any]]] = None
+        self._timed: list[Any] = []  # weak references to the pipelines time_main_pipeline took
 
-    def timed_dataset(self, dataset: Any) -> Any:
-        """A copy of ``dataset`` whose webdataset pipeline stages are timed, or ``dataset``
-        itself when it is not a webdataset ``DataPipeline``. The copy is what a DataLoader's
-        workers iterate (see :func:`pipecheck._torch_compat.substitute_while_iterating`)."""
-        import copy
+    def time_main_pipeline(self, pipeline: Any) -> bool:
+        """Time the stages of ``pipeline`` (a ``WebLoader`` / ``DataPipeline`` run in this
+        process) while the probe is open; False when it is not a webdataset pipeline."""
+        import weakref
 
-        if not isinstance(getattr(dataset, "pipeline", None), list):
-            return dataset
-        timed = copy.copy(dataset)
-        timed.pipeline = time_pipeline(list(dataset.pipeline), self.folder, "workers")
-        return timed
-
-    def instrument_pipeline(self, pipeline: Any) -> Any:
-        """A copy of ``pipeline`` (a ``WebLoader`` / ``DataPipeline`` run in this process)
-        whose stages are timed."""
-        import copy
-
-        timed = copy.copy(pipeline)
-        timed.pipeline = time_pipeline(list(pipeline.pipeline), self.folder, "main")
-        return timed
+        if not time_pipeline_stages(pipeline, self.folder, "main"):
+            return False
+        self._timed.append(weakref.ref(pipeline))
+        return True
 
     name = "stages"
 
@@ -443,10 +445,16 @@ class StageProbe:
         return found
 
     def close(self) -> None:
-        """Keep the final totals, restore the environment variable and remove the folder."""
-        if self._final is not None:
+        """Keep the final totals, restore the environment variable and remove the folder (in
+        the process that made the probe only)."""
+        if self._final is not None or os.getpid() != self._owner:
             return
         self._final = self.record()
+        for ref in self._timed:
+            pipeline = ref()
+            if pipeline is not None:
+                untime_pipeline_stages(pipeline)
+        self._timed = []
         _TOTALS.pop(self.folder, None)  # this run's in-memory totals, kept in _final now
         # Runs may close out of order: only undo our own setting, and never point back at a
         # folder an earlier run has removed.
@@ -459,6 +467,9 @@ class StageProbe:
 
     def remove_folder(self) -> None:
         """Delete the folder now (idempotent; takes no lock, for a SIGTERM that ends the
-        process: :mod:`pipecheck.autosave`). Workers' later writes fail silently."""
+        process: :mod:`pipecheck.autosave`; only in the process that made it). Workers' later
+        writes fail silently."""
+        if os.getpid() != self._owner:
+            return
         fd, self._folder_fd = self._folder_fd, None
         _owned.remove(fd, self.folder)

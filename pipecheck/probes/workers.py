@@ -1,43 +1,49 @@
 """Per-worker producer timing: how long each DataLoader worker spends fetching and collating.
 
-:class:`WorkerProbe` gives a DataLoader's iterators a timed dataset and a timed ``collate_fn``
-(:meth:`WorkerProbe.timed_dataset`, :meth:`WorkerProbe.timed_collate`; the loader's own attributes
-stay the user's, see :mod:`pipecheck._torch_compat`). The timed dataset is a *twin*: an instance
-of a subclass of the user's dataset class that shares the dataset's ``__dict__``, so
-``isinstance`` checks and attribute writes behave as on the dataset itself (a dataset without a
-``__dict__`` gets a forwarding proxy instead). Inside every worker process (or the main process
-when ``num_workers=0``) the twin adds up fetch time and sample count per batch (a method calling
-another, e.g. ``__getitems__`` calling ``self[i]``, is timed once); the timed collate times
-``collate_fn`` and, when it returns, commits one batch record to that worker's slot of a shared
-file (see :mod:`pipecheck.probes._ring`). The main process reads the slots at any time with
-:meth:`WorkerProbe.record`.
+:class:`WorkerProbe` registers a DataLoader (the user's own object: it is never copied, and no
+instance or subclass of the user's loader or dataset class is ever made) so that the iterators
+torch builds for it get pipecheck's :class:`InstrumentedCollate` in place of ``collate_fn``
+(:func:`pipecheck._torch_compat.register`; the loader's own attributes stay the user's). torch
+hands that collate function to the fetcher it builds in each worker process (or in the main
+process when ``num_workers=0``), and for such a collate function
+:func:`pipecheck._torch_compat.install_fetcher_factory` builds a timed subclass of torch's own
+fetcher. The dataset is the user's object, of the user's exact type, in every process
+(``get_worker_info().dataset`` included): the fetcher times the whole fetch, and the collate
+inside it splits it into fetch and collate time and, when it returns, commits one batch record
+to that worker's slot of shared memory (see :mod:`pipecheck.probes._ring`). The main process
+reads the slots at any time with :meth:`WorkerProbe.record`.
 
 What is measured, per worker id (all durations wall-clock seconds from ``time.perf_counter``):
 
-* ``fetch_s``: time inside the wrapped dataset's ``__getitem__`` / ``__getitems__``, or inside
-  ``iter()`` and every ``next()`` of an ``IterableDataset``'s iterator, including the ``next()``
-  that ends it with ``StopIteration`` and samples whose batch later failed;
+* ``fetch_s``: time inside the fetcher's ``fetch()`` before collation (the dataset's
+  ``__getitem__`` / ``__getitems__`` calls, or the ``next()`` calls of an ``IterableDataset``'s
+  iterator) plus, for an ``IterableDataset``, its ``iter()``; a fetch that raises (a sample
+  error, the ``StopIteration`` that ends an iterable dataset, a batch ``drop_last`` discards)
+  counts as producing time that made no batch;
 * ``collate_s``: time inside the loader's ``collate_fn`` (``default_convert`` when
   ``batch_size=None``);
-* ``batches``/``samples``: batches returned by ``collate_fn``, and the dataset items that went
-  into them (with ``batch_size=None`` every item is one "batch" of one sample).
+* ``batches``/``samples``: batches returned by ``collate_fn``, and the samples that went into
+  them (the batch sampler's indices; for an iterable dataset, the items collated; with
+  ``batch_size=None`` every item is one "batch" of one sample).
 
-The twin and the timed collate return exactly what the user's objects return and let their
-exceptions through untouched; if the shared file cannot be opened in a worker the probe goes
-silent rather than disturb loading. Works with the fork, spawn and forkserver start methods: the
-twin pickles as the user's object (by its own rules), the file path and the slot layout.
+The timed fetcher and collate return exactly what torch's and the user's objects return and let
+their exceptions through untouched; if the shared memory cannot be opened in a worker the probe
+goes silent rather than disturb loading. Works with the fork, spawn and forkserver start
+methods: the collate pickles as the user's collate function plus the probe's key and layout.
+Only the process that registered the loader builds instrumented iterators: a forked child
+iterating its copy of the loader loads as torch would and writes nothing into its parent's
+probe.
 
-Limits: fetch time of samples that ``drop_last`` discards at the very end of a worker's life is
-not counted; with ``num_workers=0`` the per-batch attribution assumes one thread iterates the
+Limits: a ``persistent_workers`` iterator the loader already holds when it is registered was
+built without pipecheck's collate and torch reuses it (:meth:`WorkerProbe.check_supported`
+refuses); with ``num_workers=0`` the per-batch attribution assumes one thread iterates the
 loader at a time; ``samples`` counts dataset items, so a dataset that yields ready-made batches
 with ``batch_size=None`` reports one sample per batch.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import mmap
 import os
 import random
 import threading
@@ -46,24 +52,16 @@ from time import perf_counter
 from typing import Any, Callable, NamedTuple, Optional
 
 import torch.utils.data
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import get_worker_info
 
-from pipecheck import _owned
+from pipecheck import _torch_compat
 from pipecheck._locks import bounded
-from pipecheck._torch_compat import main_process_fetcher, private_copy, \
-    substitute_while_iterating
 from pipecheck.errors import PipecheckError
 from pipecheck.probes import _ring
 from pipecheck.records import WorkerBatch, WorkerRecord
 
-try:  # DataPipes are deprecated; guard for torch versions that drop them.
-    from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
-
-    _DATAPIPE_TYPES: tuple[type, ...] = (IterDataPipe, MapDataPipe)
-except ImportError:  # pragma: no cover - depends on the torch version
-    _DATAPIPE_TYPES = ()
-
-__all__ = ["MAIN_PROCESS_WORKER_ID", "WorkerProbe", "WorkerProbeUnsupported"]
+__all__ = ["MAIN_PROCESS_WORKER_ID", "InstrumentedCollate", "WorkerProbe",
+           "WorkerProbeUnsupported"]
 
 MAIN_PROCESS_WORKER_ID = -1
 """Worker id reported for the main process when the loader has ``num_workers=0``."""
@@ -101,32 +99,34 @@ opens a window with probability ``1 / MAIN_SPARSE_EVERY``."""
 
 
 class WorkerProbeUnsupported(PipecheckError):
-    """The loader cannot be instrumented without changing what it yields (for example a
-    DataPipe dataset, which torch seeds and shards by type). Callers fall back to no worker
-    probe."""
+    """The loader cannot be timed inside without changing what it does (for example a
+    persistent-workers iterator it already holds, which torch reuses). Callers fall back to no
+    worker probe."""
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-process state shared by the dataset proxy and the collate wrapper
+# Per-process state shared by the timed fetcher and the collate
 # ---------------------------------------------------------------------------------------------
 
 
 class _SharedArea:
-    """What a worker needs to find its slot: the file path, the layout and the worker count.
-    Immutable and picklable."""
+    """What a worker needs to find its slot: where the shared memory is
+    (:class:`pipecheck.probes._ring.Area`'s ``path``, ``fd`` and ``device_inode``), the layout,
+    the worker count and the pid of the process that made it. Immutable and picklable."""
 
-    __slots__ = ("path", "layout", "num_workers")
+    __slots__ = ("path", "fd", "device_inode", "layout", "num_workers", "owner_pid")
 
-    def __init__(self, path: str, layout: _ring.AreaLayout, num_workers: int) -> None:
-        self.path = path
-        self.layout = layout
-        self.num_workers = num_workers
+    def __init__(self, area: _ring.Area, layout: _ring.AreaLayout, num_workers: int) -> None:
+        self.__setstate__((area.path, area.fd, area.device_inode, layout, num_workers,
+                           os.getpid()))
 
     def __getstate__(self) -> tuple:
-        return (self.path, self.layout, self.num_workers)
+        return (self.path, self.fd, self.device_inode, self.layout, self.num_workers,
+                self.owner_pid)
 
     def __setstate__(self, state: tuple) -> None:
-        self.path, self.layout, self.num_workers = state
+        (self.path, self.fd, self.device_inode, self.layout, self.num_workers,
+         self.owner_pid) = state
 
     def slot_of(self, worker_id: int) -> Optional[int]:
         """The slot for ``worker_id`` (-1 = main process), or ``None`` if it has none."""
@@ -146,28 +146,30 @@ class FirstBatch(NamedTuple):
 
 
 class _BatchAccumulator:
-    """Fetch time and samples since the last batch, in one process, for one probe.
+    """The batch being produced in one process, for one probe: the timer the timed fetchers
+    and :class:`InstrumentedCollate` share (:class:`pipecheck._torch_compat.FetchTimer`).
 
-    The dataset proxy adds to ``fetch_s``/``samples`` per sample (attribute updates only, to
-    keep the per-sample cost well under a microsecond); the collate wrapper turns them into a
-    batch record. Attaching to the shared file is deferred to first use because the worker id
-    is only known inside the worker (``get_worker_info()``).
+    The fetcher notes when a fetch starts and how many samples it asked for; the collate turns
+    that into one batch record. Attaching to the shared memory is deferred to the first fetch
+    because the worker id is only known inside the worker (``get_worker_info()``).
     """
 
-    __slots__ = ("fetch_s", "samples", "attached", "writer", "area", "busy", "window",
-                 "close_window", "timed", "timed_busy_s", "first")
+    __slots__ = ("pending_s", "in_fetch", "fetch_start", "expected_samples", "attached",
+                 "writer", "area", "busy", "window", "close_window", "timed", "timed_busy_s",
+                 "first")
 
     def __init__(self, area: _SharedArea) -> None:
         self.area = area
-        self.fetch_s = 0.0
-        self.samples = 0
+        self.pending_s = 0.0  # fetch time towards the next batch (an iterable's iter())
+        self.in_fetch = False  # a timed fetch is running and has not reached collation
+        self.fetch_start = 0.0
+        self.expected_samples = 0
         self.attached = False
         self.writer: Optional[_ring.SlotWriter] = None
-        # 1 while a timed fetch runs (a dataset method calling another, e.g. __getitems__
-        # calling self[i], is timed once) and while paused (num_workers=0 epochs not timed).
+        # 1 while paused (num_workers=0 epochs not timed): everything passes through.
         self.busy = 0
         # Main-process sampling (WorkerProbe.between_batches): timed batches left in the
-        # open window, and what puts the untimed dataset and collate back when it closes.
+        # open window, and what puts torch's own fetch and the user's collate back.
         self.window = 0
         self.close_window: Optional[Callable[[], None]] = None
         # Batches committed in this process, and the fetch + collate s of all but the first:
@@ -179,27 +181,47 @@ class _BatchAccumulator:
 
     def attach(self) -> None:
         """Open this process's slot and register its pid. Silent (no writer) when this
-        process has no slot or the file is gone: the probe must never break loading."""
+        process has no slot, is not the probe's (a forked child of the main process), or
+        the memory cannot be opened: the probe must never break loading."""
         self.attached = True
         info = get_worker_info()
+        if info is None and os.getpid() != self.area.owner_pid:
+            return
         worker_id = MAIN_PROCESS_WORKER_ID if info is None else info.id
         slot = self.area.slot_of(worker_id)
         if slot is None:
             return
         try:
+            fd = _ring.open_area(self.area.path, self.area.fd, self.area.device_inode)
             # Only worker processes can share a slot (an old epoch's worker and a new one).
-            writer = _ring.SlotWriter(self.area.path, self.area.layout, slot,
-                                      locking=info is not None)
+            writer = _ring.SlotWriter(fd, self.area.layout, slot, locking=info is not None)
             writer.register_process(os.getpid())
         except (OSError, ValueError):
             return
         self.writer = writer
 
-    def finish_batch(self, end_time: float, collate_s: float) -> None:
+    def add_pending(self, seconds: float) -> None:
+        """Count ``seconds`` of fetching (an iterable dataset's ``iter()``) towards the next
+        batch."""
+        self.pending_s += seconds
+
+    def fetch_failed(self, start: float) -> None:
+        """A fetch that began at ``start`` (perf_counter s) raised before collation (a sample
+        error, the end of an iterable dataset, a last batch ``drop_last`` discards): its time
+        is producing time that made no batch."""
+        fetch_s = self.pending_s + perf_counter() - start
+        self.pending_s = 0.0
+        if self.writer is not None:
+            self.writer.add_time(fetch_s, 0.0)
+
+    def collate_failed(self, fetch_s: float, collate_s: float) -> None:
+        """The collate function raised: its batch's time made no batch."""
+        if self.writer is not None:
+            self.writer.add_time(fetch_s, collate_s)
+
+    def finish_batch(self, end_time: float, fetch_s: float, collate_s: float,
+                     samples: int) -> None:
         """Commit the batch whose collation just ended at ``end_time`` (perf_counter s)."""
-        fetch_s, samples = self.fetch_s, self.samples
-        self.fetch_s = 0.0
-        self.samples = 0
         if self.writer is not None:
             self.writer.add_batch(end_time, fetch_s, collate_s, samples)
         if self.timed:
@@ -212,27 +234,6 @@ class _BatchAccumulator:
             if not self.window and self.close_window is not None:
                 self.close_window()
 
-    def flush_unbatched(self, collate_s: float = 0.0) -> None:
-        """Count pending fetch time (and ``collate_s``) as producing time that made no batch:
-        a sample or collate raised, or an iterable dataset ran out."""
-        fetch_s = self.fetch_s
-        self.fetch_s = 0.0
-        self.samples = 0
-        if self.writer is not None and (fetch_s or collate_s):
-            self.writer.add_time(fetch_s, collate_s)
-
-    def fetch_failed(self, start: float) -> None:
-        """A fetch that began at ``start`` (perf_counter s) raised: its time and the pending
-        batch's count as producing time that made no batch. Off the per-sample success path."""
-        self.fetch_s += perf_counter() - start
-        self.flush_unbatched()
-
-    def add_unbatched_fetch(self, fetch_s: float) -> None:
-        """Count ``fetch_s`` seconds of fetching that belongs to no batch, leaving the pending
-        batch as it is."""
-        if self.writer is not None:
-            self.writer.add_time(fetch_s, 0.0)
-
     def disable(self) -> None:
         """Stop writing for good (the probe was closed in this process)."""
         self.attached = True
@@ -242,9 +243,9 @@ class _BatchAccumulator:
 
     def forget_after_fork(self) -> None:
         """In a forked child: drop the parent's pending values and slot (the parent's slot is
-        not ours; the child attaches to its own on first use)."""
-        self.fetch_s = 0.0
-        self.samples = 0
+        not ours; a worker attaches to its own on first use, any other child never does)."""
+        self.pending_s = 0.0
+        self.in_fetch = False
         self.attached = False
         self.busy = 0
         self.window = self.timed = 0
@@ -259,9 +260,8 @@ class _BatchAccumulator:
                 pass  # a fork hook must never fail the fork
 
 
-# One accumulator per live probe in this process, keyed by probe key. The proxy and the collate
-# wrapper are pickled separately for spawn/forkserver; looking the key up here is what makes
-# them share one accumulator again inside the worker.
+# One accumulator per live probe in this process, keyed by probe key. The collate is pickled on
+# its own for spawn/forkserver; looking the key up here finds the process's accumulator.
 _accumulators: dict[str, _BatchAccumulator] = {}
 
 
@@ -281,357 +281,73 @@ os.register_at_fork(after_in_child=_forget_parent_state)
 
 
 # ---------------------------------------------------------------------------------------------
-# Timed datasets: a subclass of the user's dataset class sharing the instance's attributes
+# The collate function torch's iterators get
 # ---------------------------------------------------------------------------------------------
 
 
-def _timed_methods(base: type, acc: _BatchAccumulator) -> dict[str, Any]:
-    """The methods a timed subclass of ``base`` overrides: ``__iter__`` for an
-    ``IterableDataset`` (``iter()`` and every ``next()`` are fetch time), else ``__getitem__``
-    and, when ``base`` has one, ``__getitems__`` (torch then fetches a batch at once)."""
-    if issubclass(base, IterableDataset):
-        base_iter = base.__iter__
-
-        def __iter__(self: Any) -> Any:
-            if acc.busy:
-                return base_iter(self)
-            if not acc.attached:
-                acc.attach()
-            # Samples still pending here were fetched but never collated (a partial batch
-            # dropped by drop_last in a persistent worker's previous pass): busy time.
-            acc.flush_unbatched()
-            start = perf_counter()
-            try:
-                iterator = base_iter(self)
-            finally:
-                acc.fetch_s += perf_counter() - start
-            return _TimedIterator(iterator, acc)
-
-        return {"__iter__": __iter__}
-    base_getitem = base.__getitem__  # type: ignore[index]  # base: a map-style dataset class
-
-    def __getitem__(self: Any, index: Any) -> Any:
-        if acc.busy:
-            return base_getitem(self, index)
-        if not acc.attached:
-            acc.attach()
-        acc.busy = 1
-        start = perf_counter()
-        try:
-            item = base_getitem(self, index)
-        except BaseException:
-            acc.busy = 0
-            acc.fetch_failed(start)
-            raise
-        acc.busy = 0
-        acc.fetch_s += perf_counter() - start
-        acc.samples += 1
-        return item
-
-    methods: dict[str, Any] = {"__getitem__": __getitem__}
-    base_getitems = getattr(base, "__getitems__", None)
-    if base_getitems:  # torch's fetcher: hasattr(dataset, "__getitems__") and it is truthy
-        # The same steps as __getitem__, written out: a shared helper would cost a call per
-        # sample on the training loop's path.
-
-        def __getitems__(self: Any, indices: Any) -> Any:
-            if acc.busy:
-                return base_getitems(self, indices)
-            if not acc.attached:
-                acc.attach()
-            acc.busy = 1
-            start = perf_counter()
-            try:
-                items = base_getitems(self, indices)
-            except BaseException:
-                acc.busy = 0
-                acc.fetch_failed(start)
-                raise
-            acc.busy = 0
-            acc.fetch_s += perf_counter() - start
-            acc.samples += len(indices)
-            return items
-
-        methods["__getitems__"] = __getitems__
-    return methods
-
-
-_timed_classes: dict[tuple[type, str], type] = {}
-
-
-def _timed_class(base: type, key: str, area: _SharedArea) -> type:
-    """The timed subclass of dataset class ``base`` for probe ``key`` (one per pair, per
-    process). It keeps ``base``'s name, module and docstring, so ``isinstance`` checks, reprs
-    and error messages read as they would. Raises ``TypeError`` when ``base`` cannot be
-    subclassed so (final or C-layout classes)."""
-    cls = _timed_classes.get((base, key))
-    if cls is None:
-        acc = _accumulator_for(key, area)
-        namespace = _timed_methods(base, acc)
-        namespace.update({
-            "__slots__": ("_pipecheck_original",),
-            "__reduce_ex__": _reduce_timed, "__copy__": _copy_timed,
-            "__deepcopy__": _deepcopy_timed,
-            "_pipecheck_key": key, "_pipecheck_area": area,
-            "__module__": base.__module__, "__qualname__": base.__qualname__,
-            "__doc__": base.__doc__})
-        cls = type(base)(base.__name__, (base,), namespace)
-        _timed_classes[(base, key)] = cls
-    return cls
-
-
-def _make_timed(original: Any, key: str, area: _SharedArea) -> Any:
-    """A timed twin of ``original``: an instance of :func:`_timed_class` whose ``__dict__`` IS
-    ``original``'s, so every attribute read or written on either is the same (torch's own
-    example shards an ``IterableDataset`` by setting attributes on
-    ``get_worker_info().dataset`` in ``worker_init_fn``, and that object is the twin).
-    Raises ``TypeError`` for datasets without a replaceable ``__dict__``."""
-    cls = _timed_class(type(original), key, area)
-    twin: Any = object.__new__(cls)
-    # object.__setattr__: a class with its own __setattr__ (a frozen dataclass) must not see it
-    object.__setattr__(twin, "__dict__", original.__dict__)
-    object.__setattr__(twin, "_pipecheck_original", original)
-    return twin
-
-
-def _reduce_timed(self: Any, protocol: int) -> tuple:
-    # Pickled for spawn / forkserver workers: the user's object pickles by its own rules.
-    return (_make_timed, (self._pipecheck_original, self._pipecheck_key, self._pipecheck_area))
-
-
-def _copy_timed(self: Any) -> Any:
-    return _make_timed(copy.copy(self._pipecheck_original), self._pipecheck_key,
-                       self._pipecheck_area)
-
-
-def _deepcopy_timed(self: Any, memo: dict) -> Any:
-    return _make_timed(copy.deepcopy(self._pipecheck_original, memo), self._pipecheck_key,
-                       self._pipecheck_area)
-
-
-def timed_dataset(dataset: Any, key: str, area: _SharedArea) -> Any:
-    """``dataset`` timed for probe ``key``: its timed twin (:func:`_make_timed`), or, for a
-    dataset with no ``__dict__`` to share (a list, a NumPy array, a slotted class), a
-    forwarding proxy (which ``isinstance`` checks on the dataset's class do not see through)."""
-    if isinstance(getattr(dataset, "__dict__", None), dict):
-        try:
-            return _make_timed(dataset, key, area)
-        except Exception:  # TypeError mostly; a metaclass or __init_subclass__ may raise others
-            pass
-    return _proxy_class(dataset)(dataset, key, area)
-
-
-# ---------------------------------------------------------------------------------------------
-# Forwarding proxies, for datasets without a __dict__ (one class per shape, so hasattr()
-# answers as it would on the wrapped dataset)
-# ---------------------------------------------------------------------------------------------
-
-_PROXY_PREFIX = "_pipecheck_"
-
-
-class _ProxyBase:
-    """Attribute behaviour shared by all forwarding proxies.
-
-    Reads of unknown attributes go to the wrapped dataset, and so do writes: torch's own
-    example shards an ``IterableDataset`` by setting attributes on ``get_worker_info().dataset``
-    in ``worker_init_fn``, and that object is the proxy. Names starting with ``_pipecheck_`` and
-    dunder names are never forwarded (that keeps pickling and copying from recursing).
-    """
-
-    def __init__(self, wrapped: Any, key: str, area: _SharedArea) -> None:
-        self.__setstate__((wrapped, key, area))
-
-    def __getstate__(self) -> tuple:
-        return (self._pipecheck_wrapped, self._pipecheck_key, self._pipecheck_area)
-
-    def __setstate__(self, state: tuple) -> None:
-        wrapped, key, area = state
-        object.__setattr__(self, "_pipecheck_wrapped", wrapped)
-        object.__setattr__(self, "_pipecheck_key", key)
-        object.__setattr__(self, "_pipecheck_area", area)
-        object.__setattr__(self, "_pipecheck_acc", _accumulator_for(key, area))
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith(_PROXY_PREFIX) or (name.startswith("__") and name.endswith("__")):
-            raise AttributeError(name)
-        try:
-            wrapped = object.__getattribute__(self, "_pipecheck_wrapped")
-        except AttributeError:  # not yet unpickled
-            raise AttributeError(name) from None
-        return getattr(wrapped, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith(_PROXY_PREFIX):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self._pipecheck_wrapped, name, value)
-
-    def __delattr__(self, name: str) -> None:
-        if name.startswith(_PROXY_PREFIX):
-            object.__delattr__(self, name)
-        else:
-            delattr(self._pipecheck_wrapped, name)
-
-    def __repr__(self) -> str:
-        return f"<pipecheck timing proxy of {self._pipecheck_wrapped!r}>"
-
-
-class _SizedMixin:
-    def __len__(self) -> int:
-        return len(self._pipecheck_wrapped)  # type: ignore[attr-defined]  # mixed into proxies
-
-
-class _MapDatasetProxy(_ProxyBase, Dataset):
-    """Map-style proxy: times each ``__getitem__``.
-
-    ``__getitems__ = None`` tells torch's fetcher "fetch one by one" (it tests
-    ``hasattr(dataset, "__getitems__") and dataset.__getitems__`` on every batch) without a trip
-    through ``__getattr__`` and a raised AttributeError, about 1 us per batch.
-    """
-
-    __getitems__ = None
-
-    def __getitem__(self, index: Any) -> Any:
-        acc = self._pipecheck_acc
-        if acc.busy:
-            return self._pipecheck_wrapped[index]
-        if not acc.attached:
-            acc.attach()
-        start = perf_counter()
-        try:
-            item = self._pipecheck_wrapped[index]
-        except BaseException:
-            acc.fetch_failed(start)
-            raise
-        acc.fetch_s += perf_counter() - start
-        acc.samples += 1
-        return item
-
-
-class _BatchedMapDatasetProxy(_MapDatasetProxy):
-    """Map-style proxy for datasets with ``__getitems__`` (torch then fetches a batch at once)."""
-
-    def __getitems__(self, indices: Any) -> Any:  # type: ignore[override]  # base: None
-        acc = self._pipecheck_acc
-        if acc.busy:
-            return self._pipecheck_wrapped.__getitems__(indices)
-        if not acc.attached:
-            acc.attach()
-        start = perf_counter()
-        try:
-            items = self._pipecheck_wrapped.__getitems__(indices)
-        except BaseException:
-            acc.fetch_failed(start)
-            raise
-        acc.fetch_s += perf_counter() - start
-        acc.samples += len(indices)
-        return items
-
-
-class _SizedMapDatasetProxy(_SizedMixin, _MapDatasetProxy):
-    pass
-
-
-class _SizedBatchedMapDatasetProxy(_SizedMixin, _BatchedMapDatasetProxy):
-    pass
-
-
-class _TimedIterator:
-    """Times every ``next()`` of an iterable dataset's iterator. A class, not a generator, so
-    an iterator that raises and then carries on behaves exactly as it does unwrapped."""
-
-    __slots__ = ("_iterator", "_acc")
-
-    def __init__(self, iterator: Any, acc: _BatchAccumulator) -> None:
-        self._iterator = iterator
-        self._acc = acc
-
-    def __iter__(self) -> _TimedIterator:
-        return self
-
-    def __next__(self) -> Any:
-        acc = self._acc
-        start = perf_counter()
-        try:
-            item = next(self._iterator)
-        except StopIteration:
-            # The read that finds the end is producing time too. Samples already fetched stay
-            # pending: torch may still collate them as a last partial batch.
-            acc.add_unbatched_fetch(perf_counter() - start)
-            raise
-        except BaseException:
-            acc.fetch_failed(start)
-            raise
-        acc.fetch_s += perf_counter() - start
-        acc.samples += 1
-        return item
-
-
-class _IterableDatasetProxy(_ProxyBase, IterableDataset):
-    """Iterable proxy: ``iter()`` and each ``next()`` count as fetch time."""
-
-    def __iter__(self) -> Any:
-        acc = self._pipecheck_acc
-        if acc.busy:
-            return iter(self._pipecheck_wrapped)
-        if not acc.attached:
-            acc.attach()
-        # Samples still pending here were fetched but never collated (a partial batch dropped
-        # by drop_last in the previous pass of a persistent worker): not a batch, but busy time.
-        acc.flush_unbatched()
-        start = perf_counter()
-        try:
-            iterator = iter(self._pipecheck_wrapped)
-        finally:
-            acc.fetch_s += perf_counter() - start
-        return _TimedIterator(iterator, acc)
-
-
-class _SizedIterableDatasetProxy(_SizedMixin, _IterableDatasetProxy):
-    pass
-
-
-def _proxy_class(dataset: Any) -> type:
-    sized = hasattr(dataset, "__len__")
-    if isinstance(dataset, IterableDataset):
-        return _SizedIterableDatasetProxy if sized else _IterableDatasetProxy
-    # Mirror torch's fetcher test exactly: hasattr(dataset, "__getitems__") and it is truthy.
-    if getattr(dataset, "__getitems__", None):
-        return _SizedBatchedMapDatasetProxy if sized else _BatchedMapDatasetProxy
-    return _SizedMapDatasetProxy if sized else _MapDatasetProxy
-
-
-class _TimedCollate:
-    """Wraps the loader's ``collate_fn``: times it and commits one batch record per call."""
-
-    def __init__(self, collate_fn: Callable[[Any], Any], key: str, area: _SharedArea) -> None:
-        self.__setstate__((collate_fn, key, area))
-
-    def __getstate__(self) -> tuple:
-        return (self.collate_fn, self._key, self._area)
-
-    def __setstate__(self, state: tuple) -> None:
-        self.collate_fn, self._key, self._area = state
-        self._acc = _accumulator_for(self._key, self._area)
+def _register_stage_dataset(dataset: Any, collate: "InstrumentedCollate") -> None:
+    """The fetcher factory's callback: time ``dataset``'s webdataset stages in this process
+    when ``collate`` carries a stage folder (:mod:`pipecheck.probes.stages`)."""
+    if collate.stage_folder is not None:
+        from pipecheck.probes.stages import time_pipeline_stages
+
+        time_pipeline_stages(dataset, collate.stage_folder, "workers")
+
+
+class InstrumentedCollate:
+    """What a measured loader's iterators get as ``collate_fn``: the user's ``collate_fn``,
+    timed for the worker probe ``key`` (``None``: not timed) and carrying the stage probe's
+    folder (``stage_folder``, ``None``: no stage timing) into the worker processes, where the
+    fetcher factory sees it (:func:`pipecheck._torch_compat.install_fetcher_factory`). Calling
+    it returns exactly what ``collate_fn`` returns and lets its exceptions through; each call
+    inside a timed fetch commits one batch record. Picklable when ``collate_fn`` is."""
+
+    __slots__ = ("collate_fn", "timer", "key", "area", "stage_folder")
+
+    def __init__(self, collate_fn: Callable[[Any], Any], key: Optional[str],
+                 area: Optional[_SharedArea], stage_folder: Optional[str]) -> None:
+        self.collate_fn = collate_fn
+        self.key, self.area, self.stage_folder = key, area, stage_folder
+        self.timer = _accumulator_for(key, area) if key is not None and area is not None \
+            else None
+        # Here too, for spawn and forkserver workers, which unpickle this before torch builds
+        # their fetcher.
+        _torch_compat.install_fetcher_factory(_register_stage_dataset)
+
+    def __reduce__(self) -> tuple:
+        return (InstrumentedCollate, (self.collate_fn, self.key, self.area, self.stage_folder))
 
     def __call__(self, batch: Any) -> Any:
-        acc = self._acc
-        if acc.busy:
+        timer = self.timer
+        if timer is None or timer.busy or not timer.in_fetch:
+            # Untimed: a paused epoch, or a call outside a timed fetch (an iterator class that
+            # builds its fetchers some other way), whose fetch time is unknown.
             return self.collate_fn(batch)
-        if not acc.attached:
-            acc.attach()
         start = perf_counter()
+        timer.in_fetch = False
+        fetch_s = timer.pending_s + (start - timer.fetch_start)
+        timer.pending_s = 0.0
+        samples = timer.expected_samples
+        if samples < 0:
+            try:
+                samples = len(batch)
+            except TypeError:
+                samples = 1
         try:
             result = self.collate_fn(batch)
         except BaseException:
-            acc.flush_unbatched(collate_s=perf_counter() - start)
+            timer.collate_failed(fetch_s, perf_counter() - start)
             raise
         end = perf_counter()
-        acc.finish_batch(end, end - start)
+        timer.finish_batch(end, fetch_s, end - start, samples)
         return result
 
     def __repr__(self) -> str:
         return f"<pipecheck timed {self.collate_fn!r}>"
+
+
+_torch_compat.INSTRUMENTED_COLLATE[:] = [InstrumentedCollate]
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -667,47 +383,45 @@ def scaled_to(record: WorkerRecord, batches: int,
 
 
 class _FetcherSwap:
-    """Points a main-process fetcher at the timed or the untimed dataset and collate (two
-    attribute writes). Made only when the fetcher holds pipecheck's timed pair."""
+    """Switches one epoch's main-process fetcher between the timed fetch with pipecheck's
+    collate and torch's own fetch with the user's collate
+    (:func:`pipecheck._torch_compat.set_fetcher_timed`). Holds the fetcher weakly: the
+    iterator, and the dataset behind it, stay the user's to drop."""
 
-    __slots__ = ("fetcher", "timed_pair", "untimed_pair")
+    __slots__ = ("_fetcher", "_instrumented", "_user_collate")
 
-    def __init__(self, fetcher: Any, timed_pair: tuple, untimed_pair: tuple) -> None:
-        self.fetcher, self.timed_pair, self.untimed_pair = fetcher, timed_pair, untimed_pair
+    def __init__(self, fetcher: Any) -> None:
+        self._fetcher = weakref.ref(fetcher)
+        self._instrumented = fetcher.collate_fn
+        self._user_collate = fetcher.collate_fn.collate_fn
 
     @classmethod
     def of(cls, fetcher: Any) -> Optional[_FetcherSwap]:
-        if fetcher is None:
+        if fetcher is None or type(fetcher.collate_fn) is not InstrumentedCollate:
             return None
-        dataset, collate = fetcher.dataset, fetcher.collate_fn
-        if not isinstance(collate, _TimedCollate):
-            return None
-        original = (getattr(dataset, "_pipecheck_original", None)
-                    if isinstance(type(dataset).__dict__.get("_pipecheck_key"), str)
-                    else getattr(dataset, "_pipecheck_wrapped", None))
-        if original is None:
-            return None
-        return cls(fetcher, (dataset, collate), (original, collate.collate_fn))
+        return cls(fetcher)
 
     def timed(self) -> None:
-        self.fetcher.dataset, self.fetcher.collate_fn = self.timed_pair
+        fetcher = self._fetcher()
+        if fetcher is not None:
+            _torch_compat.set_fetcher_timed(fetcher, True, self._instrumented)
 
     def untimed(self) -> None:
-        self.fetcher.dataset, self.fetcher.collate_fn = self.untimed_pair
+        fetcher = self._fetcher()
+        if fetcher is not None:
+            _torch_compat.set_fetcher_timed(fetcher, False, self._user_collate)
 
 
-def _release_area(key: str, area: mmap.mmap, path: str, fd: int, owner_pid: int) -> None:
-    """Finalizer: stop this process's writer for ``key``, unmap and delete the file. Only the
-    creating process deletes it (a forked child exiting must not pull it from the workers)."""
+def _release_area(key: str, area: _ring.Area, owner_pid: int) -> None:
+    """Finalizer: stop this process's writer for ``key`` and release the shared memory. Only
+    the creating process releases it (a forked child exiting must not pull a named file from
+    the workers)."""
     accumulator = _accumulators.pop(key, None)
     if accumulator is not None:
         accumulator.disable()
-    for cached in [pair for pair in _timed_classes if pair[1] == key]:
-        del _timed_classes[cached]
     if os.getpid() != owner_pid:
         return
-    area.close()
-    _owned.remove(fd, path)
+    area.release()
 
 
 class WorkerProbe:
@@ -716,23 +430,30 @@ class WorkerProbe:
     ``num_workers`` must equal the loader's (``>= 0``; 0 means the main process produces,
     reported as worker id -1). ``run_start`` is a :data:`pipecheck._clock.monotonic` reading;
     every ``*_at_s`` in the records is seconds since it. ``ring_size`` (``>= 1``) is how many
-    recent batches each worker keeps. The shared file (``/dev/shm`` when present) is created
-    here, before any ``iter()``; raises ``ValueError`` for bad arguments and ``OSError`` if the
-    file cannot be created.
+    recent batches each worker keeps. The shared memory (:func:`pipecheck.probes._ring
+    .create_area`: anonymous, never in ``/dev/shm`` where it can be avoided) is made here,
+    before any ``iter()``; raises ``ValueError`` for bad arguments,
+    :class:`~pipecheck._torch_compat.IteratorHookUnavailable` when this torch builds no
+    fetchers pipecheck can time, and ``OSError`` if the memory cannot be made
+    (:class:`~pipecheck.probes._ring.NoSpaceError` when ``/dev/shm`` has no room to spare).
     """
 
     def __init__(self, num_workers: int, *, run_start: float, ring_size: int = 1024) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        _torch_compat.install_fetcher_factory(_register_stage_dataset)
         self.num_workers = num_workers
         self.run_start = run_start
         self._layout = _ring.AreaLayout(num_slots=max(1, num_workers), ring_size=ring_size)
-        path, area, fd = _ring.create_area(self._layout)
+        area = _ring.create_area(self._layout)
         self._owner_pid = os.getpid()
-        self.path = path
-        self._area = area
-        self._key = os.path.basename(path)  # unique per live file
-        self._shared = _SharedArea(path, self._layout, num_workers)
+        self.path = area.path
+        self._area_owner = area
+        self._area = area.mapping
+        # Unique per live probe in this process and its workers (a memfd path repeats once
+        # its descriptor number is reused).
+        self._key = f"{os.getpid()}-{id(self)}-{area.device_inode[1]}"
+        self._shared = _SharedArea(area, self._layout, num_workers)
         self._known_pids: dict[int, int] = {}
         self._last_good: dict[int, _ring.SlotHeader] = {}
         self._stuck_seq: dict[int, int] = {}
@@ -741,18 +462,20 @@ class WorkerProbe:
         # The host probe calls pid_to_worker() from its sampler thread; reads and close()
         # must not interleave (a read of an unmapped area raises).
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _release_area, self._key, area, path, fd,
-                                           os.getpid())
-        self._sampled_iterator: Any = None  # between_batches: the epoch it follows
+        self._finalizer = weakref.finalize(self, _release_area, self._key, area, os.getpid())
+        # between_batches: the epoch's iterator it follows (weakly) and its fetcher switch
+        self._sampled: Optional[weakref.ref] = None
         self._swap: Optional[_FetcherSwap] = None
         self._first_at_close: Optional[FirstBatch] = None
         # Which sparse-phase calls open a window; seeded, so a run's sampling is repeatable.
         self._window_draw = random.Random(0).random
+        self._registered: list[tuple[weakref.ref, Any]] = []  # instrument()'s registrations
 
     def check_supported(self, loader: torch.utils.data.DataLoader) -> None:
         """Raise unless this probe can time ``loader``: ``ValueError`` if its ``num_workers``
-        differs from the probe's or the probe is closed, :class:`WorkerProbeUnsupported` for
-        DataPipe datasets (torch seeds and shards those by type, which a proxy would hide)."""
+        differs from the probe's or the probe is closed, :class:`WorkerProbeUnsupported` when
+        the loader already holds a persistent-workers iterator (built without pipecheck's
+        collate; torch reuses it for every later epoch)."""
         if loader.num_workers != self.num_workers:
             raise ValueError(
                 f"loader has num_workers={loader.num_workers}, "
@@ -760,32 +483,29 @@ class WorkerProbe:
             )
         if not self._finalizer.alive:
             raise ValueError("this WorkerProbe is closed")
-        if _DATAPIPE_TYPES and isinstance(loader.dataset, _DATAPIPE_TYPES):
+        if _torch_compat.has_persistent_iterator(loader):
             raise WorkerProbeUnsupported(
-                "per-worker timing does not support DataPipe datasets "
-                f"({type(loader.dataset).__name__})")
+                "its persistent workers were started before it was measured (wrap the loader "
+                "before its first epoch)")
 
-    def timed_dataset(self, dataset: Any) -> Any:
-        """``dataset`` with its fetches timed for this probe (see :func:`timed_dataset`)."""
-        return timed_dataset(dataset, self._key, self._shared)
-
-    def timed_collate(self, collate_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """``collate_fn`` timed for this probe; each call that returns commits one batch."""
-        return _TimedCollate(collate_fn, self._key, self._shared)
+    def collate(self, collate_fn: Callable[[Any], Any],
+                stage_folder: Optional[str] = None) -> InstrumentedCollate:
+        """``collate_fn`` timed for this probe (each call inside a timed fetch commits one
+        batch), carrying ``stage_folder`` (the stage probe's) into the workers."""
+        return InstrumentedCollate(collate_fn, self._key, self._shared, stage_folder)
 
     def instrument(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
-        """Return a private copy of ``loader`` whose iterators fetch from the timed dataset and
-        collate with the timed ``collate_fn``
-        (:func:`pipecheck._torch_compat.substitute_while_iterating`): its ``dataset`` and
-        ``collate_fn`` attributes still read as the user's. ``loader`` itself is not modified.
+        """Time every iterator ``loader`` builds from now on with this probe (the loader is
+        registered, not copied: :func:`pipecheck._torch_compat.register`) until the probe
+        closes; returns ``loader``. For tests and benchmarks: :func:`pipecheck.wrap` registers
+        the loader itself, with the stage probe's folder and only while the wrapper iterates.
         Raises as :meth:`check_supported`, and
         :class:`~pipecheck._torch_compat.IteratorHookUnavailable`."""
         self.check_supported(loader)
-        clone = private_copy(loader)
-        substitute_while_iterating(clone, {
-            "dataset": self.timed_dataset(loader.dataset),
-            "collate_fn": self.timed_collate(loader.collate_fn)})
-        return clone
+        substitutes = _torch_compat.register(
+            loader, ("collate_fn",), lambda name, value: self.collate(value), always=True)
+        self._registered.append((weakref.ref(loader), substitutes))
+        return loader
 
     def between_batches(self, iterator: Any) -> None:
         """Main-process sampling (``num_workers=0``): called between two batches of the epoch
@@ -794,16 +514,19 @@ class WorkerProbe:
         :data:`MAIN_SAMPLE_AFTER` batches are timed and their mean (the first left out: lazy
         initialisation) is under :data:`FAST_BATCH_S`, each call opens a window of
         :data:`MAIN_WINDOW` timed batches (after :data:`MAIN_DENSE_TIMED` timed batches, one
-        call in :data:`MAIN_SPARSE_EVERY` at random) and the batches after it are fetched with
-        the untimed dataset and collate (the iterator's fetcher is pointed at them: no pipecheck code runs for those batches); in an epoch
-        :meth:`pause` d, every batch is. Does nothing for other iterators (workers, an
-        iterable dataset, a loader whose iterator torch does not build so), which are timed
-        batch by batch. The caller scales the timed batches to all of them (the ratio
-        estimator, see :attr:`~pipecheck.records.WorkerRecord.timed_batches`)."""
+        call in :data:`MAIN_SPARSE_EVERY` at random) and the batches after it are fetched by
+        torch's own fetcher with the user's collate (no pipecheck code runs for those
+        batches); in an epoch :meth:`pause` d, every batch is. Does nothing for other
+        iterators (workers, an iterable dataset, a loader whose iterator torch does not build
+        so), which are timed batch by batch. The caller scales the timed batches to all of
+        them (the ratio estimator, see :attr:`~pipecheck.records.WorkerRecord.timed_batches`)."""
         acc = _accumulator_for(self._key, self._shared)
-        if iterator is not self._sampled_iterator:  # a new epoch
-            self._sampled_iterator = iterator
-            self._swap = _FetcherSwap.of(main_process_fetcher(iterator)) \
+        if self._sampled is None or self._sampled() is not iterator:  # a new epoch
+            try:
+                self._sampled = weakref.ref(iterator)
+            except TypeError:  # not weakly referenceable: not a torch iterator
+                self._sampled = None
+            self._swap = _FetcherSwap.of(_torch_compat.main_process_fetcher(iterator)) \
                 if self.num_workers == 0 else None
             acc.window = 0
             acc.close_window = None if self._swap is None else self._swap.untimed
@@ -826,10 +549,22 @@ class WorkerProbe:
         accumulator = _accumulators.get(self._key)
         return None if accumulator is None else accumulator.first
 
+    def main_mean_batch_s(self) -> Optional[float]:
+        """Mean fetch + collate seconds of the batches this process committed (the first, which
+        holds lazy initialisation, left out once there are others); ``None`` before any. O(1):
+        the running totals, not the shared memory (read at every ``iter()``)."""
+        acc = _accumulators.get(self._key)
+        if acc is None or acc.timed == 0:
+            return None
+        if acc.timed == 1:
+            first = acc.first
+            return None if first is None else first.fetch_s + first.collate_s
+        return acc.timed_busy_s / (acc.timed - 1)
+
     def pause(self, paused: bool) -> None:
         """Stop (``True``) or resume timing in this process, for ``num_workers=0`` loaders
-        whose batches are too fast to time every epoch; the timed dataset then costs one
-        attribute test per sample."""
+        whose batches are too fast to time every epoch (the epoch's fetcher is then torch's
+        own from its first batch on, :meth:`between_batches`)."""
         _accumulator_for(self._key, self._shared).busy = 1 if paused else 0
 
     name = "workers"
@@ -905,8 +640,14 @@ class WorkerProbe:
             self._remember_pids(worker_id, header.pids)
 
     def close(self) -> None:
-        """Take a last snapshot, then unmap and delete the shared file. Idempotent. Workers
-        still running keep their mapping and write into the deleted file harmlessly."""
+        """Take a last snapshot, then release the shared memory and forget the loaders
+        :meth:`instrument` registered. Idempotent. Workers still running keep their mapping
+        and write into it harmlessly."""
+        for loader_ref, substitutes in self._registered:
+            loader = loader_ref()
+            if loader is not None:
+                _torch_compat.unregister(loader, substitutes)
+        self._registered = []
         with self._lock:
             if self._final is None and self._finalizer.alive:
                 self._read_pids()
@@ -916,14 +657,11 @@ class WorkerProbe:
             self._finalizer()
 
     def remove_file(self) -> None:
-        """Delete the shared file now, taking no lock (for a SIGTERM that ends the process:
-        :mod:`pipecheck.autosave`). The mapping stays valid; the workers keep writing into
-        the deleted file harmlessly."""
+        """Delete a named shared file now, taking no lock (for a SIGTERM that ends the process:
+        :mod:`pipecheck.autosave`; anonymous memory goes with the process). The mapping stays
+        valid; the workers keep writing into it harmlessly."""
         if os.getpid() == self._owner_pid:
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
+            self._area_owner.remove_name()
 
     def __enter__(self) -> WorkerProbe:
         return self

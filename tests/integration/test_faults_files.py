@@ -128,7 +128,9 @@ def test_a_live_file_whose_owner_pid_looks_dead_is_not_swept(tmp_path):
 def test_a_live_file_of_a_process_in_another_pid_namespace_is_not_swept(tmp_path):
     if not _namespace_usable():
         pytest.skip("needs unshare (root)")
-    script = ("import sys, time\n"
+    # Without memfd_create, so that the probe makes a named file (with it there is no file).
+    script = ("import os, sys, time\n"
+              "del os.memfd_create\n"
               "from pipecheck.probes.workers import WorkerProbe\n"
               "probe = WorkerProbe(2, run_start=0.0)\n"
               "print(probe.path, flush=True)\n"

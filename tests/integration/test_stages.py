@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import copy
 import os
-import pickle
 import time
 
 import pytest
@@ -14,7 +12,9 @@ from torch.utils.data import DataLoader
 import pipecheck
 from pipecheck.analysis.stages import stage_table, top_stage
 from pipecheck.probes import stages as stage_probe
-from pipecheck.probes.stages import read_stage_files, stage_name, time_pipeline, totals
+from pipecheck import _torch_compat
+from pipecheck.probes.stages import read_stage_files, stage_name, totals
+from pipecheck.probes.workers import InstrumentedCollate
 
 SLOW_S = 0.004
 
@@ -53,10 +53,13 @@ def _pipeline(urls):
             .map(slow_augment).to_tuple("txt", "cls"))
 
 
-def _timed_copy(pipeline, folder):
-    clone = copy.copy(pipeline)
-    clone.pipeline = time_pipeline(list(pipeline.pipeline), folder, "workers")
-    return clone
+def _stage_timed(loader, folder):
+    """``loader`` registered as wrap() registers it, carrying the stage folder to its workers
+    in the collate function (the fetcher factory there times the worker's dataset)."""
+    _torch_compat.register(loader, ("collate_fn",),
+                           lambda name, value: InstrumentedCollate(value, None, None, folder),
+                           always=True)
+    return loader
 
 
 def test_stage_names_are_the_ones_users_wrote(tmp_path):
@@ -71,12 +74,15 @@ def test_the_slow_stage_comes_first_with_its_true_time(tmp_path, context):
     urls = _shards(tmp_path)
     folder = tmp_path / "stages"
     folder.mkdir()
-    timed = _timed_copy(_pipeline(urls), str(folder))
-    pickle.loads(pickle.dumps(timed))  # spawn pickles the dataset
-    loader = DataLoader(timed, batch_size=None, num_workers=2, multiprocessing_context=context)
+    pipeline = _pipeline(urls)
+    stages_before = list(pipeline.pipeline)
+    loader = _stage_timed(DataLoader(pipeline, batch_size=None, num_workers=2,
+                                     multiprocessing_context=context), str(folder))
     got = list(loader)
     expected = list(DataLoader(_pipeline(urls), batch_size=None, num_workers=2))
     assert sorted(got) == sorted(expected) and len(got) == 40  # identical samples
+    # The user's pipeline object itself ran in the workers, unchanged and uncopied.
+    assert loader.dataset is pipeline and pipeline.pipeline == stages_before
     rows = stage_table(read_stage_files(str(folder)))
     top = top_stage(rows)
     assert top.name == "slow_augment"
@@ -140,7 +146,9 @@ def test_wrap_reports_worker_and_main_process_stages(tmp_path):
     assert data["producer"]["stages"][0]["name"] in {"slow_augment", "DataLoader"}
     kinds = {f.kind for f in report.diagnosis.findings}
     assert "dominant-stage" in kinds
-    assert os.environ.get(stage_probe.STAGE_DIR_ENV) != wrapped._stages.folder  # restored
+    folder = wrapped._measurement._stages.folder
+    assert os.environ.get(stage_probe.STAGE_DIR_ENV) != folder  # restored
+    assert not os.path.exists(folder)
 
 
 def test_a_stage_block_may_start_a_wrapped_run_inside_it():

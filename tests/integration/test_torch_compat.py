@@ -20,24 +20,59 @@ def test_the_installed_torch_builds_iterators_through_get_iterator():
     assert compat.HAS_ITERATOR_HOOK, f"torch {torch.__version__} has no DataLoader._get_iterator"
 
 
-def test_substitutes_reach_the_iterator_only_and_the_copy_keeps_its_class_checks():
+def test_the_installed_torch_builds_fetchers_through_create_fetcher():
+    assert compat.HAS_FETCHER_HOOK, f"torch {torch.__version__} has no create_fetcher"
+
+
+def test_substitutes_reach_the_iterator_only_and_the_loader_keeps_its_class():
     loader = CountingLoader(Numbers(8), batch_size=4)
-    copy_ = compat.private_copy(loader)
-    substitutes = compat.substitute_while_iterating(copy_, {"dataset": Tens(8)})
-    assert isinstance(copy_, CountingLoader) and copy_.dataset is loader.dataset
-    assert [b.tolist() for b in copy_] == [[0, 10, 20, 30], [40, 50, 60, 70]]  # the substitute
-    assert copy_.dataset is loader.dataset and substitutes.calls == 1
-    assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # the original as it was
-    assert compat.substitutes_of(copy_) is substitutes and compat.substitutes_of(loader) is None
+    seen = []
+
+    def substitute(name, value):
+        seen.append((name, value))
+        return lambda batch: torch.tensor([10 * x for x in batch])
+
+    substitutes = compat.register(loader, ("collate_fn",), substitute, always=True)
+    assert type(loader) is CountingLoader  # no subclass, no copy
+    assert [b.tolist() for b in loader] == [[0, 10, 20, 30], [40, 50, 60, 70]]
+    assert seen == [("collate_fn", loader.collate_fn)]  # the current value, at build time
+    assert substitutes.calls == 1 and "collate_fn" in vars(loader)
+    compat.unregister(loader, substitutes)
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # as it was
 
 
-def test_in_place_registration_leaves_other_loaders_alone():
+def test_registration_leaves_other_loaders_alone_and_arms_one_build():
     measured, plain = DataLoader(Numbers(8), batch_size=4), DataLoader(Numbers(8), batch_size=4)
-    substitutes = compat.register_in_place(measured, {"dataset": Tens(8)})
+    substitutes = compat.register(measured, ("collate_fn",),
+                                  lambda name, value: lambda batch: torch.tensor(batch) * 10,
+                                  always=False)
+    assert [b.tolist() for b in measured] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # not armed
+    substitutes.arm()
     assert [b.tolist() for b in measured] == [[0, 10, 20, 30], [40, 50, 60, 70]]
+    assert [b.tolist() for b in measured] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # one build only
     assert [b.tolist() for b in plain] == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert measured.dataset.n == 8 and substitutes.calls == 1
-    assert compat.substitutes_of(measured, in_place=True) is substitutes
+    assert substitutes.calls == 1
+
+
+def test_the_identity_map_never_calls_the_keys_hash_or_eq_and_lets_them_go():
+    import gc
+
+    class Touchy:
+        def __hash__(self):
+            raise AssertionError("hashed")
+
+        def __eq__(self, other):
+            raise AssertionError("compared")
+
+    from pipecheck._identity import IdentityWeakMap
+
+    registry = IdentityWeakMap()
+    key = Touchy()
+    registry.set(key, 1)
+    assert registry.get(key) == 1 and registry.get(Touchy()) is None and len(registry) == 1
+    del key
+    gc.collect()
+    assert len(registry) == 0
 
 
 @pytest.mark.parametrize("workers,in_order,expected", [
@@ -60,11 +95,26 @@ def test_head_of_line_state_is_where_pipecheck_reads_it(workers, in_order, expec
 
 
 def test_the_main_process_fetcher_is_where_sampling_points_it():
-    from pipecheck._torch_compat import main_process_fetcher
+    from pipecheck._torch_compat import main_process_fetcher, set_fetcher_timed
+    from pipecheck.probes.workers import WorkerProbe
 
-    loader = DataLoader(list(range(8)), batch_size=2)
-    fetcher = main_process_fetcher(iter(loader))
-    assert fetcher is not None and fetcher.dataset is loader.dataset
-    assert fetcher.collate_fn is loader.collate_fn
-    assert main_process_fetcher(iter(DataLoader(list(range(8)), num_workers=1))) is None
-    assert main_process_fetcher(iter([1, 2])) is None
+    probe = WorkerProbe(0, run_start=0.0)
+    try:
+        loader = probe.instrument(DataLoader(list(range(8)), batch_size=2))
+        iterator = iter(loader)
+        fetcher = main_process_fetcher(iterator)
+        assert fetcher is not None and fetcher.dataset is loader.dataset
+        instrumented = fetcher.collate_fn
+        assert instrumented.collate_fn is loader.collate_fn
+        set_fetcher_timed(fetcher, False, loader.collate_fn)  # torch's own fetch, untimed
+        assert type(fetcher) is compat._MAP_FETCHER and fetcher.collate_fn is loader.collate_fn
+        assert next(iterator).tolist() == [0, 1]
+        set_fetcher_timed(fetcher, True, instrumented)
+        assert main_process_fetcher(iterator) is fetcher
+        assert next(iterator).tolist() == [2, 3]
+        # A loader pipecheck does not time gets torch's own fetcher.
+        assert main_process_fetcher(iter(DataLoader(list(range(8))))) is None
+        assert main_process_fetcher(iter(DataLoader(list(range(8)), num_workers=1))) is None
+        assert main_process_fetcher(iter([1, 2])) is None
+    finally:
+        probe.close()

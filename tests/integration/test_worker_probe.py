@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import copy
 import os
 import pickle
 import signal
@@ -14,7 +13,7 @@ import time
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
+from torch.utils.data import DataLoader, SequentialSampler
 
 from helpers_datasets import (
     FailingDataset,
@@ -28,6 +27,7 @@ from helpers_datasets import (
     SlowCollate,
     SlowEndRange,
     UnsizedDataset,
+    require_exact_dataset_class,
     shard_plain_range,
 )
 from pipecheck import _owned
@@ -182,24 +182,32 @@ def _len_or_error(loader):
         return TypeError
 
 
-def test_timed_dataset_has_the_wrapped_dataset_shape(make_probe):
-    probe = make_probe(0)
-    timed = probe.timed_dataset
-    assert not hasattr(timed(SleepDataset(4, 0)), "__getitems__")
-    assert hasattr(timed(GetitemsDataset(4)), "__getitems__")
-    assert not hasattr(timed(UnsizedDataset()), "__len__")
-    iterable = timed(PlainRange(0, 4))
-    assert isinstance(iterable, (IterableDataset, PlainRange)) and not hasattr(iterable, "__len__")
-    map_style = timed(SleepDataset(4, 0))
-    assert isinstance(map_style, SleepDataset) and not isinstance(map_style, IterableDataset)
-    assert len(map_style) == 4 and repr(map_style).startswith("<")
-    assert type(map_style).__name__ == "SleepDataset"
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_fetch_from_the_users_own_dataset_object(context, make_probe):
+    # No twin, no proxy: the dataset a worker's fetcher reads, and get_worker_info().dataset,
+    # are the user's object of the user's exact class (a copy of it in a spawned worker).
+    dataset = SleepDataset(8, 0.0)
+    loader = DataLoader(dataset, batch_size=4, num_workers=2, multiprocessing_context=context,
+                        worker_init_fn=require_exact_dataset_class)
+    probe = make_probe(2)
+    assert len(list(probe.instrument(loader))) == 2
+    assert sum(r.batches for r in probe.record()) == 2
+    assert loader.dataset is dataset and type(dataset) is SleepDataset
 
 
-def test_dataset_without_dict_gets_a_forwarding_proxy(make_probe):
+def test_the_main_process_fetches_from_the_users_own_dataset_object(make_probe):
+    from pipecheck._torch_compat import main_process_fetcher
+
+    dataset = GetitemsDataset(8)
+    loader = make_probe(0).instrument(DataLoader(dataset, batch_size=4))
+    iterator = iter(loader)
+    fetcher = main_process_fetcher(iterator)
+    assert fetcher is not None and fetcher.dataset is dataset  # the user's own object
+    assert len(next(iterator)["index"]) == 4
+
+
+def test_a_list_dataset_is_timed_as_it_is(make_probe):
     samples = [torch.tensor([i]) for i in range(6)]
-    proxy = make_probe(0).timed_dataset(samples)
-    assert len(proxy) == 6 and torch.equal(proxy[2], samples[2])
     probe = make_probe(0)
     batches = list(probe.instrument(DataLoader(samples, batch_size=3)))
     assert [b.tolist() for b in batches] == [[[0], [1], [2]], [[3], [4], [5]]]
@@ -217,23 +225,14 @@ def test_getitems_is_used_and_counted_per_sample(make_probe):
     assert [b.samples for b in record.recent] == [4, 4, 2]
 
 
-def test_timed_dataset_shares_attributes_pickles_and_copies(make_probe):
-    dataset = SleepDataset(5, 0.0)
-    twin = make_probe(0).timed_dataset(dataset)
-    assert twin.sleep_s == 0.0
-    twin.sleep_s = 0.001  # writes reach the user's dataset (worker_init_fn sharding relies on it)
-    assert dataset.sleep_s == 0.001
-    dataset.extra = "x"  # and the other way round
-    assert twin.extra == "x"
-    with pytest.raises(AttributeError):
-        twin.no_such_attribute
+def test_the_instrumented_collate_pickles_as_the_users_collate_plus_the_probe(make_probe):
+    from pipecheck.probes.workers import InstrumentedCollate
 
-    copied = pickle.loads(pickle.dumps(twin))  # as spawn workers receive it
-    assert type(copied).__name__ == "SleepDataset" and isinstance(copied, SleepDataset)
-    assert copied.n == 5 and len(copied) == 5 and torch.equal(copied[3], torch.tensor([3]))
-    shallow, deep = copy.copy(twin), copy.deepcopy(twin)
-    shallow.sleep_s = deep.sleep_s = 0.5  # copies are copies: the original keeps its value
-    assert dataset.sleep_s == 0.001 and isinstance(deep, SleepDataset)
+    collate = make_probe(2).collate(SlowCollate(0.0), "/no/such/folder")
+    copied = pickle.loads(pickle.dumps(collate))  # as spawn workers receive it
+    assert type(copied) is InstrumentedCollate and isinstance(copied.collate_fn, SlowCollate)
+    assert copied.stage_folder == "/no/such/folder" and copied.key == collate.key
+    assert copied([torch.tensor(1), torch.tensor(2)]).tolist() == [1, 2]  # untimed: no fetch
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,36 +468,47 @@ def subprocess_pid_that_has_exited() -> int:
     return process.pid
 
 
-def test_original_loader_is_untouched(make_probe):
+def test_the_loader_is_registered_not_copied_and_keeps_its_attributes(make_probe):
     dataset, collate_fn = IndexDataset(8), SlowCollate(0.0)
-    loader = DataLoader(
-        dataset, batch_size=4, num_workers=2, persistent_workers=True, collate_fn=collate_fn
-    )
-    list(loader)  # the original now holds live persistent workers
-    original_iterator = loader._iterator
-    clone = make_probe(2).instrument(loader)
-
-    assert clone is not loader and isinstance(clone, type(loader))
-    assert loader.dataset is dataset and loader.collate_fn is collate_fn
-    assert loader._iterator is original_iterator and clone._iterator is None
-    # the copy's attributes read as the user's too: only its iterators see the timed ones
-    assert clone.dataset is dataset and clone.collate_fn is collate_fn
-    assert clone.sampler is loader.sampler and clone.persistent_workers
-    assert len(list(clone)) == len(list(loader)) == 2
+    loader = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=collate_fn)
+    probe = make_probe(2)
+    assert probe.instrument(loader) is loader and type(loader) is DataLoader
+    assert len(list(loader)) == 2
+    assert loader.dataset is dataset and loader.collate_fn is collate_fn  # the user's
+    assert "collate_fn" in vars(loader) and vars(loader)["collate_fn"] is collate_fn
+    assert sum(r.batches for r in probe.record()) == 2
+    probe.close()  # unregistered: the loader builds as torch does
+    before = sum(r.batches for r in probe.record())
+    assert len(list(loader)) == 2 and sum(r.batches for r in probe.record()) == before
 
 
-def test_rejects_mismatched_worker_count_and_datapipes(make_probe):
+def test_rejects_mismatched_worker_count_and_started_persistent_workers(make_probe):
     probe = make_probe(2)
     with pytest.raises(ValueError, match="num_workers=0"):
         probe.instrument(DataLoader(IndexDataset(4)))
-    from torch.utils.data.datapipes.iter import IterableWrapper
-
-    with pytest.raises(WorkerProbeUnsupported):
-        probe.instrument(DataLoader(IterableWrapper(range(4)), num_workers=2))
+    started = DataLoader(IndexDataset(8), batch_size=4, num_workers=2, persistent_workers=True)
+    list(started)  # torch reuses these workers: they were started without pipecheck's collate
+    with pytest.raises(WorkerProbeUnsupported, match="persistent workers"):
+        probe.instrument(started)
     with pytest.raises(ValueError):
         WorkerProbe(-1, run_start=0.0)
     with pytest.raises(ValueError):
         WorkerProbe(1, run_start=0.0, ring_size=0)
+
+
+def test_datapipe_datasets_are_timed_without_changing_their_seeding(make_probe):
+    from torch.utils.data.datapipes.iter import IterableWrapper
+
+    def make():
+        pipe = IterableWrapper(range(16)).shuffle().sharding_filter()
+        return DataLoader(pipe, batch_size=4, num_workers=2, generator=torch.Generator()
+                          .manual_seed(7))
+
+    expected = [b.tolist() for b in make()]
+    probe = make_probe(2)
+    got = [b.tolist() for b in probe.instrument(make())]
+    assert got == expected
+    assert sum(r.samples for r in probe.record()) == 16
 
 
 # ---------------------------------------------------------------------------------------------
@@ -518,7 +528,7 @@ def test_ring_keeps_the_newest_records_oldest_first(make_probe):
 def test_torn_record_and_stuck_header_are_not_reported(make_probe):
     probe = make_probe(1, ring_size=8)
     layout = _ring.AreaLayout(num_slots=1, ring_size=8)
-    writer = _ring.SlotWriter(probe.path, layout, 0)
+    writer = _ring.SlotWriter(os.open(probe.path, os.O_RDWR), layout, 0)
     try:
         writer.register_process(4242)
         for i in range(3):

@@ -29,6 +29,14 @@ class SleepDataset(Dataset):
         return torch.tensor([index], dtype=torch.int64)
 
 
+def require_exact_dataset_class(worker_id: int) -> None:
+    """worker_init_fn: fails the worker unless its dataset is exactly a ``SleepDataset`` (not
+    a subclass or a proxy of one)."""
+    dataset = get_worker_info().dataset
+    if type(dataset) is not SleepDataset:
+        raise TypeError(f"worker sees {type(dataset)!r}, not exactly SleepDataset")
+
+
 class IndexDataset(Dataset):
     """``n`` samples, each its index as a tensor; no waiting at all."""
 
