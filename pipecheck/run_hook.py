@@ -4,15 +4,21 @@ Installed from ``pipecheck/_run_site/sitecustomize.py`` in each Python process t
 starts, when ``PIPECHECK_RUN_DIR`` names the folder the reports go to. Nothing is imported
 until the program imports torch: a one-shot import hook waits for
 ``torch.utils.data.dataloader`` and then replaces ``DataLoader.__iter__`` with
-:func:`_measured_iter`. The first time a loader object is iterated it is wrapped in place
-(:class:`pipecheck.wrap.WrappedLoader` with ``open_target``: the program's own object stays the
+:func:`_measured_iter`. The first time a loader object is iterated a
+:class:`pipecheck.measurement.Measurement` is made for it (the program's own object stays the
 one that yields the batches, so its ``state_dict()`` and attributes are what they would be
 unmeasured), and every epoch after that is measured. DataLoader subclasses that call
 ``super().__iter__()`` (torchdata, MosaicML streaming, litdata) are measured there; a webdataset
 ``WebLoader`` through the DataLoader inside it.
 
-Each measured loader's report is written when the process exits (normally, by an exception, or
-on SIGTERM) to ``PIPECHECK_RUN_DIR/loader{i}.p{pid}.json`` (``.rank{N}`` added under
+Loaders are not kept: the measurements are held by identity and weakly
+(:class:`pipecheck._torch_compat.IdentityWeakMap`), a measurement holds nothing of the
+program's, and when a loader is collected its measurement's probes stop (its persistent workers
+go as torch lets them go) while what it measured waits for the exit-time save.
+
+Each measured loader's report is written when the process exits (normally, by an exception, on
+SIGTERM, or through ``os._exit`` or an ``exec`` call, which run no exit hooks: those two are
+made to save first) to ``PIPECHECK_RUN_DIR/loader{i}.p{pid}.json`` (``.rank{N}`` added under
 torch.distributed), ``i`` counting loaders in the order this process first iterated them.
 DataLoader worker processes never iterate a loader, so they write nothing.
 """
@@ -38,23 +44,23 @@ choice; later loaders run unmeasured (one line on stderr says so)."""
 _TARGET_MODULE = "torch.utils.data.dataloader"
 
 _state_lock = threading.Lock()
-_measured: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_measured: Any = None  # IdentityWeakMap: loader -> Measurement, made when torch is patched
 _count = 0
 _original_iter: Any = None
 
 
 def _measured_iter(loader: Any) -> Any:
     """``DataLoader.__iter__`` while ``pipecheck run`` measures: the loader's epoch, timed."""
-    wrapped = _measured.get(loader)
-    if wrapped is None:
-        wrapped = _measure(loader)
-        if wrapped is None:
+    measurement = _measured.get(loader)
+    if measurement is None:
+        measurement = _measure(loader)
+        if measurement is None:
             return _original_iter(loader)
-    return iter(wrapped)
+    return measurement.open_epoch(loader, _original_iter)
 
 
 def _measure(loader: Any) -> Any:
-    """Wrap ``loader`` in place and arrange its report at exit; ``None`` when it is not
+    """Start measuring ``loader`` and arrange its report at exit; ``None`` when it is not
     measured (the cap, or any failure: the program must run on as it would)."""
     global _count
     with _state_lock:
@@ -67,29 +73,65 @@ def _measure(loader: Any) -> Any:
         index = _count
         _count += 1
     try:
-        from pipecheck.wrap import WrappedLoader
+        from pipecheck.measurement import Measurement
 
         path = os.path.join(os.environ[RUN_DIR_ENV], f"loader{index}.p{os.getpid()}.json")
-        wrapped = WrappedLoader(loader, samples=None, tokens=None, host=True, workers=True,
-                                host_interval_s=1.0, save=path,
-                                open_target=_original_iter)
+        measurement = Measurement(loader, samples=None, tokens=None, host=True, workers=True,
+                                  host_interval_s=1.0, save=path, always_substitute=True)
+        _measured.set(loader, measurement)
+        # The loader's end is the measurement's: its probes stop, its records stay.
+        weakref.finalize(loader, measurement.close)
     except Exception as err:
         print(f"pipecheck run: a {type(loader).__name__} is not measured: "
               f"{type(err).__name__}: {err}", file=sys.stderr)
         return None
-    _measured[loader] = wrapped
-    return wrapped
+    return measurement
 
 
 def patch(module: Any) -> None:
     """Replace ``module.DataLoader.__iter__`` (``module`` is ``torch.utils.data.dataloader``)
     by :func:`_measured_iter`. Idempotent."""
-    global _original_iter
+    global _original_iter, _measured
     loader_class = module.DataLoader
     if loader_class.__dict__.get("__iter__") is _measured_iter:
         return
+    from pipecheck._identity import IdentityWeakMap
+
+    _measured = IdentityWeakMap()
     _original_iter = loader_class.__iter__
+    # The SIGTERM handler that saves every measured loader's report, installed now while this
+    # is (usually) the main thread: a loader first iterated in another thread is saved too.
+    from pipecheck.autosave import install
+
+    install()
+    _save_before_leaving_python()
     loader_class.__iter__ = _measured_iter
+
+
+_LEAVING = ("_exit", "execv", "execve")
+"""``os`` functions after which no exit hook runs: ``os._exit`` (forked children, programs that
+skip interpreter shutdown) and the two ``exec`` calls every other ``os.exec*`` goes through."""
+
+
+def _save_before_leaving_python() -> None:
+    """Make :data:`_LEAVING` save every measured loader's report first (in the process that
+    measured it; a forked child has nothing armed), then do what they do. Idempotent."""
+    for name in _LEAVING:
+        original = getattr(os, name, None)
+        if original is None or getattr(original, "_pipecheck_saves_first", False):
+            continue
+
+        def saving_first(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            from pipecheck.autosave import save_all_before_leaving
+
+            save_all_before_leaving()
+            return _original(*args, **kwargs)
+
+        saving_first._pipecheck_saves_first = True  # type: ignore[attr-defined]
+        saving_first.__wrapped__ = original  # type: ignore[attr-defined]
+        saving_first.__name__ = original.__name__
+        saving_first.__doc__ = original.__doc__
+        setattr(os, name, saving_first)
 
 
 class _PatchingLoader(importlib.abc.Loader):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 from pipecheck.errors import BadInputError
 from pipecheck.probes.shards import (
     DEFAULT_MAX_COUNTED,
+    PipelineShards,
     Splitter,
     expand_urls,
     pipeline_shards,
@@ -100,9 +101,15 @@ def loader_sharding(loader: Any, world_size: int = 1,
     buffer, replayed for ``world_size`` ranks. ``None`` when it is not such a pipeline or the
     dry run fails (a missing local shard, a splitter that raises): the report then has no
     sharding section, and nothing else changes."""
+    return setup_sharding(pipeline_shards(loader), world_size, world_size_source)
+
+
+def setup_sharding(setup: Optional[PipelineShards], world_size: int = 1,
+                   world_size_source: str = "single process") -> Optional["ShardingSection"]:
+    """:func:`loader_sharding` from a loader's shard setup (:func:`pipeline_shards`, read once:
+    the wrapper keeps that record, not the loader); ``None`` for no setup."""
     from pipecheck.analysis.sharding import analyze_sharding
 
-    setup = pipeline_shards(loader)
     if setup is None:
         return None
     try:
@@ -129,10 +136,13 @@ def n_shards_sharding(loader: Any, world_size: int = 1,
     round-robin by rank then by worker as ``split_dataset_by_node`` and its DataLoader workers
     do: shard ``i`` goes to rank ``i % W``, then worker ``(i // W) % N``. Sample counts are not
     known, so findings count shards. ``None`` when there is no such dataset."""
-    from torch.utils.data import DataLoader
+    return count_sharding(dataset_shard_count(loader), world_size, world_size_source)
 
-    from pipecheck.analysis.sharding import analyze_sharding
-    from pipecheck.probes.shards import ShardStat
+
+def dataset_shard_count(loader: Any) -> Optional[tuple[int, int]]:
+    """``(n_shards, num_workers)`` of a DataLoader (or a ``WebLoader``'s first stage) whose
+    dataset exposes a positive integer ``n_shards``; ``None`` otherwise."""
+    from torch.utils.data import DataLoader
 
     inner = loader
     stages = getattr(loader, "pipeline", None)
@@ -143,7 +153,20 @@ def n_shards_sharding(loader: Any, world_size: int = 1,
     count = getattr(inner.dataset, "n_shards", None)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         return None
-    workers = max(inner.num_workers, 1)
+    return count, inner.num_workers
+
+
+def count_sharding(shard_count: Optional[tuple[int, int]], world_size: int = 1,
+                   world_size_source: str = "single process") -> Optional["ShardingSection"]:
+    """:func:`n_shards_sharding` from :func:`dataset_shard_count`'s figures (read once: the
+    wrapper keeps them, not the loader); ``None`` for none."""
+    from pipecheck.analysis.sharding import analyze_sharding
+    from pipecheck.probes.shards import ShardStat
+
+    if shard_count is None:
+        return None
+    count, num_workers = shard_count
+    workers = max(num_workers, 1)
     names = [f"shard {i}" for i in range(count)]
     assignment: dict[tuple[int, int], list[str]] = {
         (rank, worker): [] for rank in range(world_size) for worker in range(workers)}
@@ -151,6 +174,6 @@ def n_shards_sharding(loader: Any, world_size: int = 1,
         assignment[(index % world_size, (index // world_size) % workers)].append(name)
     return analyze_sharding(
         [ShardStat(name, None, None, False) for name in names], assignment,
-        world_size=world_size, num_workers=inner.num_workers,
+        world_size=world_size, num_workers=num_workers,
         world_size_source=world_size_source,
         splitters={"chain": ["round-robin by rank", "round-robin by worker (n_shards)"]})

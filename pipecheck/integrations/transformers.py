@@ -79,7 +79,7 @@ class PipecheckCallback(TrainerCallback):
         self._loader = train_dataloader
         train_dataloader.base_dataloader = self._wrapped
         if self.path is not None:
-            self._guard = AutoSave(self._wrapped, self.path)
+            self._guard = AutoSave(self._wrapped._measurement, self.path)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._wrapped is None:

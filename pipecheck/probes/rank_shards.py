@@ -22,9 +22,17 @@ def rank_shards(loader: Any, rank: int, world_size: int) -> Optional[list[list[s
     """The shard URLs each DataLoader worker of rank ``rank`` (0 to ``world_size - 1``) reads,
     one list per worker (one list with ``num_workers=0``); ``None`` when ``loader`` is not a
     webdataset pipeline over a fixed URL list (see the module docstring)."""
-    from pipecheck.probes.shards import _as_worker, pipeline_shards
+    from pipecheck.probes.shards import pipeline_shards
 
-    setup = pipeline_shards(loader)
+    return setup_rank_shards(pipeline_shards(loader), rank, world_size)
+
+
+def setup_rank_shards(setup: Any, rank: int, world_size: int) -> Optional[list[list[str]]]:
+    """:func:`rank_shards` from a loader's shard setup
+    (:func:`pipecheck.probes.shards.pipeline_shards`, read once: the wrapper keeps that record,
+    not the loader); ``None`` for no setup."""
+    from pipecheck.probes.shards import _as_worker
+
     if setup is None or setup.resampled:
         return None
     urls, split = setup.urls, setup.split

@@ -20,9 +20,11 @@ Marked ``clients`` and installed with ``pip install -e ".[clients]"``; each libr
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import importlib
 import io
+import pickle
 import tarfile
 from typing import Any, Callable, Iterable
 
@@ -281,6 +283,36 @@ def test_hf_datasets_map_style_batches_equal(workers):
     assert _take(wrapped) == plain and len(plain) == SAMPLES // BATCH
     _check_report(wrapped, SAMPLES // BATCH, SAMPLES)
     wrapped.close()
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_hf_dataset_survives_loaders_wrapped_dropped_and_rebuilt_each_epoch(tmp_path, workers):
+    """``datasets.Dataset`` defines ``__del__`` (it deletes its table and indices): a loader
+    over it wrapped, iterated and dropped every epoch, as a validation loader is, must leave
+    the dataset whole (pipecheck makes no object that shares its state)."""
+    datasets = _library("datasets")
+    table = _hf_table()
+    expected = []
+    for epoch in range(3):
+        generator = torch.Generator().manual_seed(epoch)
+        expected.append(_take(DataLoader(table, batch_size=BATCH, shuffle=True,
+                                         num_workers=workers, generator=generator)))
+    for epoch in range(3):
+        generator = torch.Generator().manual_seed(epoch)
+        wrapped = _wrap(DataLoader(table, batch_size=BATCH, shuffle=True, num_workers=workers,
+                                   generator=generator))
+        assert _take(wrapped) == expected[epoch]
+        wrapped.report()
+        del wrapped
+        gc.collect()
+    # Every use of the dataset works after the wrappers went.
+    assert len(table) == SAMPLES and int(table[3]["y"]) == 9
+    assert _take(DataLoader(table, batch_size=BATCH)) == _take(DataLoader(_hf_table(),
+                                                                          batch_size=BATCH))
+    copied = pickle.loads(pickle.dumps(table))
+    assert isinstance(copied, datasets.Dataset) and len(copy.deepcopy(table)) == SAMPLES
+    torch.save(table, tmp_path / "table.pt")
+    assert len(torch.load(tmp_path / "table.pt", weights_only=False)) == SAMPLES
 
 
 @pytest.mark.parametrize("workers", WORKERS)

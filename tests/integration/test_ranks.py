@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 
 import pytest
 
@@ -196,11 +195,11 @@ def test_a_wrapped_webdataset_records_its_ranks_shards(tmp_path, monkeypatch):
     import webdataset as wds
     from torch.utils.data import DataLoader
 
-    import pipecheck.wrap
+    import pipecheck.measurement
 
-    wrap_module = sys.modules["pipecheck.wrap"]  # the package's `wrap` attribute is the function
     urls = _shards(tmp_path, 6)
-    monkeypatch.setattr(wrap_module, "current_rank", lambda: RankInfo(rank=1, world_size=3))
+    monkeypatch.setattr(pipecheck.measurement, "current_rank",
+                        lambda: RankInfo(rank=1, world_size=3))
     dataset = wds.WebDataset(urls, shardshuffle=False, nodesplitter=wds.split_by_node)
     wrapped = pipecheck.wrap(DataLoader(dataset, batch_size=None), host=False)
     report = wrapped.report(gather=False)

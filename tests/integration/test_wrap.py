@@ -67,7 +67,9 @@ def test_len_attributes_and_set_epoch():
     first = [y.tolist() for _, y in wrapped]
     sampler.set_epoch(1)
     assert first == [y.tolist() for _, y in loader]
-    wrapped.set_epoch_seen = True  # attributes set on the wrapper stay on the wrapper
+    wrapped.set_epoch_seen = True  # the wrapper has no state of the user's: the loader's
+    assert loader.set_epoch_seen is True
+    del wrapped.set_epoch_seen
     assert not hasattr(loader, "set_epoch_seen")
     wrapped.close()
 
@@ -220,7 +222,7 @@ def test_fast_main_process_loader_times_only_some_epochs(monkeypatch):
     from pipecheck.wrap import FAST_BATCH_EPOCH_STRIDE
 
     # Every batch counts as fast, however loaded this machine is.
-    monkeypatch.setattr(sys.modules["pipecheck.wrap"], "FAST_BATCH_S", 10.0)
+    monkeypatch.setattr(sys.modules["pipecheck.measurement"], "FAST_BATCH_S", 10.0)
     wrapped = pipecheck.wrap(DataLoader(SquaresDataset(64), batch_size=8), host=False)
     epochs = FAST_BATCH_EPOCH_STRIDE + 1
     for _ in range(epochs):
