@@ -16,9 +16,12 @@ replaces each DataLoader in ``CombinedLoader.flattened`` with ``pipecheck.wrap(l
 loader states and creates the first iterator (the fit loop's ``_load_combined_loader_states``,
 hooked on the instance from ``setup`` to ``teardown``): no iterator is ever created over the
 unwrapped loader, so no extra seed is drawn from the RNG (the shuffle order stays the unwrapped
-run's) and no workers start twice. Where that hook is missing, and for validation loaders (at
-``on_validation_epoch_start`` during ``fit``, sanity checking left out), the loaders are wrapped
-at the epoch's start hook and the epoch's iterator is created again over them. Loaders re-created by
+run's) and no workers start twice. Validation loaders (during ``fit``, sanity checking left out)
+are wrapped the same way, right after the validation loop's ``setup_data`` and before its
+``reset`` creates the run's iterator (``setup_data`` shadowed on the validation loop instance
+from ``setup`` to ``teardown``). Where those steps are missing, the loaders are wrapped at the
+epoch's start hook and the epoch's iterator is created again over them (one more iterator: an
+extra base seed drawn, workers started twice). Loaders re-created by
 ``reload_dataloaders_every_n_epochs`` are wrapped again, and the report covers the latest one.
 A wrapped ``StatefulDataLoader`` (torchdata) keeps working with Lightning's checkpoints: Lightning
 reads ``state_dict()`` through the wrapper, which answers for the loader that yields the batches.
@@ -62,6 +65,10 @@ VALIDATION = "val"
 _HOOK = "_load_combined_loader_states"
 """The fit loop's step between building its CombinedLoader and creating the first iterator
 (Lightning 2.x ``_FitLoop.setup_data``)."""
+
+_VAL_HOOK = "setup_data"
+"""The validation loop's step that builds (or keeps) its CombinedLoader, right before ``reset``
+creates the run's iterator (Lightning 2.x ``_EvaluationLoop.run``)."""
 
 
 def loader_path(path: pathlib.Path, index: int, role: str = TRAIN) -> pathlib.Path:
@@ -151,11 +158,40 @@ class PipecheckCallback(Callback):
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage == "fit":
             self._hook_train_setup(trainer.fit_loop)
+            if self.validation:
+                self._hook_validation_setup(trainer)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        # The instance attribute shadowed the class's method; deleting it restores Lightning's.
+        # The instance attributes shadowed the classes' methods; deleting them restores
+        # Lightning's.
         if _HOOK in vars(trainer.fit_loop):
             delattr(trainer.fit_loop, _HOOK)
+        val_loop = self._val_loop(trainer)
+        if val_loop is not None and _VAL_HOOK in vars(val_loop):
+            delattr(val_loop, _VAL_HOOK)
+
+    @staticmethod
+    def _val_loop(trainer: Any) -> Any:
+        return getattr(getattr(trainer.fit_loop, "epoch_loop", None), "val_loop", None)
+
+    def _hook_validation_setup(self, trainer: Any) -> None:
+        """Wrap the validation loaders right after the validation loop's ``setup_data``,
+        before its ``reset`` creates the run's iterator (see the module docstring); nothing
+        when this Lightning has no such step (the epoch-start hook then wraps them)."""
+        val_loop = self._val_loop(trainer)
+        original = getattr(val_loop, _VAL_HOOK, None)
+        if not callable(original) or _VAL_HOOK in vars(val_loop):
+            return
+
+        def setup_then_wrap() -> None:
+            original()
+            if trainer.sanity_checking or trainer.state.fn != "fit" or val_loop.restarting:
+                return
+            combined = getattr(val_loop, "_combined_loader", None)
+            if combined is not None and hasattr(combined, "flattened"):
+                self._validation.wrap(combined, self.wrap_options)
+
+        setattr(val_loop, _VAL_HOOK, setup_then_wrap)
 
     def _hook_train_setup(self, fit_loop: Any) -> None:
         """Wrap the train loaders inside ``setup_data``, before Lightning loads their states
@@ -206,7 +242,8 @@ class PipecheckCallback(Callback):
         if val_loop.restarting:  # resumed mid-validation: measured from the next run on
             return
         if self._validation.wrap(combined, self.wrap_options):
-            # _EvaluationLoop.reset created this run's iterator over the unwrapped loaders.
+            # Only without the setup_data hook: _EvaluationLoop.reset created this run's
+            # iterator over the unwrapped loaders.
             iter(fetcher)
 
     def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:

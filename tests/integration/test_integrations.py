@@ -315,3 +315,104 @@ def test_lightning_callback_leaves_the_shuffle_and_the_worker_starts_as_they_wer
     assert all(torch.equal(a, b) for a, b in zip(plain, measured))
     assert measured_iterators == plain_iterators == EPOCHS
     assert load(tmp_path / "run.json").consumer.batches == len(plain)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lightning_callback_trains_bit_for_bit_as_without_it_validation_included(tmp_path,
+                                                                                 workers):
+    """Shuffled train and validation loaders, with workers, seeded: the losses, the validation
+    losses and the trained parameters are identical with and without the callback, and each
+    loader builds as many iterators (an extra one draws a base seed from the global RNG and
+    starts the workers twice)."""
+    pl = pytest.importorskip("lightning.pytorch")
+    from pipecheck.integrations.lightning import PipecheckCallback
+
+    built = {"train": 0, "val": 0}
+
+    class Scaled(_Indexed):  # small inputs: SGD at lr 0.1 stays finite
+        def __getitem__(self, index: int):
+            x, y = super().__getitem__(index)
+            return x / 64, y / 64
+
+    class Counting(DataLoader):
+        def __init__(self, role, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.role = role
+
+        def __iter__(self):
+            built[self.role] += 1
+            return super().__iter__()
+
+    class Logged(pl.Callback):
+        def __init__(self):
+            self.losses = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.losses.append(float(outputs["loss"]))
+
+        def on_validation_epoch_end(self, trainer, pl_module):
+            if not trainer.sanity_checking:
+                self.losses.append(float(trainer.callback_metrics["val_loss"]))
+
+    def fit(callbacks):
+        built.update(train=0, val=0)
+        pl.seed_everything(11, verbose=False)
+        logged = Logged()
+        model = _tiny_lightning_module(
+            pl, lambda: Counting("train", Scaled(), batch_size=8, shuffle=True,
+                                 num_workers=workers),
+            [lambda: Counting("val", Scaled(), batch_size=8, shuffle=True,
+                              num_workers=workers)])
+        _trainer(pl, [logged, *callbacks], max_epochs=3).fit(model)
+        params = [p.detach().clone() for p in model.parameters()]
+        return logged.losses, params, dict(built)
+
+    plain_losses, plain_params, plain_built = fit([])
+    losses, params, measured_built = fit([PipecheckCallback(tmp_path / "run.json")])
+    assert losses == plain_losses and len(losses) == 3 * 8 + 3
+    assert all(torch.equal(a, b) for a, b in zip(params, plain_params))
+    assert measured_built == plain_built
+    val = load(tmp_path / "run.val.json")
+    assert val.consumer.batches == 3 * 8 and val.consumer.epochs == 3
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_transformers_callback_trains_and_evaluates_bit_for_bit_as_without_it(tmp_path,
+                                                                               workers):
+    pytest.importorskip("accelerate")
+    transformers = pytest.importorskip("transformers")
+    from pipecheck.integrations.transformers import PipecheckCallback
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x, labels=None):
+            out = self.linear(x)
+            return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+    class Pairs(_Indexed):
+        def __getitem__(self, index: int):
+            x, y = super().__getitem__(index)
+            return {"x": x / 64, "labels": y / 64}
+
+    def train(callbacks, out):
+        transformers.set_seed(5)
+        args = transformers.TrainingArguments(
+            output_dir=str(out), per_device_train_batch_size=8, per_device_eval_batch_size=8,
+            num_train_epochs=2, eval_strategy="epoch", report_to=[], save_strategy="no",
+            logging_strategy="steps", logging_steps=1, use_cpu=True, disable_tqdm=True,
+            dataloader_num_workers=workers, seed=5)
+        trainer = transformers.Trainer(model=Tiny(), args=args, train_dataset=Pairs(),
+                                       eval_dataset=Pairs(), callbacks=callbacks)
+        trainer.train()
+        losses = [(e.get("loss"), e.get("eval_loss")) for e in trainer.state.log_history
+                  if "loss" in e or "eval_loss" in e]
+        return losses, [p.detach().clone() for p in trainer.model.parameters()]
+
+    plain_losses, plain_params = train([], tmp_path / "plain")
+    losses, params = train([PipecheckCallback(tmp_path / "run.json")], tmp_path / "measured")
+    assert losses == plain_losses and len(losses) == 2 * 8 + 2
+    assert all(torch.equal(a, b) for a, b in zip(params, plain_params))
+    assert load(tmp_path / "run.json").consumer.batches == 2 * 8
