@@ -1,5 +1,5 @@
-"""Saving a wrapped loader's report when the process ends: ``pipecheck.wrap(loader,
-save="run.json")``.
+"""Saving a measured loader's report when the process ends: ``pipecheck.wrap(loader,
+save="run.json")``, the framework callbacks and ``pipecheck run``.
 
 The report is written (to ``run.rank{N}.json`` under torch.distributed, see
 :func:`pipecheck.distributed.rank_path`) when the interpreter exits, normally or through an
@@ -7,23 +7,35 @@ exception, and on SIGTERM, which is how torchrun stops the surviving ranks when 
 So each rank's measurements outlive a crash elsewhere in the job. A process killed with SIGKILL
 runs no code and loses its own file (never the others').
 
-The SIGTERM handler takes no lock: it writes one byte to a pipe and waits (``select``, at most
-:data:`SAVE_WAIT_S`) for a daemon saver thread, started when saving was armed, to build and
-write the report. The interrupted frame may hold a probe's lock; the probes' readers wait for
-their locks only a bounded time and fall back to their last consistent data
-(:mod:`pipecheck._locks`). Everything the report needs is imported, and one report built, when
-saving is armed, so the saver never waits on an import the interrupted frame is inside.
+**One SIGTERM handler for every armed save** (:func:`install`): installed from the main thread
+when a save is armed there, and by ``pipecheck run``'s hook when the program imports torch
+(Python runs signal handlers in the main thread only and only it may install them, so a loader
+measured in another thread is covered by a handler the main thread installed; a save armed in
+another thread of a process whose main thread installed none is written at exit, not on
+SIGTERM). While a handler is installed, a SIGTERM that arrives while the main thread is inside
+a long native call (a collective, a kernel) takes effect when that call returns, as for any
+Python handler: that is the price of saving the report. It takes no lock: it marks every armed run ``terminated``, writes one
+byte to a pipe and waits (``select``, at most :data:`SAVE_WAIT_S`) for the daemon saver thread
+``pipecheck-autosave`` to build and write every armed report. The interrupted frame may hold a
+probe's lock; the probes' readers wait for their locks only a bounded time and fall back to
+their last consistent data (:mod:`pipecheck._locks`). Everything the report needs is imported,
+and one report built, when a save is armed, so the saver never waits on an import the
+interrupted frame is inside. Then what SIGTERM would have done without pipecheck happens:
 
+* the program's own handler (the one installed before pipecheck's) is called; when it returns,
+  the program goes on, and every armed run is marked as having received SIGTERM and continued
+  (the report says so, and its status is what happens next, not ``terminated``);
+* SIGTERM ignored: the same, the program goes on;
+* the default (terminate): every armed run's files are removed, the default disposition is
+  restored and SIGTERM raised again, so the process ends as it would have.
+
+A SIGTERM that arrives during a save lets that save finish (the process is exiting already).
 The exit-time save never gathers across ranks (the others may be gone); rank 0 keeps the other
-ranks' summaries from its last ``report()`` gather, if there was one. The SIGTERM handler is
-installed only from the main thread; a handler the program already had is called after the save,
-and the default one (terminate) is restored and re-raised after pipecheck's shared files are
-removed. A SIGTERM that arrives during the exit-time save lets that save finish (the process is
-exiting already).
+ranks' summaries from its last ``report()`` gather, if there was one.
 
 Saving belongs to the process that armed it: a child forked later (a daemon ``fork``, a
 ``multiprocessing`` worker) neither saves at its exit nor on SIGTERM, so it can never write its
-stale copy over the parent's report.
+stale copy over the parent's report; the fork hook restores the previous handler there.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Optional
 
 from pipecheck import _atomic
 
@@ -49,38 +61,31 @@ _ARMED: "weakref.WeakSet[AutoSave]" = weakref.WeakSet()
 
 
 class AutoSave:
-    """Save the wrapped loader's report (never gathering) to ``path`` at exit and on SIGTERM
-    (the latest data each time). Holds ``wrapped`` until exit, so the report survives the
-    loader going out of scope. Errors while saving are printed as one line on stderr, never
-    raised: the program's own exit must not change.
+    """Save a measured loader's report (never gathering) to ``path`` at exit and on SIGTERM
+    (the latest data each time). ``measurement`` is a :class:`pipecheck.measurement
+    .Measurement` (anything with its ``final_report``, ``mark_ended``, ``mark_continued`` and
+    ``release_files``): it is held until exit, so the report survives the loader going out of
+    scope, and it holds nothing of the user's, so the loader does not outlive the user's last
+    reference. Errors while saving are printed as one line on stderr, never raised: the
+    program's own exit must not change.
 
-    Arming builds one report (a warm-up: it imports everything saving needs) and starts the
-    saver thread ``pipecheck-autosave`` in the main thread's process. Raises ``ValueError``
-    (one line naming ``path``) when ``path`` cannot be written: its folder is missing or not
-    writable, or it is a directory (:func:`pipecheck._atomic.output_problem`)."""
+    Arming builds one report (a warm-up: it imports everything saving needs), starts the saver
+    thread ``pipecheck-autosave`` once per process and, from the main thread, installs the
+    SIGTERM handler (:func:`install`). Raises ``ValueError`` (one line naming ``path``) when
+    ``path`` cannot be written: its folder is missing or not writable, or it is a directory
+    (:func:`pipecheck._atomic.output_problem`)."""
 
-    def __init__(self, wrapped: Any, path: str | os.PathLike[str]) -> None:
+    def __init__(self, measurement: Any, path: str | os.PathLike[str]) -> None:
         self.check_path(path)
-        self._wrapped = wrapped
+        self._measurement = measurement
         self.path = os.fspath(path)
         self._owner = os.getpid()
         self._lock = threading.Lock()
-        self._previous: Any = None
-        self._handling = False
-        self._pipes: tuple[int, int, int, int] | None = None  # request r/w, done r/w
         self._warm_up()
         atexit.register(self._at_exit)
         _ARMED.add(self)
-        if threading.current_thread() is not threading.main_thread():
-            return
-        request_r, request_w = os.pipe()
-        done_r, done_w = os.pipe()
-        self._pipes = (request_r, request_w, done_r, done_w)
-        threading.Thread(target=self._serve, name="pipecheck-autosave", daemon=True).start()
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-        except (ValueError, OSError):  # not allowed here (embedded interpreters)
-            self._previous = None
+        _SAVER.start()
+        install()
 
     @staticmethod
     def check_path(path: str | os.PathLike[str]) -> None:
@@ -94,7 +99,7 @@ class AutoSave:
         """Build one report now so that every module the saver needs (numpy's lazily loaded
         parts included) is imported before a signal can interrupt an import."""
         try:
-            self._wrapped.final_report().to_json()
+            self._measurement.final_report().to_json()
         except Exception:  # the real save reports its own errors
             pass
 
@@ -104,26 +109,22 @@ class AutoSave:
         if os.getpid() != self._owner or not self._lock.acquire(blocking=False):
             return
         try:
-            self._wrapped.final_report().save(self.path)
+            self._measurement.final_report().save(self.path)
         except Exception as err:  # one line, never a traceback at exit
             print(f"pipecheck: could not save the report to {self.path}: "
                   f"{type(err).__name__}: {err}", file=sys.stderr)
         finally:
             self._lock.release()
 
+    def saving(self) -> bool:
+        """Whether a save is under way now (no lock taken)."""
+        return self._lock.locked()
+
     def cancel(self) -> None:
-        """Stop saving at exit and on SIGTERM (the caller saved a final report itself); the
-        SIGTERM handler the program had before is put back when ours is still installed."""
+        """Stop saving at exit and on SIGTERM (the caller saved a final report itself). The
+        SIGTERM handler stays (it does what SIGTERM would do when nothing is armed)."""
         atexit.unregister(self._at_exit)
         _ARMED.discard(self)
-        if threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-                signal.signal(signal.SIGTERM,
-                              self._previous if self._previous is not None else signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
 
     def _at_exit(self) -> None:
         # An uncaught exception (Ctrl-C included) has been printed by now and left in
@@ -131,66 +132,59 @@ class AutoSave:
         if os.getpid() == self._owner:
             exc = getattr(sys, "last_value", None)
             if isinstance(exc, KeyboardInterrupt):
-                self._wrapped._consumer.mark_ended("interrupted")
+                self._measurement.mark_ended("interrupted")
             elif isinstance(exc, Exception):
-                self._wrapped._consumer.mark_ended("error", exc)
+                self._measurement.mark_ended("error", exc)
         self.save()
 
-    def _disarm_in_child(self) -> None:
-        """After ``fork``, in the child: no exit-time save, the previous SIGTERM behaviour
-        back, and the parent's pipes closed (the saver thread does not exist here)."""
-        atexit.unregister(self._at_exit)
-        if self._pipes is not None:
-            for fd in self._pipes:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            self._pipes = None
-        try:
-            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-                signal.signal(signal.SIGTERM,
-                              self._previous if self._previous is not None else signal.SIG_DFL)
-        except (ValueError, OSError):  # forked from a thread other than the main one
-            pass  # the handler checks the pid and passes the signal on
 
-    def _serve(self) -> None:
-        """The saver thread: one save per request byte, then one byte back."""
-        assert self._pipes is not None
-        request_r, _, _, done_w = self._pipes
+# -- the saver thread ----------------------------------------------------------------------------
+
+
+class _Saver:
+    """The daemon thread that saves every armed report when the SIGTERM handler asks: one
+    request byte in, one done byte out (pipes, so the handler takes no lock)."""
+
+    def __init__(self) -> None:
+        self._pipes: Optional[tuple[int, int, int, int]] = None  # request r/w, done r/w
+        self._pid = -1
+        self._starting = threading.Lock()
+
+    def start(self) -> None:
+        """Start the thread in this process, once (again after a fork)."""
+        if self._pid == os.getpid():
+            return
+        with self._starting:
+            if self._pid == os.getpid():
+                return
+            request_r, request_w = os.pipe()
+            done_r, done_w = os.pipe()
+            self._pipes = (request_r, request_w, done_r, done_w)
+            threading.Thread(target=self._serve, args=(self._pipes,), name="pipecheck-autosave",
+                             daemon=True).start()
+            self._pid = os.getpid()
+
+    def _serve(self, pipes: tuple[int, int, int, int]) -> None:
+        request_r, _, _, done_w = pipes
         while True:
             try:
                 if not os.read(request_r, 1):
                     return
             except OSError:
                 return
-            self.save()
+            for autosave in list(_ARMED):
+                autosave.save()
             try:
                 os.write(done_w, b"d")
             except OSError:
                 return
 
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        if os.getpid() != self._owner:  # a forked child whose fork hook could not disarm
-            self._pass_on(signum, frame)
-            return
-        if self._handling or self._lock.locked():
-            # A second SIGTERM while we wait, or one that interrupted the exit-time save
-            # (torchrun stops the other ranks right after one fails): let that save finish.
-            return
-        self._handling = True
-        try:
-            self._wrapped._consumer.mark_ended("terminated")
-            self._request_save()
-        finally:
-            self._handling = False
-        self._pass_on(signum, frame)
-
-    def _request_save(self) -> None:
+    def request(self) -> None:
         """Wake the saver thread and wait for it, at most :data:`SAVE_WAIT_S`. No locks."""
-        if self._pipes is None:
+        pipes = self._pipes
+        if pipes is None or self._pid != os.getpid():
             return
-        _, request_w, done_r, _ = self._pipes
+        _, request_w, done_r, _ = pipes
         try:
             while select.select([done_r], [], [], 0)[0]:  # a reply to an earlier timed-out wait
                 os.read(done_r, 64)
@@ -203,25 +197,130 @@ class AutoSave:
         except OSError:
             return
 
-    def _pass_on(self, signum: int, frame: Any) -> None:
-        """What SIGTERM would have done without pipecheck: the program's handler, nothing
-        (ignored), or termination (after removing pipecheck's shared files)."""
-        previous = self._previous
-        if callable(previous):
-            previous(signum, frame)
-            return
-        if previous == signal.SIG_IGN:
-            return
-        if os.getpid() == self._owner:
-            self._wrapped._release_files()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+    def forget_after_fork(self) -> None:
+        """In a forked child: the thread does not exist here; close the parent's pipes."""
+        pipes, self._pipes = self._pipes, None
+        self._pid = -1
+        for fd in pipes or ():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+_SAVER = _Saver()
+
+
+# -- the SIGTERM handler -------------------------------------------------------------------------
+
+_installed_pid = -1
+_previous: Any = None  # the handler SIGTERM had before pipecheck's
+_handling = False
+
+
+def install() -> bool:
+    """Install pipecheck's SIGTERM handler in this process (idempotent; from the main thread
+    only: elsewhere, or in an embedded interpreter that forbids it, nothing happens). True when
+    it is installed now."""
+    global _installed_pid, _previous
+    if _installed_pid == os.getpid() and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        current = signal.getsignal(signal.SIGTERM)
+        if current is _on_sigterm:  # inherited over a fork whose hook did not run
+            current = _previous
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError, TypeError):
+        return False
+    _previous = current if previous is _on_sigterm else previous
+    _installed_pid = os.getpid()
+    return True
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    global _handling
+    if os.getpid() != _installed_pid:  # a forked child whose fork hook could not disarm
+        _pass_on(signum, frame, [])
+        return
+    armed = [a for a in list(_ARMED) if a._owner == _installed_pid]
+    if _handling or any(a.saving() for a in armed):
+        # A second SIGTERM while we wait, or one that interrupted the exit-time save
+        # (torchrun stops the other ranks right after one fails): let that save finish.
+        return
+    _handling = True
+    try:
+        for autosave in armed:
+            autosave._measurement.mark_ended("terminated")
+        if armed:
+            _SAVER.request()
+        _pass_on(signum, frame, armed)
+    finally:
+        _handling = False
+
+
+def _pass_on(signum: int, frame: Any, armed: list[AutoSave]) -> None:
+    """What SIGTERM would have done without pipecheck: the program's handler, nothing
+    (ignored), or termination (after removing every armed run's files). When the program goes
+    on, each armed run notes that it received SIGTERM and continued."""
+    previous = _previous
+    if callable(previous):
+        previous(signum, frame)  # may raise (SystemExit): the program ends as it chose
+        _continued(armed)
+        return
+    if previous == signal.SIG_IGN:
+        _continued(armed)
+        return
+    for autosave in armed:
+        try:
+            autosave._measurement.release_files()
+        except Exception:
+            pass
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _continued(armed: list[AutoSave]) -> None:
+    for autosave in armed:
+        try:
+            autosave._measurement.mark_continued()
+        except Exception:
+            pass
+
+
+def save_all_before_leaving() -> None:
+    """Save every report armed in this process and remove their files, now: the process is
+    about to leave Python without running exit hooks (``os._exit``, an ``exec``). Never
+    raises; takes no lock a signal handler could hold (each save skips itself when one is
+    under way)."""
+    for autosave in list(_ARMED):
+        if autosave._owner != os.getpid():
+            continue
+        try:
+            autosave.save()
+            atexit.unregister(autosave._at_exit)
+            autosave._measurement.release_files()
+        except Exception:
+            pass
+        _ARMED.discard(autosave)
 
 
 def _disarm_all_in_child() -> None:
+    """After ``fork``, in the child: no exit-time saves, the previous SIGTERM behaviour back,
+    the saver's pipes closed (its thread does not exist here)."""
+    global _installed_pid
     for autosave in list(_ARMED):
-        autosave._disarm_in_child()
+        atexit.unregister(autosave._at_exit)
     _ARMED.clear()
+    _SAVER.forget_after_fork()
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM,
+                          _previous if _previous is not None else signal.SIG_DFL)
+    except (ValueError, OSError):  # forked from a thread other than the main one
+        pass  # the handler checks the pid and passes the signal on
+    _installed_pid = -1
 
 
 os.register_at_fork(after_in_child=_disarm_all_in_child)

@@ -177,6 +177,9 @@ class ConsumerRecord:
     (:data:`pipecheck.probes.consumer.SPARSE_BELOW_S`): counted in ``batches``, ``samples``,
     ``wall_s`` and the epochs' figures, with their wait estimated at the timed blocks' share of
     wait in their wall time; absent from ``timeline``. 0 in loops slower than that."""
+    sigterms_continued: int = 0
+    """SIGTERMs the program received and went on after (its own handler returned, or it
+    ignores SIGTERM): the run did not end there (:mod:`pipecheck.autosave`)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -591,6 +594,9 @@ class ConsumerSummary:
     """Batches of a fast loop's sparse stretches, whose wait was estimated at the timed blocks'
     share of wait (:attr:`ConsumerRecord.untimed_batches`); 0: every batch was timed;
     ``None`` in older reports."""
+    sigterms_continued: Optional[int] = None
+    """SIGTERMs the program received and went on after (:attr:`ConsumerRecord
+    .sigterms_continued`); ``None`` in older reports."""
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ def summarize_consumer(record: ConsumerRecord) -> ConsumerSummary:
         error=record.error,
         errors=record.errors,
         untimed_batches=record.untimed_batches,
+        sigterms_continued=record.sigterms_continued,
     )
 
 

@@ -316,6 +316,7 @@ class ConsumerProbe:
         self.errors = 0  # next() calls that raised
         self._failed = False  # the run ended by an uncaught exception (mark_ended)
         self._interrupted = False
+        self.sigterms_continued = 0  # SIGTERMs the program handled and went on after
         # Which fast-loop blocks are timed (SPARSE_TIMED_EVERY): seeded, so runs repeat.
         self._sparse_draw = random.Random(0x5EED).random
         self._pool: list[float] = [0, 0.0, 0.0]  # batches, wait (s) of every epoch's drawn blocks
@@ -551,6 +552,7 @@ class ConsumerProbe:
             batch_bytes=self.batch_bytes,
             batch_tensors=self.batch_tensors,
             untimed_batches=untimed,
+            sigterms_continued=self.sigterms_continued,
         )
         return self._last
 
@@ -572,6 +574,15 @@ class ConsumerProbe:
             self._interrupted = True
         elif status == "terminated":
             self._terminated = True
+
+    def mark_continued(self) -> None:
+        """SIGTERM was received (:meth:`mark_ended` ``"terminated"``) and the program went on
+        (its own handler returned): the status is again what the loop does next, and
+        ``sigterms_continued`` counts such SIGTERMs. Takes no lock (a signal handler calls
+        it)."""
+        if self._terminated:
+            self._terminated = False
+            self.sigterms_continued += 1
 
     def _status(self, epochs: list[EpochTiming]) -> ConsumerStatus:
         # An error that the loop went on after (a skipped bad batch) does not make the run

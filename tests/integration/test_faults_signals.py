@@ -37,7 +37,8 @@ for i, batch in enumerate(loader):
         print("ready", flush=True)
     if hold != "none" and i == 3:
         # The frame SIGTERM interrupts holds a probe's lock (as inside report() or a fold).
-        lock = loader._workers._lock if hold == "workers" else loader._consumer._lock
+        probes = loader._measurement
+        lock = probes._workers._lock if hold == "workers" else probes._consumer._lock
         with lock:
             time.sleep(120)
     if i % 7 == 0:

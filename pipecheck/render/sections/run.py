@@ -65,6 +65,11 @@ def stall(report: "Report") -> Section:
             f"{consumer.batches - untimed:,} of {consumer.batches:,} batches (a loop this fast "
             "is timed in random blocks of 64; the others' wait is estimated at the timed "
             "blocks' share of wait in their wall time)")))
+    if consumer.sigterms_continued:
+        blocks.append(line((
+            "SIGTERM received",
+            f"{consumer.sigterms_continued:,} time(s); the program handled it and the run went "
+            "on")))
     kept = len(report.timeline.batches)
     caption = "Wait vs compute per batch; dashed lines mark epoch starts."
     if kept and kept < consumer.batches:
