@@ -67,9 +67,10 @@ def _measure(loader: Any) -> Any:
         index = _count
         _count += 1
     try:
+        from pipecheck.run_files import claim_report_path
         from pipecheck.wrap import WrappedLoader
 
-        path = os.path.join(os.environ[RUN_DIR_ENV], f"loader{index}.p{os.getpid()}.json")
+        path = claim_report_path(os.environ[RUN_DIR_ENV], index)  # unique even if a pid is reused
         wrapped = WrappedLoader(loader, samples=None, tokens=None, host=True, workers=True,
                                 host_interval_s=1.0, save=path,
                                 open_target=_original_iter)
