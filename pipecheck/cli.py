@@ -17,6 +17,8 @@ Exit codes:
   from "pipecheck crashed".
 * 130: interrupted with Ctrl-C (128 + SIGINT, as shells report it).
 * 141: stdout closed early, e.g. piped into ``head`` (128 + SIGPIPE, as shells report it).
+* ``pipecheck run``: the program's own exit code (128 + N when signal N ended it), whatever
+  happens to the reports; 2 only when the command cannot be started.
 """
 
 from __future__ import annotations
