@@ -533,9 +533,11 @@ class RunCommand(Command):
     .loader1, .loader2, ... A device, pipe or '-' (stdout) takes the first report only.
 
     With an output on stdout ('-'), the program's own stdout goes to stderr, and so does the
-    summary: stdout holds the report alone. Ctrl-C, SIGTERM and SIGHUP sent to pipecheck are
-    passed on to the program's process group; after SIGTERM or SIGHUP its processes have
-    --grace seconds to end, then they are killed. The exit code is the program's own
+    summary: stdout holds the report alone. Ctrl-C and Ctrl-Z reach the program's whole
+    process group, as from a terminal; SIGTERM and SIGHUP sent to pipecheck reach its first
+    process (then what a shell wrapper started, once the wrapper has died of it), and after
+    them the program's processes have --grace seconds to end before they are killed. pipecheck
+    ends when every process of the program has. The exit code is the program's own
     (128 + N when signal N ended it), whatever happens to the reports; 2 only when the
     command cannot be started.
     """
@@ -549,7 +551,7 @@ class RunCommand(Command):
                             help="seconds the program's processes have to end after SIGTERM "
                             "or SIGHUP is passed on, or after its first process ended for "
                             "those it left running, before SIGKILL (default 45: "
-                            "pipecheck.launch.GRACE_S)")
+                            "pipecheck.run_process.GRACE_S)")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:

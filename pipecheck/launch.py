@@ -29,7 +29,8 @@ from typing import Any, Optional, Sequence
 
 from pipecheck.errors import BadInputError
 from pipecheck.run_files import ReportName, parse
-from pipecheck.run_process import GRACE_S, KILL_WAIT_S, describe, run_until_all_gone, say
+from pipecheck.run_process import (GRACE_S, KILL_WAIT_S, StartFailed, describe,
+                                   run_until_all_gone, say)
 
 SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_run_site")
 """The folder holding the ``sitecustomize`` that installs the hook in child processes."""
@@ -119,7 +120,8 @@ def run_program(argv: Sequence[str], folder: str, *, grace_s: float = GRACE_S,
                 stdout: Optional[int] = None) -> tuple[int, list[int]]:
     """Run ``argv`` with the hook on (its reports go to ``folder``) until every process of it
     is gone (:func:`pipecheck.run_process.run_until_all_gone`): its exit code and the pids
-    still alive after SIGKILL (normally none). Raises ``OSError`` when it cannot start."""
+    still alive after SIGKILL (normally none). Raises
+    :class:`~pipecheck.run_process.StartFailed` when it cannot start."""
     return run_until_all_gone(argv, child_environment(folder), grace_s=grace_s, stdout=stdout)
 
 
@@ -231,18 +233,23 @@ def run_and_collect(command: Sequence[str], *, grace_s: float = GRACE_S,
     folder = tempfile.mkdtemp(prefix="pipecheck-run-")
     try:
         code, stuck = run_program(argv, folder, grace_s=grace_s, stdout=stdout)
-    except OSError as err:
+    except StartFailed as err:
         shutil.rmtree(folder, ignore_errors=True)
-        raise BadInputError(f"cannot run {argv[0]}: {err.strerror or err}") from None
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
+        raise BadInputError(f"cannot run {argv[0]}: {err}") from None
+    # (Any other exception leaves the folder: processes of the program may still save there.)
     outcome = RunOutcome(code=code)
     try:
         outcome.loaders, outcome.missing = collect_reports(folder)
         outcome.swept = sweep_shared_files(before)
-    except Exception as err:  # the program's exit code stands whatever happens here
+    except KeyboardInterrupt:  # the program's exit code stands whatever happens here
+        say("interrupted while reading the reports")
+    except Exception as err:
         say(f"could not read the reports: {type(err).__name__}: {err}")
+    finally:
+        if stuck:
+            outcome.kept_folder = folder
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     for missing in outcome.missing:
         say(f"no report from pid {missing.pid} for its loader {missing.index}: the process "
             "ended without saving it (os._exit, exec into another program, SIGKILL or a "
@@ -251,9 +258,6 @@ def run_and_collect(command: Sequence[str], *, grace_s: float = GRACE_S,
         say(f"removed {len(outcome.swept)} shared-memory file(s) the program's processes left: "
             + ", ".join(os.path.basename(path) for path in outcome.swept))
     if stuck:
-        outcome.kept_folder = folder
         say(f"process(es) {describe(stuck)} still exist {KILL_WAIT_S:g} s after SIGKILL "
             f"(uninterruptible sleep?); their run folder {folder} is left in place")
-    else:
-        shutil.rmtree(folder, ignore_errors=True)
     return outcome

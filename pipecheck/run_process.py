@@ -10,17 +10,28 @@ DataLoader workers of a process that called ``os._exit``) becomes pipecheck's ch
 init's, so "every process of the program is gone" is "pipecheck has no child left".
 
 Signals that would reach the program from the terminal or from a scheduler reach pipecheck, and
-its handlers pass them on to the program's process group (one ``killpg``, no lock): SIGINT
-(Ctrl-C), SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH and SIGCONT; Ctrl-Z (SIGTSTP)
-stops the group with SIGSTOP and then pipecheck itself, so the shell's job control sees the whole
-job stop and ``fg`` / ``bg`` (SIGCONT) resume it. A signal that was ignored when pipecheck
-started (``nohup``, a background job's SIGINT) stays ignored, as the program inherits it.
+its handlers pass them on (one system call each, no lock) where they would have gone:
+
+* SIGINT (Ctrl-C), SIGQUIT, SIGWINCH and SIGCONT to the program's whole process group, as a
+  terminal sends them (torch's DataLoader workers expect Ctrl-C and leave it to their main
+  process); Ctrl-Z (SIGTSTP) stops the group with SIGSTOP and then pipecheck itself, so the
+  shell's job control sees the whole job stop and ``fg`` / ``bg`` (SIGCONT) resume it;
+* SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 to the program's first process, as ``kill PID`` would,
+  and after SIGTERM or SIGHUP to each process the program's ending leaves as pipecheck's child
+  (the training a shell wrapper started, once the shell has died of it). Not to the whole group:
+  DataLoader workers killed by SIGTERM beside their main process make torch raise
+  ``DataLoader worker (pid N) is killed by signal: Terminated`` in it, so the program would end
+  with that error (exit 1, its report marked ``error``) instead of its own SIGTERM handling.
+
+A signal that was ignored when pipecheck started (``nohup``, a background job's SIGINT) stays
+ignored, as the program inherits it.
 
 After SIGTERM or SIGHUP the program has the grace period (:data:`GRACE_S`) to end; then every
 process it still has is killed (SIGKILL). Ctrl-C starts no such clock: a program may handle
 SIGINT and go on (a debugger, a loop that stops training and then evaluates), as it would
-without pipecheck. When the program's first process ends, any process it left running gets
-SIGTERM and the same grace period (what Slurm and docker do when a job's main process ends).
+without pipecheck. When the program's first process ends by itself and leaves processes
+running, those left without their parent get SIGTERM and all of them the same grace period
+(Slurm and docker stop what a job's main process leaves, too).
 """
 
 from __future__ import annotations
@@ -51,12 +62,16 @@ effect when a process leaves the kernel; one in uninterruptible sleep (a hung ne
 system read) may take longer, and then its run folder is kept (a line names it) rather than
 removed under it. pipecheck's choice."""
 
-_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH",
-              "SIGCONT")
+_TO_GROUP = ("SIGINT", "SIGQUIT", "SIGWINCH", "SIGCONT")  # as a terminal sends them
+_TO_PROGRAM = ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")  # as `kill PID` sends them
 _ENDING = ("SIGTERM", "SIGHUP")  # signals that start the grace period
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
+
+
+class StartFailed(Exception):
+    """The program could not be started (``__cause__``: the ``OSError`` from ``exec``)."""
 
 
 def say(line: str) -> None:
@@ -114,6 +129,7 @@ class Supervisor:
         self.deadline: Optional[float] = None  # monotonic: SIGKILL the rest then
         self.killed_at: Optional[float] = None
         self.leftovers_handled = False
+        self.told: set[int] = set()  # processes the ending signal was passed on to
         self.stopped = False
         self.stuck: list[int] = []  # alive after SIGKILL and KILL_WAIT_S
         self._prctl = _prctl()
@@ -126,23 +142,26 @@ class Supervisor:
         if self.pgid is None:
             self.pending.append(signum)
             return
-        if signum == signal.SIGTSTP:
+        name = signal.Signals(signum).name
+        if name == "SIGTSTP":
             self._killpg(signal.SIGSTOP)
             self.stopped = True
             os.kill(os.getpid(), signal.SIGSTOP)  # the shell sees the job stop; SIGCONT resumes
             return
-        if signum == signal.SIGCONT:
+        if name == "SIGCONT":
             self.stopped = False
-        if self.code is not None and signal.Signals(signum).name in ("SIGINT", *_ENDING):
+        if self.code is not None and name in ("SIGINT", *_ENDING):
             self.deadline = time.monotonic()  # the program has ended: stop what it left, now
             return
-        self._killpg(signum)
-        if signal.Signals(signum).name in _ENDING and self.ending_signal is None:
+        if name in _TO_GROUP:
+            self._killpg(signum)
+        elif self.code is None:  # not reaped yet, so the pid is still the program's
+            os.kill(self.child_pid, signum)  # type: ignore[arg-type]
+        if name in _ENDING and self.ending_signal is None:
             self.ending_signal = signum
             self.deadline = time.monotonic() + self.grace_s
-            self.notes.append(f"{signal.Signals(signum).name} passed on to the program; its "
-                              f"processes still running in {self.grace_s:g} s are killed "
-                              "(SIGKILL)")
+            self.notes.append(f"{name} passed on to the program; its processes still running "
+                              f"in {self.grace_s:g} s are killed (SIGKILL)")
             if self.stopped:  # a stopped job acts on SIGTERM only once continued
                 self._killpg(signal.SIGCONT)
                 self.stopped = False
@@ -160,22 +179,25 @@ class Supervisor:
 
     def run(self, argv: Sequence[str], env: dict[str, str], stdout: Optional[int]) -> int:
         """Start ``argv`` and return its exit code once every process of it is gone (or
-        killed). Raises ``OSError`` when it cannot be started."""
+        killed). Raises :class:`StartFailed` when it cannot be started."""
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
         previous_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         previous: dict[int, Any] = {}
         try:
-            for name in (*_FORWARDED, "SIGTSTP"):
+            for name in (*_TO_GROUP, *_TO_PROGRAM, "SIGTSTP"):
                 signum = getattr(signal, name)
                 if signal.getsignal(signum) is not signal.SIG_IGN:
                     previous[signum] = signal.signal(signum, self._on_signal)
             previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._on_child)
             self._set_subreaper(True)
-            child = subprocess.Popen(list(argv), env=env, stdout=stdout,
-                                     start_new_session=True,
-                                     preexec_fn=self._die_with_parent(os.getpid()))
+            try:
+                child = subprocess.Popen(list(argv), env=env, stdout=stdout,
+                                         start_new_session=True,
+                                         preexec_fn=self._die_with_parent(os.getpid()))
+            except OSError as err:
+                raise StartFailed(err.strerror or str(err)) from err
             self.child_pid = self.pgid = child.pid
             for signum in self.pending:
                 self._on_signal(signum, None)
@@ -260,9 +282,10 @@ class Supervisor:
             if not self._alive():
                 return
             now = time.monotonic()
-            if self.code is not None and not self.leftovers_handled:
-                self._stop_leftovers()
-                continue
+            if self.code is not None:
+                if not self.leftovers_handled:
+                    self._stop_leftovers()
+                self._tell_orphans()
             if self.deadline is not None and now >= self.deadline:
                 if self.killed_at is None:
                     self._kill_all()
@@ -308,20 +331,40 @@ class Supervisor:
                 pass
 
     def _stop_leftovers(self) -> None:
-        """The program's first process has ended: what it left running gets SIGTERM (unless
-        it got one passed on already) and the grace period."""
+        """The program's first process has ended: what it left running is stopped like it,
+        with SIGTERM (unless an ending signal was passed on already) and the grace period."""
         self.leftovers_handled = True
+        self.told.add(self.child_pid)  # type: ignore[arg-type]
         pids = self._descendants()
         if not pids and (self.reaps_orphans or not self._group_alive()):
             return
         if self.ending_signal is None:
-            self._signal_each(pids, signal.SIGTERM)
-            self._killpg(signal.SIGTERM)
+            self.ending_signal = signal.SIGTERM
             self.deadline = time.monotonic() + self.grace_s
-            say(f"the program ended (exit code {self.code}) and left {len(pids)} process(es) "
-                f"running: {describe(pids)}; sent them SIGTERM, SIGKILL in {self.grace_s:g} s")
+            if not self.reaps_orphans:  # the orphans are init's: the group is all we can reach
+                self._killpg(signal.SIGTERM)
+            say(f"the program's first process ended (exit code {self.code}) and left "
+                f"{len(pids)} process(es) running: {describe(pids)}; SIGTERM to those left "
+                f"without their parent, SIGKILL to all in {self.grace_s:g} s")
         if self.stopped:
             self._signal_each(pids, signal.SIGCONT)
+
+    def _tell_orphans(self) -> None:
+        """Pass the ending signal on to each process the program's ending left as this
+        process's child (the training a shell wrapper started, the workers of a process that
+        called ``os._exit``), once each, as to the program's first process: their own
+        children are theirs to stop (DataLoader workers that got SIGTERM beside their main
+        process would make torch raise in it)."""
+        if self.ending_signal is None or not self.reaps_orphans:
+            return
+        import psutil
+
+        try:
+            orphans = [p.pid for p in psutil.Process().children() if p.pid not in self.told]
+        except psutil.Error:
+            return
+        self.told.update(orphans)
+        self._signal_each(orphans, self.ending_signal)
 
     def _kill_all(self) -> None:
         pids = self._descendants()
@@ -345,7 +388,7 @@ def run_until_all_gone(argv: Sequence[str], env: dict[str, str], *, grace_s: flo
     docstring); return its exit code (``128 + N`` for signal ``N``) and the pids still alive
     :data:`KILL_WAIT_S` after SIGKILL (normally none). ``stdout``: a file descriptor for the
     program's standard output (``None``: ours). Call from the main thread (signal handlers).
-    Raises ``OSError`` when the program cannot be started."""
+    Raises :class:`StartFailed` when the program cannot be started."""
     supervisor = Supervisor(grace_s)
     code = supervisor.run(argv, env, stdout)
     return code, supervisor.stuck
