@@ -270,7 +270,8 @@ def test_sigterm_through_a_shell_wrapper_waits_for_the_training_and_saves(progra
     assert process.returncode == 128 + signal.SIGTERM, err
     assert all(_gone(pid) for pid in [training, *workers])
     report = pipecheck.load(program / "run.json")
-    assert report.consumer.batches == 13
+    # its own SIGTERM save, not torch's error for workers killed beside it
+    assert report.consumer.batches == 13 and report.consumer.status == "terminated"
 
 
 @pytest.mark.slow
