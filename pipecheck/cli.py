@@ -17,6 +17,8 @@ Exit codes:
   from "pipecheck crashed".
 * 130: interrupted with Ctrl-C (128 + SIGINT, as shells report it).
 * 141: stdout closed early, e.g. piped into ``head`` (128 + SIGPIPE, as shells report it).
+* ``pipecheck run``: the program's own exit code (128 + N when signal N ended it), whatever
+  happens to the reports; 2 only when the command cannot be started.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import abc
 import argparse
 import inspect
 import os
+import stat
 import sys
 import traceback
-from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, TextIO
 
 from pipecheck._atomic import is_stdout, output_problem
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
@@ -518,15 +521,25 @@ class RunCommand(Command):
     """Run a training program unmodified, with every DataLoader it iterates measured.
 
     COMMAND is the program and its arguments, after '--': 'python train.py --lr 0.1',
-    'train.py ...' or '-m package.train ...' (run with this Python), or a launcher such as
-    'torchrun --nproc-per-node 2 train.py' (each rank writes its own file; they are merged).
-    The program needs no change and no pipecheck import: every Python process the command
-    starts loads pipecheck's hook (through PYTHONPATH), and each DataLoader it iterates is
-    measured in place. When the program ends (normally, by an exception, Ctrl-C or SIGTERM)
-    the reports are printed, the loader that delivered the most batches (the training
-    loader) first; --json/--html/--trace take that one, and with --json the other loaders are
-    saved beside it as FILE's name plus .loader1, .loader2, ... The exit code is the
-    program's own.
+    'train.py ...' or '-m package.train ...' (run with this Python), a shell wrapper
+    ('./train.sh'), or a launcher such as 'torchrun --nproc-per-node 2 train.py' (each rank
+    writes its own file; they are merged). The program needs no change and no pipecheck
+    import: every Python process the command starts that can import this pipecheck loads its
+    hook (through PYTHONPATH; other interpreters are left alone), and each DataLoader it
+    iterates is measured in place. When the program ends (normally, by an exception, Ctrl-C
+    or SIGTERM) and every process it started is gone, the reports are printed, the loader that
+    delivered the most batches (the training loader) first; --json/--html/--trace take that
+    one, and with --json FILE the other loaders are saved beside it as FILE's name plus
+    .loader1, .loader2, ... A device, pipe or '-' (stdout) takes the first report only.
+
+    With an output on stdout ('-'), the program's own stdout goes to stderr, and so does the
+    summary: stdout holds the report alone. Ctrl-C and Ctrl-Z reach the program's whole
+    process group, as from a terminal; SIGTERM and SIGHUP sent to pipecheck reach its first
+    process (then what a shell wrapper started, once the wrapper has died of it), and after
+    them the program's processes have --grace seconds to end before they are killed. pipecheck
+    ends when every process of the program has. The exit code is the program's own
+    (128 + N when signal N ended it), whatever happens to the reports; 2 only when the
+    command cannot be started.
     """
 
     name = "run"
@@ -534,32 +547,135 @@ class RunCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("program", metavar="-- COMMAND", nargs=argparse.REMAINDER,
                             help="the program to run and its arguments")
+        parser.add_argument("--grace", metavar="S", type=_seconds,
+                            help="seconds the program's processes have to end after SIGTERM "
+                            "or SIGHUP is passed on, or after its first process ended for "
+                            "those it left running, before SIGKILL (default 45: "
+                            "pipecheck.run_process.GRACE_S)")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from pipecheck.launch import run_and_collect
+        from pipecheck.launch import GRACE_S, run_and_collect
 
-        code, loaders = run_and_collect(args.program)
-        if not loaders:
-            print(f"{PROG}: no report: the program iterated no DataLoader, or ended before "
-                  f"pipecheck could save (exit code {code})", file=sys.stderr)
-            return code
-        several = len(loaders) > 1
-        for i, loader in enumerate(loaders):
-            if i and (args.markdown or not args.quiet):
-                print()
-            if i == 0:
-                _emit(loader.report, args, title=_run_title(loader) if several else None)
-                continue
+        on_stdout = _run_outputs_on_stdout(args)
+        outcome = run_and_collect(
+            args.program, grace_s=args.grace or GRACE_S,
+            stdout=_stderr_fd() if on_stdout else None)  # keep stdout for the report alone
+        # From here on the exit code is the program's, whatever happens to the reports.
+        try:
+            _report_run(outcome, args, summary=sys.stderr if on_stdout else sys.stdout)
+        except BrokenPipeError:
+            _silence_stdout()
+            _say(f"{PROG}: stdout was closed; the reports were not all written", sys.stderr)
+        except KeyboardInterrupt:
+            _say(f"{PROG}: interrupted while writing the reports", sys.stderr)
+        except Exception as err:
+            _say(f"{PROG}: could not write the reports: "
+                 f"{_one_line(f'{type(err).__name__}: {err}')}", sys.stderr)
+        return outcome.code
+
+
+_STDOUT_ALIASES = ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
+
+
+def _run_outputs_on_stdout(args: argparse.Namespace) -> list[str]:
+    """The output options of ``pipecheck run`` that write to stdout: ``-`` or a name of
+    our stdout (``/dev/stdout``)."""
+    return [name for name in _OUTPUT_OPTIONS
+            if getattr(args, name) and (is_stdout(getattr(args, name))
+                                        or os.path.abspath(getattr(args, name))
+                                        in _STDOUT_ALIASES)]
+
+
+def _stderr_fd() -> int:
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stderr (embedded): fd 2
+        return 2
+
+
+_DEVICE_FOLDERS = ("/dev", "/dev/fd", "/proc/self/fd")
+
+
+def _takes_one_report(path: str) -> bool:
+    """Whether ``path`` can hold one report only: ``-``, a device or pipe (``/dev/null``, a
+    FIFO), or a name in ``/dev`` or ``/proc`` (``/dev/stdout``, which may lead to a regular
+    file): numbered names beside it (``/dev/null.loader1.json``) would be files nobody asked
+    for, or fail. ``/dev/shm/run.json`` is a regular file like any other."""
+    if is_stdout(path):
+        return True
+    absolute = os.path.abspath(path)
+    if os.path.dirname(absolute) in _DEVICE_FOLDERS or absolute.startswith("/proc/"):
+        return True
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # a new file
+        return False
+
+
+def _save_run_output(save: Callable[[], Any], what: str, path: str, quiet: bool) -> None:
+    """Call ``save`` (which writes ``what`` to ``path``); a failure is one line on stderr."""
+    try:
+        saved = save()
+    except BrokenPipeError:
+        raise
+    except Exception as err:  # one line; the other outputs and the summary still come
+        reason = str(err) if isinstance(err, PipecheckError) else (
+            f"cannot write {path}: {type(err).__name__}: {err}")
+        _say(f"{PROG}: {what} not saved: {_one_line(reason)}", sys.stderr)
+        return
+    if not quiet and not is_stdout(path):
+        _say(f"{PROG}: {what} saved to {saved}", sys.stderr)
+
+
+def _report_run(outcome: Any, args: argparse.Namespace, summary: TextIO) -> None:
+    """Write ``pipecheck run``'s outputs: the first loader's report to each output option,
+    the others' JSON beside ``--json`` (numbered), and each loader's summary on ``summary``
+    (stdout, or stderr when a report goes to stdout). Each failed write is one line on stderr;
+    the rest goes on."""
+    loaders = outcome.loaders
+    if not loaders:
+        why = ("no measured process saved one (above)" if outcome.missing else
+               "the program iterated no DataLoader, or ended before pipecheck could save")
+        _say(f"{PROG}: no report: {why} (exit code {outcome.code})", sys.stderr)
+        return
+    several = len(loaders) > 1
+    not_saved = []
+    for i, loader in enumerate(loaders):
+        title = _run_title(loader) if several else None
+        what = f"{loader.label} report" if several else "report"
+        if i == 0:
             if args.json:
-                saved = loader.report.save(_numbered_path(args.json, i), per_rank=False)
-                if not args.quiet:
-                    print(f"{PROG}: {loader.label} report saved to {saved}", file=sys.stderr)
-            if args.markdown or not args.quiet:
-                quiet_copy = argparse.Namespace(**{**vars(args),
-                                                   **dict.fromkeys(_OUTPUT_OPTIONS)})
-                _emit(loader.report, quiet_copy, title=_run_title(loader))
-        return code
+                _save_run_output(lambda: loader.report.save(args.json, per_rank=False),
+                                 what, args.json, args.quiet)
+            for renderer in FILE_FORMATS:
+                path = getattr(args, renderer.name)
+                if path:
+                    _save_run_output(lambda: renderer().save(loader.report, path),
+                                     f"{loader.label} {renderer.what}" if several
+                                     else renderer.what, path, args.quiet)
+        elif args.json and _takes_one_report(args.json):
+            not_saved.append(loader)
+        elif args.json:
+            numbered = _numbered_path(args.json, i)
+            _save_run_output(lambda: loader.report.save(numbered, per_rank=False),
+                             what, numbered, args.quiet)
+        if args.markdown:
+            if i:
+                print()
+            MarkdownRenderer(title=title).write(loader.report, sys.stdout)
+        elif not args.quiet:
+            if i:
+                print(file=summary)
+            if title is not None:
+                _say(f"==> {title} <==", summary)
+            TerminalRenderer(width=args.width, color=_use_color(summary)).write(loader.report,
+                                                                               summary)
+    if not_saved:
+        others = ", ".join(_run_title(loader) for loader in not_saved)
+        _say(f"{PROG}: --json {args.json} takes one report ({_run_title(loaders[0])}); not "
+             f"saved: {others}. Give --json a regular file (run.json) to save every loader as "
+             "run.json, run.loader1.json, ...", sys.stderr)
 
 
 class AttachCommand(Command):

@@ -2,35 +2,48 @@
 DataLoader it iterates measured, then gather the reports.
 
 The program runs as a child process with ``pipecheck/_run_site`` first on ``PYTHONPATH`` (its
-``sitecustomize`` installs :mod:`pipecheck.run_hook` in every Python process of the command,
-``torchrun``'s ranks included) and ``PIPECHECK_RUN_DIR`` naming a private temporary folder where
-each process writes one report per loader it iterated. Ctrl-C reaches the child directly (same
-process group) and SIGTERM sent to ``pipecheck`` is passed on to it; either way the child's
-exit-time save writes what was measured. Once the child has ended, the reports are grouped by
-loader (the rank files of one loader are merged, as ``pipecheck report`` does), ordered by
-batches consumed (the training loader first), and the exit code is the program's own
-(``128 + N`` when signal ``N`` ended it, as shells report it).
+``sitecustomize`` installs :mod:`pipecheck.run_hook` in every Python process of the command
+that can import this pipecheck, ``torchrun``'s ranks included, and is silent in any other
+interpreter), ``PIPECHECK_RUN_DIR`` naming a private temporary folder where each process writes
+one report per loader it iterated (names: :mod:`pipecheck.run_files`), and this pipecheck's
+package folder, version and ``sys.prefix`` for that check. It runs in a session of its own,
+gets the signals sent to pipecheck, and is waited for until every process of it is gone
+(:mod:`pipecheck.run_process`), so a late save never finds the folder removed.
+
+Then the reports are grouped by loader (the rank files of one loader are merged, as ``pipecheck
+report`` does) and ordered by batches consumed (the training loader first); a loader whose
+report never came (its placeholder is still empty) is named with its pid, and the probes'
+shared files that processes which ended without cleaning up left in ``/dev/shm`` are swept
+(:func:`pipecheck._owned.sweep`). The exit code is the program's own (``128 + N`` when signal
+``N`` ended it, as shells report it).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from pipecheck.errors import BadInputError
+from pipecheck.run_files import ReportName, parse
+from pipecheck.run_process import (GRACE_S, KILL_WAIT_S, StartFailed, describe,
+                                   run_until_all_gone, say)
 
 SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_run_site")
 """The folder holding the ``sitecustomize`` that installs the hook in child processes."""
 
-_REPORT_NAME = re.compile(r"^loader(?P<index>\d+)\.p(?P<pid>\d+)(?:\.rank(?P<rank>\d+))?\.json$")
+PACKAGE_ENV = "PIPECHECK_RUN_PACKAGE"
+"""The parent's ``pipecheck`` package folder: a child importing the same folder is served."""
 
+VERSION_ENV = "PIPECHECK_RUN_VERSION"
+"""The parent's pipecheck version: a child importing another install of it is served too."""
+
+PREFIX_ENV = "PIPECHECK_RUN_PREFIX"
+"""The parent's ``sys.prefix``: a child of the same environment is given the parent's package
+when it is not on its path (pipecheck run from a source checkout)."""
 
 @dataclass(frozen=True)
 class LoaderReport:
@@ -41,6 +54,30 @@ class LoaderReport:
     label: str
     report: Any
     files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MissingReport:
+    """A loader a process started measuring (it claimed a report name) whose report never
+    came: the process ended without saving (``os._exit``, ``exec`` into another program,
+    SIGKILL, a crash) or measuring it failed."""
+
+    pid: int
+    index: int
+
+
+@dataclass
+class RunOutcome:
+    """What ``pipecheck run`` found: the program's exit ``code``, its ``loaders`` (the
+    training loader first), the reports that never came (``missing``), the shared-memory files
+    swept after it (``swept``), and ``kept_folder``: the run folder when it could not be removed
+    because a process of the program outlived SIGKILL (else ``None``)."""
+
+    code: int
+    loaders: list[LoaderReport] = field(default_factory=list)
+    missing: list[MissingReport] = field(default_factory=list)
+    swept: list[str] = field(default_factory=list)
+    kept_folder: Optional[str] = None
 
 
 def command_line(command: Sequence[str]) -> list[str]:
@@ -63,76 +100,88 @@ def command_line(command: Sequence[str]) -> list[str]:
 
 
 def child_environment(folder: str) -> dict[str, str]:
-    """The child's environment: ours, plus the hook's folder first on ``PYTHONPATH`` and
-    ``PIPECHECK_RUN_DIR`` naming ``folder``."""
+    """The child's environment: ours, plus the hook's folder first on ``PYTHONPATH``,
+    ``PIPECHECK_RUN_DIR`` naming ``folder`` and what the hook checks before it measures a
+    process (:data:`PACKAGE_ENV`, :data:`VERSION_ENV`, :data:`PREFIX_ENV`)."""
+    from pipecheck._version import __version__
     from pipecheck.run_hook import RUN_DIR_ENV
 
     env = dict(os.environ)
     paths = [SITE_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env[RUN_DIR_ENV] = folder
+    env[PACKAGE_ENV] = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+    env[VERSION_ENV] = __version__
+    env[PREFIX_ENV] = os.path.realpath(sys.prefix)
     return env
 
 
-def run_program(argv: Sequence[str], folder: str) -> int:
-    """Run ``argv`` with the hook on, wait for it, and return its exit code (``128 + N`` for
-    a signal). SIGTERM to this process is passed on to the child; Ctrl-C reaches the child
-    from the terminal, and this process waits for it rather than leaving it behind. Call from
-    the main thread (signal handlers)."""
-    child = subprocess.Popen(list(argv), env=child_environment(folder))
-
-    def forward(signum: int, frame: Any) -> None:  # no locks: one system call
-        try:
-            os.kill(child.pid, signum)
-        except OSError:
-            pass
-
-    def wait_for_child(signum: int, frame: Any) -> None:
-        # Ctrl-C went to the whole foreground process group: the child has it already, and a
-        # second one could cut its exit-time save short.
-        pass
-
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
-                signal.SIGINT: signal.signal(signal.SIGINT, wait_for_child)}
-    try:
-        code = child.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 128 - code if code < 0 else code
+def run_program(argv: Sequence[str], folder: str, *, grace_s: float = GRACE_S,
+                stdout: Optional[int] = None) -> tuple[int, list[int]]:
+    """Run ``argv`` with the hook on (its reports go to ``folder``) until every process of it
+    is gone (:func:`pipecheck.run_process.run_until_all_gone`): its exit code and the pids
+    still alive after SIGKILL (normally none). Raises
+    :class:`~pipecheck.run_process.StartFailed` when it cannot start."""
+    return run_until_all_gone(argv, child_environment(folder), grace_s=grace_s, stdout=stdout)
 
 
-def collect_reports(folder: str) -> list[LoaderReport]:
-    """The loaders measured in ``folder``, most batches consumed first. Unreadable files are
-    skipped with one line on stderr each (a process killed mid-save leaves none behind: saves
-    are atomic)."""
+# -- gathering the reports ------------------------------------------------------------------------
+
+
+def collect_reports(folder: str) -> tuple[list[LoaderReport], list[MissingReport]]:
+    """The loaders measured in ``folder``, most batches consumed first, and the loaders whose
+    report never came (an empty placeholder, :mod:`pipecheck.run_files`). Unreadable files
+    are skipped with one line on stderr each (a process killed mid-save leaves none behind:
+    saves are atomic)."""
     from pipecheck.merge import merge_reports
     from pipecheck.report import load
 
-    groups: dict[tuple[int, Optional[int]], list[tuple[str, Any]]] = {}
-    for name in sorted(os.listdir(folder)):
-        match = _REPORT_NAME.match(name)
-        if match is None:
-            continue
+    names = [(name, parsed) for name in sorted(os.listdir(folder))
+             if (parsed := parse(name)) is not None]
+    ranked = {parsed.claimed for _, parsed in names if parsed.rank is not None}
+    groups: dict[tuple[int, Optional[int], int], list[tuple[str, Any]]] = {}
+    missing: list[MissingReport] = []
+    for name, parsed in names:
         path = os.path.join(folder, name)
+        if parsed.rank is None and _is_empty(path):
+            if parsed.claimed not in ranked:  # a rank file holds the report instead
+                missing.append(MissingReport(pid=parsed.pid, index=parsed.index))
+            continue
         try:
             report = load(path)
         except Exception as err:
-            print(f"pipecheck run: skipped {name}: {err}", file=sys.stderr)
+            say(f"skipped {name}: {err}")
             continue
-        ranked = match["rank"] is not None
-        # Ranks of one loader are merged across processes; otherwise each process is its own.
-        key = (int(match["index"]), None if ranked else int(match["pid"]))
-        groups.setdefault(key, []).append((path, report))
-    pids = {pid for _, pid in groups if pid is not None}
+        groups.setdefault(_group(parsed), []).append((path, report))
+    processes = {(pid, claim) for _, pid, claim in groups if pid is not None}
     loaders = []
-    for (index, pid), members in groups.items():
-        label = f"loader {index}" + (f" (pid {pid})" if len(pids) > 1 else "")
-        report = merge_reports(members) if len(members) > 1 else members[0][1]
+    for (index, pid, claim), members in groups.items():
+        label = f"loader {index}"
+        if pid is not None and len(processes) > 1:  # a reused pid: its later claims numbered
+            label += f" (pid {pid}" + (f", #{claim + 1}" if claim else "") + ")"
+        try:
+            report = merge_reports(members) if len(members) > 1 else members[0][1]
+        except Exception as err:
+            say(f"{label}: its rank files could not be merged: {err}")
+            continue
         loaders.append(LoaderReport(label=label, report=report,
                                     files=tuple(path for path, _ in members)))
     loaders.sort(key=lambda loader: -_batches(loader.report))
-    return loaders
+    return loaders, missing
+
+
+def _group(parsed: ReportName) -> tuple[int, Optional[int], int]:
+    # Ranks of one loader are merged across processes; otherwise each process is its own.
+    if parsed.rank is not None:
+        return (parsed.index, None, 0)
+    return (parsed.index, parsed.pid, parsed.claim)
+
+
+def _is_empty(path: str) -> bool:
+    try:
+        return os.path.getsize(path) == 0
+    except OSError:
+        return False
 
 
 def _batches(report: Any) -> int:
@@ -142,14 +191,73 @@ def _batches(report: Any) -> int:
     return report.consumer.batches
 
 
-def run_and_collect(command: Sequence[str]) -> tuple[int, list[LoaderReport]]:
-    """Run ``command`` measured (see the module docstring): its exit code and its loaders'
-    reports, the training loader (most batches) first. Raises :class:`BadInputError` for a
-    command that cannot be run."""
+# -- shared-memory files ------------------------------------------------------------------------
+
+
+def _shared_files() -> tuple[str, tuple[str, ...], set[str]]:
+    """Where the probes put their shared files, their name prefixes, and the names now there."""
+    from pipecheck.probes._ring import AREA_PREFIX, shared_dir
+    from pipecheck.probes.stages import FOLDER_PREFIX
+
+    directory = shared_dir()
+    prefixes = (AREA_PREFIX, FOLDER_PREFIX)
+    try:
+        names = {name for name in os.listdir(directory) if name.startswith(prefixes)}
+    except OSError:
+        names = set()
+    return directory, prefixes, names
+
+
+def sweep_shared_files(before: set[str]) -> list[str]:
+    """Remove the probes' shared files whose owner is gone (:func:`pipecheck._owned.sweep`,
+    as every ``wrap()`` does when it starts) and return those among them that were not there
+    before the program ran (``before``: names): what the program's processes left."""
+    from pipecheck import _owned
+
+    directory, prefixes, _ = _shared_files()
+    removed = []
+    for prefix in prefixes:
+        removed += _owned.sweep(directory, prefix)
+    return sorted(path for path in removed if os.path.basename(path) not in before)
+
+
+def run_and_collect(command: Sequence[str], *, grace_s: float = GRACE_S,
+                    stdout: Optional[int] = None) -> RunOutcome:
+    """Run ``command`` measured (module docstring) and gather what it left: the exit code,
+    the loaders' reports (the training loader first), the reports that never came and the
+    shared files swept. Lines on stderr say what went wrong after the program started; from
+    then on nothing raises (the exit code is the program's). Raises :class:`BadInputError`
+    for a command that cannot be run."""
     argv = command_line(command)
-    with tempfile.TemporaryDirectory(prefix="pipecheck-run-") as folder:
-        try:
-            code = run_program(argv, folder)
-        except OSError as err:
-            raise BadInputError(f"cannot run {argv[0]}: {err.strerror or err}") from None
-        return code, collect_reports(folder)
+    _, _, before = _shared_files()
+    folder = tempfile.mkdtemp(prefix="pipecheck-run-")
+    try:
+        code, stuck = run_program(argv, folder, grace_s=grace_s, stdout=stdout)
+    except StartFailed as err:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise BadInputError(f"cannot run {argv[0]}: {err}") from None
+    # (Any other exception leaves the folder: processes of the program may still save there.)
+    outcome = RunOutcome(code=code)
+    try:
+        outcome.loaders, outcome.missing = collect_reports(folder)
+        outcome.swept = sweep_shared_files(before)
+    except KeyboardInterrupt:  # the program's exit code stands whatever happens here
+        say("interrupted while reading the reports")
+    except Exception as err:
+        say(f"could not read the reports: {type(err).__name__}: {err}")
+    finally:
+        if stuck:
+            outcome.kept_folder = folder
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+    for missing in outcome.missing:
+        say(f"no report from pid {missing.pid} for its loader {missing.index}: the process "
+            "ended without saving it (os._exit, exec into another program, SIGKILL or a "
+            "crash) or could not measure it")
+    if outcome.swept:
+        say(f"removed {len(outcome.swept)} shared-memory file(s) the program's processes left: "
+            + ", ".join(os.path.basename(path) for path in outcome.swept))
+    if stuck:
+        say(f"process(es) {describe(stuck)} still exist {KILL_WAIT_S:g} s after SIGKILL "
+            f"(uninterruptible sleep?); their run folder {folder} is left in place")
+    return outcome

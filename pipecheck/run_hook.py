@@ -18,8 +18,9 @@ go as torch lets them go) while what it measured waits for the exit-time save.
 
 Each measured loader's report is written when the process exits (normally, by an exception, on
 SIGTERM, or through ``os._exit`` or an ``exec`` call, which run no exit hooks: those two are
-made to save first) to ``PIPECHECK_RUN_DIR/loader{i}.p{pid}.json`` (``.rank{N}`` added under
-torch.distributed), ``i`` counting loaders in the order this process first iterated them.
+made to save first) to ``PIPECHECK_RUN_DIR/loader{i}.p{pid}.json`` (``loader{i}.p{pid}.{k}.json`` when a process
+with the same pid already claimed that name, :func:`pipecheck.run_files.claim_report_path`;
+``.rank{N}`` added under torch.distributed), ``i`` counting loaders in the order this process first iterated them.
 DataLoader worker processes never iterate a loader, so they write nothing.
 """
 
@@ -74,8 +75,10 @@ def _measure(loader: Any) -> Any:
         _count += 1
     try:
         from pipecheck.measurement import Measurement
+        from pipecheck.run_files import claim_report_path
 
-        path = os.path.join(os.environ[RUN_DIR_ENV], f"loader{index}.p{os.getpid()}.json")
+        weakref.ref(loader)  # TypeError before anything is armed: measured only when it can go
+        path = claim_report_path(os.environ[RUN_DIR_ENV], index)  # unique even if a pid is reused
         measurement = Measurement(loader, samples=None, tokens=None, host=True, workers=True,
                                   host_interval_s=1.0, save=path, always_substitute=True)
         _measured.set(loader, measurement)
