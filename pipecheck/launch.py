@@ -12,8 +12,9 @@ gets the signals sent to pipecheck, and is waited for until every process of it 
 
 Then the reports are grouped by loader (the rank files of one loader are merged, as ``pipecheck
 report`` does) and ordered by batches consumed (the training loader first); a loader whose
-report never came (its placeholder is still empty) is named with its pid, and the probes'
-shared files that processes which ended without cleaning up left in ``/dev/shm`` are swept
+report never came (its placeholder is still empty: SIGKILL, a crash) is named with its pid, and
+the probes' files that processes which ended without cleaning up left (stage folders in the temp
+dir; worker timing files in ``/dev/shm`` where there is no anonymous memory) are swept
 (:func:`pipecheck._owned.sweep`). The exit code is the program's own (``128 + N`` when signal
 ``N`` ended it, as shells report it).
 """
@@ -194,29 +195,35 @@ def _batches(report: Any) -> int:
 # -- shared-memory files ------------------------------------------------------------------------
 
 
-def _shared_files() -> tuple[str, tuple[str, ...], set[str]]:
-    """Where the probes put their shared files, their name prefixes, and the names now there."""
+def _shared_places() -> list[tuple[str, str]]:
+    """Where the probes may leave files, as ``(directory, name prefix)``: worker timing files
+    (only where there is no anonymous memory, :func:`pipecheck.probes._ring.create_area`) and
+    stage folders (the temp dir)."""
     from pipecheck.probes._ring import AREA_PREFIX, shared_dir
     from pipecheck.probes.stages import FOLDER_PREFIX
 
-    directory = shared_dir()
-    prefixes = (AREA_PREFIX, FOLDER_PREFIX)
-    try:
-        names = {name for name in os.listdir(directory) if name.startswith(prefixes)}
-    except OSError:
-        names = set()
-    return directory, prefixes, names
+    return [(shared_dir(), AREA_PREFIX), (tempfile.gettempdir(), FOLDER_PREFIX)]
+
+
+def _shared_names() -> set[str]:
+    """The probes' file names there now."""
+    names: set[str] = set()
+    for directory, prefix in _shared_places():
+        try:
+            names.update(n for n in os.listdir(directory) if n.startswith(prefix))
+        except OSError:
+            pass
+    return names
 
 
 def sweep_shared_files(before: set[str]) -> list[str]:
-    """Remove the probes' shared files whose owner is gone (:func:`pipecheck._owned.sweep`,
-    as every ``wrap()`` does when it starts) and return those among them that were not there
-    before the program ran (``before``: names): what the program's processes left."""
+    """Remove the probes' files whose owner is gone (:func:`pipecheck._owned.sweep`, as every
+    ``wrap()`` does when it starts) and return those among them that were not there before the
+    program ran (``before``: names): what the program's processes left."""
     from pipecheck import _owned
 
-    directory, prefixes, _ = _shared_files()
     removed = []
-    for prefix in prefixes:
+    for directory, prefix in _shared_places():
         removed += _owned.sweep(directory, prefix)
     return sorted(path for path in removed if os.path.basename(path) not in before)
 
@@ -229,7 +236,7 @@ def run_and_collect(command: Sequence[str], *, grace_s: float = GRACE_S,
     then on nothing raises (the exit code is the program's). Raises :class:`BadInputError`
     for a command that cannot be run."""
     argv = command_line(command)
-    _, _, before = _shared_files()
+    before = _shared_names()
     folder = tempfile.mkdtemp(prefix="pipecheck-run-")
     try:
         code, stuck = run_program(argv, folder, grace_s=grace_s, stdout=stdout)
@@ -255,7 +262,7 @@ def run_and_collect(command: Sequence[str], *, grace_s: float = GRACE_S,
             "ended without saving it (os._exit, exec into another program, SIGKILL or a "
             "crash) or could not measure it")
     if outcome.swept:
-        say(f"removed {len(outcome.swept)} shared-memory file(s) the program's processes left: "
+        say(f"removed {len(outcome.swept)} file(s) of pipecheck's the program's processes left: "
             + ", ".join(os.path.basename(path) for path in outcome.swept))
     if stuck:
         say(f"process(es) {describe(stuck)} still exist {KILL_WAIT_S:g} s after SIGKILL "

@@ -57,7 +57,8 @@ def _run(argv: list[str], cwd) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([str(SUPPORT), env.get("PYTHONPATH", "")])
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    line = next(x for x in done.stdout.splitlines() if x.startswith('{"children"'))
+    return json.loads(line)
 
 
 @pytest.mark.slow
