@@ -133,6 +133,7 @@ class IteratorSubstitutes:
         self.owner_pid = os.getpid()
         self.calls = 0
         self.armed: Optional[int] = None if always else 0
+        self.building = False  # inside a substituted build (nested _get_iterator calls)
 
     def arm(self) -> None:
         """The loader's next iterator build (this epoch's) uses the substitutes."""
@@ -188,9 +189,14 @@ def _hook_owner(owner: type) -> None:
 
         def _get_iterator(self: Any) -> Any:
             substitutes = _registered.get(self)
-            if substitutes is None or not substitutes.take():
+            # A subclass's _get_iterator calling its base's: substituted once, by the outer.
+            if substitutes is None or substitutes.building or not substitutes.take():
                 return build(self)
-            return _build_with(self, substitutes, build)
+            substitutes.building = True
+            try:
+                return _build_with(self, substitutes, build)
+            finally:
+                substitutes.building = False
 
         _get_iterator.__wrapped__ = build  # type: ignore[attr-defined]
         # type.__setattr__: a metaclass's own __setattr__ must not see pipecheck's write.

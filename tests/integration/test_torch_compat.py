@@ -118,3 +118,23 @@ def test_the_main_process_fetcher_is_where_sampling_points_it():
         assert main_process_fetcher(iter([1, 2])) is None
     finally:
         probe.close()
+
+
+def test_a_subclass_whose_get_iterator_calls_its_bases_is_substituted_once():
+    class Overriding(DataLoader):
+        def _get_iterator(self):
+            return super()._get_iterator()
+
+    plain = DataLoader(Numbers(4), batch_size=2)
+    compat.register(plain, ("collate_fn",), lambda name, value: value, always=True)
+    list(plain)  # DataLoader._get_iterator itself is hooked now too
+    loader = Overriding(Numbers(8), batch_size=4)
+    wrapped_values = []
+
+    def substitute(name, value):
+        wrapped_values.append(value)
+        return lambda batch: torch.tensor(batch) * 10
+
+    substitutes = compat.register(loader, ("collate_fn",), substitute, always=True)
+    assert [b.tolist() for b in loader] == [[0, 10, 20, 30], [40, 50, 60, 70]]
+    assert substitutes.calls == 1 and wrapped_values == [loader.collate_fn]
