@@ -43,6 +43,7 @@ ITEM_S = {"latency": 0.01, "cpu": 0.005, "io": 0.005}
 def start(loader: str, workers: int, folder: Path,
           hostile: bool = False) -> tuple[subprocess.Popen, Path]:
     record, ready = folder / f"{loader}-{workers}.txt", folder / f"{loader}-{workers}.ready"
+    ready.unlink(missing_ok=True)  # an earlier round's: wait for this target's own
     target = subprocess.Popen([sys.executable, str(TARGET), "--loader", loader, "--workers",
                                str(workers), "--item-s", str(ITEM_S[loader]), "--record",
                                str(record), "--ready", str(ready)]
