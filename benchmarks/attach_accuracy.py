@@ -13,8 +13,12 @@ Loaders: ``latency`` (each sample sleeps 10 ms), ``cpu`` (each sample burns 5 ms
 ``io`` (each sample reads 64 KiB of a generated file, then burns 2.5 ms: mixed); batch 4, a
 step burning 20 ms of CPU.
 
+``--hostile-names``: the step and each sample's work run under function and file names holding
+newlines, ``;`` and text shaped like py-spy's raw lines (``tests/support/hostile_names.py``);
+the estimate must not move (pipecheck reads py-spy's speedscope JSON, not its text lines).
+
 Usage: ``python benchmarks/attach_accuracy.py [--duration S] [--workers 0,2]
-[--loaders latency,cpu,io] [--rounds R]``
+[--loaders latency,cpu,io] [--rounds R] [--hostile-names]``
 """
 
 from __future__ import annotations
@@ -36,11 +40,14 @@ TARGET = ROOT / "tests" / "support" / "attach_target.py"
 ITEM_S = {"latency": 0.01, "cpu": 0.005, "io": 0.005}
 
 
-def start(loader: str, workers: int, folder: Path) -> tuple[subprocess.Popen, Path]:
+def start(loader: str, workers: int, folder: Path,
+          hostile: bool = False) -> tuple[subprocess.Popen, Path]:
     record, ready = folder / f"{loader}-{workers}.txt", folder / f"{loader}-{workers}.ready"
+    ready.unlink(missing_ok=True)  # an earlier round's: wait for this target's own
     target = subprocess.Popen([sys.executable, str(TARGET), "--loader", loader, "--workers",
                                str(workers), "--item-s", str(ITEM_S[loader]), "--record",
-                               str(record), "--ready", str(ready)])
+                               str(record), "--ready", str(ready)]
+                              + (["--hostile-names"] if hostile else []))
     deadline = time.monotonic() + 120
     while not ready.exists():
         if target.poll() is not None or time.monotonic() > deadline:
@@ -50,8 +57,9 @@ def start(loader: str, workers: int, folder: Path) -> tuple[subprocess.Popen, Pa
     return target, record
 
 
-def measure(loader: str, workers: int, duration_s: float, folder: Path) -> dict:
-    target, record = start(loader, workers, folder)
+def measure(loader: str, workers: int, duration_s: float, folder: Path,
+            hostile: bool = False) -> dict:
+    target, record = start(loader, workers, folder, hostile)
     out = folder / f"{loader}-{workers}.json"
     try:
         done = subprocess.run([sys.executable, "-m", "pipecheck", "attach", str(target.pid),
@@ -73,9 +81,11 @@ def main() -> None:
     parser.add_argument("--workers", default="0,2")
     parser.add_argument("--loaders", default="latency,cpu,io")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--hostile-names", action="store_true")
     args = parser.parse_args()
-    print(f"pipecheck attach --duration {args.duration:g}; error = estimate - script's own, "
-          "percentage points")
+    print(f"pipecheck attach --duration {args.duration:g}"
+          f"{' (hostile function names)' if args.hostile_names else ''}; error = estimate - "
+          "script's own, percentage points")
     print(f"{'loader':8} {'workers':>7} {'estimate':>9} {'95% interval':>15} {'own':>7} "
           f"{'error pp':>8} {'in CI':>5} {'samples':>7} {'class':>14}")
     errors = []
@@ -83,7 +93,8 @@ def main() -> None:
         for _ in range(args.rounds):
             for loader in args.loaders.split(","):
                 for workers in (int(w) for w in args.workers.split(",")):
-                    r = measure(loader, workers, args.duration, Path(tmp))
+                    r = measure(loader, workers, args.duration, Path(tmp),
+                                args.hostile_names)
                     low, high = r["stall_interval"]
                     error = (r["stall_fraction"] - r["own"]) * 100
                     errors.append(abs(error))

@@ -71,11 +71,11 @@ def blocking(window_s: float, pid: int, folder: Path, rate: int, **_: object
              ) -> tuple[float, float, None]:
     py_spy = find_py_spy()
     assert py_spy is not None
-    common = ["--format", "raw", "--rate", str(rate), "--pid", str(pid), "--duration",
+    common = ["--format", "speedscope", "--rate", str(rate), "--pid", str(pid), "--duration",
               str(round(window_s))]
     start = time.time()
     spies = [subprocess.Popen([py_spy, "record", *extra, *common, "--output",
-                               str(folder / f"blocking{i}.txt")],
+                               str(folder / f"blocking{i}.json")],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i, extra in enumerate((["--subprocesses"], ["--idle", "--subprocesses"]))]
     for spy in spies:

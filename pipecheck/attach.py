@@ -17,8 +17,21 @@ the target, never writes into it and does not change its ptrace permissions: a t
 cannot be traced is refused up front with a one-line reason
 (:func:`~pipecheck.probes.stacks.check_target`).
 
-Ctrl-C ends the window early; what was measured is still analysed and reported
-(``attach.status`` ``interrupted``). The analysis is :mod:`pipecheck.analysis.attach`.
+The target is the process with that PID *and start time* (psutil's ``create_time``, read
+before anything else): it is checked every :data:`_POLL_S` seconds, and a different start time
+means the target exited and its PID was reused, which ends the window as ``target-exited`` with
+the duration actually observed (never another process's data; the host sampler's psutil calls
+also refuse a reused PID).
+
+Signals (:class:`StopSignals`, main thread only): SIGINT (Ctrl-C), SIGTERM and SIGHUP (a closed
+terminal) end the window early; py-spy is stopped and reaped, what was measured is analysed and
+reported (``attach.status`` ``interrupted`` for SIGINT, ``terminated`` for SIGTERM and SIGHUP,
+``attach.signal`` naming it) and py-spy's folder removed. The handler takes no lock: it appends
+the signal number to a list and writes a byte to a pipe the waiting main thread selects on. A
+signal left ignored by whoever started pipecheck (``nohup``: SIGHUP) stays ignored. SIGKILL runs
+no code: py-spy then dies with pipecheck (``PR_SET_PDEATHSIG``,
+:func:`pipecheck.probes.stacks.die_with_parent`) and its folder is swept by the next run. The
+analysis is :mod:`pipecheck.analysis.attach`.
 """
 
 from __future__ import annotations
@@ -27,10 +40,12 @@ import dataclasses
 import os
 import platform
 import re
+import select
 import signal
 import threading
 import time
 from datetime import datetime, timezone
+from types import FrameType
 from typing import Callable, Optional
 
 import psutil
@@ -66,20 +81,125 @@ memory-growth test needs (:data:`pipecheck.analysis.memory.MIN_READINGS` after i
 third)."""
 
 _POLL_S = 0.1
+"""Seconds between checks that the target still runs (same PID, same start time)."""
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that end the window early and still give a report (:class:`StopSignals`)."""
+
+
+def signal_status(signum: int) -> str:
+    """``attach.status`` for a window ended by signal ``signum``: ``interrupted`` for SIGINT
+    (Ctrl-C), ``terminated`` otherwise (SIGTERM, SIGHUP)."""
+    return "interrupted" if signum == signal.SIGINT else "terminated"
+
+
+class StopSignals:
+    """While entered (from the main thread; elsewhere a no-op, as Python delivers signals to
+    the main thread only): SIGINT, SIGTERM and SIGHUP are recorded instead of ending the
+    process, and wake :meth:`wait`. The handler takes no lock (a list append and a one-byte
+    write to a pipe). A signal whose disposition was ``SIG_IGN`` (``nohup``) is left ignored.
+    The previous handlers are put back on exit. The CLI enters it around sampling *and*
+    writing the report, so a second signal cannot lose the report either."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._pipe: Optional[tuple[int, int]] = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def first(self) -> Optional[int]:
+        """The first stop signal received (its number), ``None`` before any."""
+        return self.received[0] if self.received else None
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        self._pipe = (read, write)
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) == signal.SIG_IGN:
+                continue
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+        self._previous.clear()
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
+
+    def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.received.append(signum)
+        if self._pipe is not None:
+            try:
+                os.write(self._pipe[1], b"s")
+            except OSError:  # the pipe is full: a byte is waiting already
+                pass
+
+    def wait(self, timeout_s: float) -> Optional[int]:
+        """Sleep up to ``timeout_s`` seconds, less when a stop signal arrives; the first
+        signal received so far (its number) or ``None``."""
+        if self.first is None:
+            if self._pipe is None:
+                time.sleep(timeout_s)
+            else:
+                select.select([self._pipe[0]], [], [], timeout_s)
+        return self.first
+
+
+class StoppedBeforeSampling(Exception):
+    """A stop signal (``signum``) arrived while the target was being checked, before any
+    sampling: there is nothing to report."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"{signal.Signals(signum).name} received before sampling started")
+        self.signum = signum
+
+
+class _Target:
+    """The attached process: its PID and its start time, so a reused PID is another process."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self.create_time = psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:
+            raise BadInputError(f"no process with PID {pid}") from None
+        except psutil.Error as error:
+            raise BadInputError(f"cannot read PID {pid}: {error}") from None
+
+    def running(self) -> bool:
+        """Whether the target still runs: a process with its PID and start time, not a
+        zombie (read afresh from ``/proc/PID/stat``)."""
+        try:
+            now = psutil.Process(self.pid)
+            return (now.create_time() == self.create_time
+                    and now.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
 
 
 def attach(pid: int, duration_s: Optional[float] = None, *, rate_hz: Optional[int] = None,
-           on_started: Optional[Callable[[float], None]] = None) -> Report:
+           on_started: Optional[Callable[[float], None]] = None,
+           signals: Optional[StopSignals] = None) -> Report:
     """Sample process ``pid`` for ``duration_s`` seconds (> 0; ``None``:
     :data:`DEFAULT_DURATION_S`) at ``rate_hz`` (>= 1; ``None``: :data:`ATTACH_RATE_HZ`)
     samples per second and return its :class:`~pipecheck.report.Report` (``kind="attach"``).
 
-    Ends early when the target exits (``attach.status`` ``target-exited``) or on Ctrl-C
-    (``interrupted``: the report covers what was measured; the caller decides the exit code).
-    ``on_started`` is called with the duration once sampling has started. Raises
-    :class:`~pipecheck.errors.BadInputError` (one line) for a bad duration or rate, no such
-    process, this process itself, a process that is not Python, or one py-spy may not trace
-    (with how to allow it)."""
+    Ends early when the target exits or its PID is reused (``attach.status``
+    ``target-exited``), or on SIGINT, SIGTERM or SIGHUP (``interrupted`` / ``terminated``,
+    ``attach.signal`` naming it: the report covers what was measured; the caller decides the
+    exit code: the CLI's is ``128 + N``). ``signals``: an entered :class:`StopSignals` the
+    caller holds beyond this call (the CLI, to write the report under it too; a signal it
+    received while the target was checked raises :class:`StoppedBeforeSampling`); without it,
+    one is entered for the sampling only. ``on_started`` is called with the duration once
+    sampling has started. Raises :class:`~pipecheck.errors.BadInputError` (one line) for a bad
+    duration or rate, no such process, this process itself, a process that is not Python, or
+    one py-spy may not trace (with how to allow it)."""
     duration_s = DEFAULT_DURATION_S if duration_s is None else duration_s
     rate_hz = ATTACH_RATE_HZ if rate_hz is None else rate_hz
     if not 0 < duration_s < float("inf"):
@@ -90,11 +210,25 @@ def attach(pid: int, duration_s: Optional[float] = None, *, rate_hz: Optional[in
         raise BadInputError(f"no process with PID {pid}")
     if pid == os.getpid():
         raise BadInputError(f"PID {pid} is pipecheck itself; give the training process's PID")
+    target = _Target(pid)
     py_spy = find_py_spy()
     problem, python_version = check_target(pid, py_spy)
+    if signals is not None and signals.first is not None:  # py-spy dump may have had it too
+        raise StoppedBeforeSampling(signals.first)
     if problem is not None:
         raise BadInputError(problem)
     environment = _environment(pid, python_version)
+    if signals is not None:
+        return _sample(target, duration_s, rate_hz, py_spy, environment, on_started, signals)
+    with StopSignals() as own:
+        return _sample(target, duration_s, rate_hz, py_spy, environment, on_started, own)
+
+
+def _sample(target: _Target, duration_s: float, rate_hz: int, py_spy: Optional[str],
+            environment: Environment, on_started: Optional[Callable[[float], None]],
+            signals: StopSignals) -> Report:
+    """Sample ``target`` until the window ends; the report."""
+    pid = target.pid
     workers: dict[int, int] = {}
     lock = threading.Lock()
 
@@ -110,15 +244,13 @@ def attach(pid: int, duration_s: Optional[float] = None, *, rate_hz: Optional[in
     started = time.time()
     host.start()
     sampler.start()
-    if on_started is not None:
-        on_started(duration_s)
     status = "complete"
     try:
-        status = _wait(pid, started + duration_s)
-    except KeyboardInterrupt:
-        status = "interrupted"
-    ended = time.time()
-    with _no_interrupts():  # a second Ctrl-C must not lose what was measured
+        if on_started is not None:
+            on_started(duration_s)
+        status = _wait(target, started + duration_s, signals)
+    finally:  # py-spy stopped and its folder removed whatever happened
+        ended = time.time()
         sampler.stop()
         stacks = sampler.record()
         with lock:
@@ -126,8 +258,11 @@ def attach(pid: int, duration_s: Optional[float] = None, *, rate_hz: Optional[in
                 sorted(stacks.worker_samples_by_pid, key=int))})
         host.stop()
         host_record = host.record()
+    stop_signal = signals.first if status in ("interrupted", "terminated") else None
     analysis = analyze_attach(stacks, host_record, pid=pid, status=status,
-                              window_start_unix_s=started, window_end_unix_s=ended)
+                              window_start_unix_s=started, window_end_unix_s=ended,
+                              signal=(signal.Signals(stop_signal).name
+                                      if stop_signal is not None else None))
     processes = [dataclasses.replace(p, cpu=[]) for p in host_record.processes]
     return Report(
         kind="attach",
@@ -146,35 +281,18 @@ def attach(pid: int, duration_s: Optional[float] = None, *, rate_hz: Optional[in
     )
 
 
-def _wait(pid: int, until: float) -> str:
-    """Sleep until ``until`` (``time.time()``) or the target's exit: ``complete`` or
-    ``target-exited``."""
-    try:
-        target = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return "target-exited"
-    while (left := until - time.time()) > 0:
-        time.sleep(min(_POLL_S, left))
-        try:
-            if target.status() == psutil.STATUS_ZOMBIE:
-                return "target-exited"
-        except psutil.NoSuchProcess:
+def _wait(target: _Target, until: float, signals: StopSignals) -> str:
+    """Wait until ``until`` (``time.time()``), the target's exit (or its PID's reuse) or a stop
+    signal: ``complete``, ``target-exited``, ``interrupted`` or ``terminated``."""
+    while True:
+        if not target.running():
             return "target-exited"
-    return "complete"
-
-
-class _no_interrupts:
-    """Ignore SIGINT inside the block (main thread only; elsewhere a no-op), restoring the
-    previous handler after."""
-
-    def __enter__(self) -> None:
-        self._previous = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        left = until - time.time()
+        if left <= 0:
+            return "complete"
+        signum = signals.wait(min(_POLL_S, left))
+        if signum is not None:
+            return signal_status(signum)
 
 
 def _environment(pid: int, python_version: Optional[str]) -> Environment:

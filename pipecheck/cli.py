@@ -27,6 +27,7 @@ import abc
 import argparse
 import inspect
 import os
+import signal
 import stat
 import sys
 import traceback
@@ -688,7 +689,9 @@ class AttachCommand(Command):
     wrapped run's thresholds. Batch counts and rates, per-batch times, the producer's capacity
     and so any recommendation need the loader wrapped (pipecheck run -- python train.py).
     py-spy must be allowed to trace PID: the same user with kernel.yama.ptrace_scope 0, or
-    root / CAP_SYS_PTRACE. Ctrl-C ends the window early and still reports it (exit 130).
+    root / CAP_SYS_PTRACE. Ctrl-C, SIGTERM and SIGHUP end the window early, stop py-spy and
+    still write the report; the exit code is then 128 + the signal's number (130 for Ctrl-C,
+    143 for SIGTERM, 129 for SIGHUP).
     """
 
     name = "attach"
@@ -707,20 +710,55 @@ class AttachCommand(Command):
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from pipecheck.attach import attach
+        from pipecheck.attach import StopSignals, StoppedBeforeSampling, attach
 
         def started(duration_s: float) -> None:
             if not args.quiet:
                 _say(f"{PROG}: sampling PID {args.pid} for {duration_s:g} s "
                      "(Ctrl-C ends early and reports)", sys.stderr)
 
-        report = attach(args.pid, args.duration, rate_hz=args.rate, on_started=started)
-        _emit(report, args)
-        if report.attach is not None and report.attach.status == "interrupted":
-            print(f"{PROG}: interrupted; the report covers the window sampled so far",
-                  file=sys.stderr)
-            return EXIT_INTERRUPTED
+        terminals = [fd for fd in (1, 2) if _is_terminal(fd)]
+        # Held until the report is written: a signal while writing it cannot lose it.
+        with StopSignals() as signals:
+            try:
+                report = attach(args.pid, args.duration, rate_hz=args.rate,
+                                on_started=started, signals=signals)
+            except StoppedBeforeSampling as stopped:
+                _leave_hung_up_terminal(terminals)
+                _say(f"{PROG}: {stopped}; nothing was sampled, no report", sys.stderr)
+                return 128 + stopped.signum
+            if signals.first is not None:
+                _leave_hung_up_terminal(terminals)
+            _emit(report, args)
+            if signals.first is not None:
+                name = signal.Signals(signals.first).name
+                ended = report.attach is not None and report.attach.signal == name
+                _say(f"{PROG}: {name} received; " + (
+                    "the report covers the window sampled so far" if ended
+                    else "the report was written first"), sys.stderr)
+                return 128 + signals.first  # as a shell reports a process signal N ended
         return EXIT_OK
+
+
+def _is_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _leave_hung_up_terminal(terminals: list[int]) -> None:
+    """Point each of ``terminals`` (stdout, stderr) that was a terminal and is one no longer at
+    ``/dev/null``: a hung-up terminal (SIGHUP: it was closed) fails every write with EIO and
+    every terminal query with it, so ``isatty`` turns false. The files are written anyway."""
+    for fd in terminals:
+        if not _is_terminal(fd):
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, fd)
+                os.close(devnull)
+            except OSError:
+                pass
 
 
 def _run_title(loader: Any) -> str:

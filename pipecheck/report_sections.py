@@ -57,7 +57,10 @@ class AttachSection:
     """What ``pipecheck attach PID`` concluded from stack samples and psutil alone, the report's
     ``attach`` section (:func:`pipecheck.analysis.attach.analyze_attach`).
 
-    ``status``: ``complete``, ``interrupted`` (Ctrl-C) or ``target-exited``; the window runs
+    ``status``: ``complete``, ``interrupted`` (SIGINT: Ctrl-C), ``terminated`` (SIGTERM or
+    SIGHUP) or ``target-exited`` (it exited, or its PID now names a process with another start
+    time); ``signal``: the signal that ended the window (``"SIGINT"``, ``"SIGTERM"``,
+    ``"SIGHUP"``; ``None`` when none did, and in reports written before it existed); the window runs
     from ``window_start_unix_s`` to ``window_end_unix_s`` (``time.time()`` seconds),
     ``duration_s`` long, sampled at ``rate_hz``. ``stall_fraction`` (0-1): ``next_samples`` of
     the ``main_thread_samples`` were inside the DataLoader's ``__next__``; ``stall_interval``
@@ -88,6 +91,7 @@ class AttachSection:
     main_memory_growth_significant: Optional[bool]
     batches_per_s: Optional[float]
     unknown: list[str]
+    signal: Optional[str] = None
 
 
 _TRIAL_KEYS = ("config", "samples_per_s", "batches_per_s", "stall_fraction", "measured",

@@ -43,9 +43,13 @@ from pipecheck.analysis.judgement import MIN_MATERIAL_WAIT_S
 from pipecheck.kinds import (
     BALANCED,
     COMPUTE_BOUND,
+    IN_PROGRESS,
     INPUT_BOUND,
+    INTERRUPTED,
     NO_DATA,
+    TERMINATED,
     VERDICT_FINDING,
+    ConsumerStatus,
     FindingKind,
     Severity,
     Verdict,
@@ -92,6 +96,7 @@ def analyze_attach(
     status: str,
     window_start_unix_s: float,
     window_end_unix_s: float,
+    signal: Optional[str] = None,
     input_bound_stall: float = DEFAULT_INPUT_BOUND_STALL,
     compute_bound_stall: float = DEFAULT_COMPUTE_BOUND_STALL,
 ) -> AttachAnalysis:
@@ -99,8 +104,9 @@ def analyze_attach(
 
     ``stacks``: the py-spy record over ``pid`` (its ``--idle`` sampler covering the workers);
     ``host``: psutil's record of ``pid`` and its children (``None`` when not sampled);
-    ``status``: ``complete``, ``interrupted`` (Ctrl-C) or ``target-exited``; the window's ends
-    are ``time.time()`` seconds. Thresholds are stall fractions 0-1, the wrapped run's
+    ``status``: ``complete``, ``interrupted`` (SIGINT), ``terminated`` (SIGTERM, SIGHUP) or
+    ``target-exited``; ``signal``: the name of the signal that ended the window, if one did;
+    the window's ends are ``time.time()`` seconds. Thresholds are stall fractions 0-1, the wrapped run's
     defaults (:mod:`pipecheck.analysis.verdict`). Never raises for a failed or empty record:
     the verdict is then ``no-data`` and the section says why."""
     window_s = max(window_end_unix_s - window_start_unix_s, 0.0)
@@ -137,13 +143,14 @@ def analyze_attach(
         main_memory_growth_significant=main_growth.significant if main_growth else None,
         batches_per_s=None,
         unknown=list(UNKNOWN_WITHOUT_WRAPPING),
+        signal=signal,
     )
     wait_s = stall * window_s if stall is not None else 0.0
     consumer = ConsumerSummary(
         batches=0, samples=0, wall_s=window_s, wait_s=wait_s,
         compute_s=max(window_s - wait_s, 0.0) if stall is not None else 0.0,
         stall_fraction=stall, samples_per_s=None, batches_per_s=None, tokens_per_s=None,
-        first_batch_s=None, status="interrupted" if status == "interrupted" else "in-progress")
+        first_batch_s=None, status=_consumer_status(status))
     producer = ProducerSummary(
         capacity_batches_per_s=None, batch_time_s=None, workers=[],
         probe="none", capacity_basis="not measured: attached, not wrapped",
@@ -157,6 +164,13 @@ def analyze_attach(
     diagnosis = Diagnosis(verdict=verdict, bottleneck=BOTTLENECKS[verdict], findings=findings,
                           thresholds=thresholds, judgement=judgement)
     return AttachAnalysis(consumer, producer, diagnosis, section)
+
+
+def _consumer_status(status: str) -> ConsumerStatus:
+    """The consumer summary's status for an attach window's: ended by a signal, or still
+    running as far as pipecheck knows (the window ended, or the target exited)."""
+    return (INTERRUPTED if status == INTERRUPTED else TERMINATED if status == TERMINATED
+            else IN_PROGRESS)
 
 
 def _verdict(stall: Optional[float], input_bound: float, compute_bound: float) -> Verdict:

@@ -1,12 +1,23 @@
 """Hot stacks: sample the training process and its DataLoader workers with py-spy for a bounded
 window, and count which Python functions were on the CPU.
 
-One ``py-spy record --pid MAIN --subprocesses --format raw --function --nonblocking`` process
-samples the main process and every process below it (workers, and processes they start) at
-``rate_hz``. ``--nonblocking`` reads the targets' memory without pausing them, so the training
+One ``py-spy record --pid MAIN --subprocesses --format speedscope --function --nonblocking``
+process samples the main process and every process below it (workers, and processes they start)
+at ``rate_hz``. ``--nonblocking`` reads the targets' memory without pausing them, so the training
 loop is never stopped; idle threads (sleeping, blocked on a queue or a socket) are left out by
-py-spy, so the counts are on-CPU time. A watcher thread ends the window with SIGINT (py-spy then
-writes its output) and reads py-spy's own CPU time first, reported as the overhead.
+py-spy, so the counts are on-CPU time. The output is read as structured JSON
+(:mod:`pipecheck.probes.speedscope`), never as text lines: a function, file or thread name
+holding a newline or a ``;`` cannot forge a stack or a sample count.
+
+The watcher thread ``pipecheck-stacks`` starts both py-spy processes, ends the window with SIGINT
+(py-spy then writes its output; its own CPU time is read first, reported as the overhead) and
+waits for them to exit. Each py-spy dies with the process that started it:
+``prctl(PR_SET_PDEATHSIG, SIGKILL)`` is set in the child before ``exec``
+(:func:`die_with_parent`). Linux sends that signal when the *thread* that forked the child ends,
+so the watcher, which outlives its py-spy processes, forks them, never the caller's thread (a
+loader iterated in a short-lived thread would otherwise kill its own sampler). A process
+SIGKILLed, or ended by a SIGTERM it does not handle, so leaves no py-spy running; its output
+folder is swept by the next run (:mod:`pipecheck._owned`).
 
 A second py-spy samples the main process alone with ``--idle`` (off-CPU stacks too), to split
 the main thread's time inside the DataLoader's ``__next__`` into waiting on an empty queue
@@ -43,10 +54,11 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from pipecheck import _owned
 from pipecheck._locks import bounded
+from pipecheck.probes.speedscope import Frame, SampledStack, read_speedscope
 from pipecheck.records import HotFunction, StacksRecord
 
 DEFAULT_WINDOW_S = 10.0
@@ -72,9 +84,13 @@ _PR_SET_PTRACER = 0x59616D61  # "Yama" in <linux/prctl.h>
 _PR_SET_PTRACER_ANY = ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF)
 _CAP_SYS_PTRACE = 19
 _STOP_TIMEOUT_S = 10.0
-_WORKER_LOOP = "_worker_loop ("  # torch.utils.data._utils.worker._worker_loop
-_OWN_THREAD = "HostProbe._run ("  # pipecheck's sampler thread in the main process
-_FRAME = re.compile(r"^(?P<function>.*) \((?P<file>.*):(?P<line>\d+)\)$")
+"""Seconds py-spy gets to write its output after SIGINT before it is killed."""
+_WORKER_LOOP = "_worker_loop"  # torch.utils.data._utils.worker._worker_loop
+_OWN_THREAD = "HostProbe._run"  # pipecheck's sampler thread in the main process
+HOT_OUTPUT = "stacks.json"
+"""py-spy's on-CPU samples (speedscope JSON), in the sampler's folder."""
+IDLE_OUTPUT = "main.json"
+"""The ``--idle`` sampler's output (speedscope JSON), in the sampler's folder."""
 
 _ENABLE_HINT = (
     "run as root with CAP_SYS_PTRACE (in Docker: docker run --cap-add SYS_PTRACE), or allow "
@@ -92,6 +108,39 @@ def _set_ptracer(value: ctypes.c_ulong) -> bool:
         return libc.prctl(_PR_SET_PTRACER, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> Optional[Callable[[], None]]:
+    """A ``preexec_fn`` that makes the child receive SIGKILL when the thread that forks it
+    ends (``prctl(PR_SET_PDEATHSIG, SIGKILL)``; kept across ``exec`` for a binary that is not
+    set-user-ID), and kills it at once if this process died before that call took effect;
+    ``None`` off Linux or where ``prctl`` cannot be found.
+
+    Fork from a thread that lives as long as the child (the process's main thread, or a thread
+    that waits for the child), as Linux ties the signal to the forking *thread*. The function
+    is resolved here, in the parent: the child between ``fork`` and ``exec`` only calls it
+    (no import, no lock)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # the parent is gone already: the signal will never come
+            os.kill(os.getpid(), kill)
+
+    return in_child
 
 
 def allow_ptrace() -> bool:
@@ -207,7 +256,7 @@ def run_dump(py_spy: str, pid: int) -> tuple[int, str, str]:
     try:
         done = subprocess.run([py_spy, "dump", "--nonblocking", "--pid", str(pid)],
                               stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=_DUMP_TIMEOUT_S)
+                              timeout=_DUMP_TIMEOUT_S, preexec_fn=die_with_parent())
     except subprocess.TimeoutExpired:
         return 1, "", f"py-spy dump did not answer within {_DUMP_TIMEOUT_S:.0f} s"
     return (done.returncode, done.stdout.decode(errors="replace"),
@@ -262,12 +311,14 @@ class StackSampler:
     too, so workers blocked off the CPU (sleeping in ``__getitem__``, waiting for indices) are
     seen and their busy share counted (``StacksRecord.worker_busy_samples``).
 
-    :meth:`start` launches py-spy (or records why it cannot); :meth:`stop` ends the window
-    early if it is still open, waits for py-spy's output and parses it; :meth:`record` returns
-    the :class:`~pipecheck.records.StacksRecord` (``running`` until the window is over and
-    stopped). ``py_spy``: the executable (default: :func:`find_py_spy`). ``rate_hz`` is truncated
-    to whole samples per second. Raises ``ValueError`` for a non-positive window or a rate below
-    1 Hz. Never raises from start/stop/record.
+    :meth:`start` launches py-spy from the watcher thread (or records why it cannot); the
+    watcher ends the window after ``window_s`` and waits for py-spy to write its output;
+    :meth:`stop` ends the window early if it is still open, waits for the watcher and parses
+    the output; :meth:`record` returns the :class:`~pipecheck.records.StacksRecord`
+    (``running`` until the window is over and stopped). py-spy dies with this process
+    (:func:`die_with_parent`). ``py_spy``: the executable (default: :func:`find_py_spy`).
+    ``rate_hz`` is truncated to whole samples per second. Raises ``ValueError`` for a
+    non-positive window or a rate below 1 Hz. Never raises from start/stop/record.
     """
 
     def __init__(
@@ -290,8 +341,8 @@ class StackSampler:
         self._idle_subprocesses = idle_subprocesses
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._process: Optional[subprocess.Popen] = None
-        self._main_process: Optional[subprocess.Popen] = None
+        self._processes: list[subprocess.Popen] = []  # hot, then idle; set by the watcher
+        self._exits: list[tuple[Optional[int], str]] = []  # their (status, stderr) once reaped
         self._watcher: Optional[threading.Thread] = None
         self._dir: Optional[str] = None  # py-spy's output folder, owned (pipecheck._owned)
         self._dir_fd: Optional[int] = None
@@ -322,56 +373,68 @@ class StackSampler:
                 self._close_ptrace()
                 self._record = self._result("failed", note=f"no folder for py-spy: {error}")
                 return
-            common = ["--format", "raw", "--function", "--full-filenames", "--nonblocking",
-                      "--rate", str(self.rate_hz), "--pid", str(self.pid)]
+            common = ["--format", "speedscope", "--function", "--full-filenames",
+                      "--nonblocking", "--rate", str(self.rate_hz), "--pid", str(self.pid)]
             hot = [self._py_spy, "record", "--subprocesses", *common, "--output",
-                   os.path.join(self._dir, "stacks.txt")]
+                   os.path.join(self._dir, HOT_OUTPUT)]
             idle = [self._py_spy, "record", "--idle",
                     *(["--subprocesses"] if self._idle_subprocesses else []), *common, "--output",
-                    os.path.join(self._dir, "main.txt")]
-            try:
-                self._process = _launch(hot)
-                self._main_process = _launch(idle)
-            except OSError as error:
-                # The first py-spy may be running already: stop and reap it, drop the directory.
-                if self._process is not None:
-                    self._process.kill()
-                    _finish(self._process)
+                    os.path.join(self._dir, IDLE_OUTPUT)]
+            launched = threading.Event()
+            failure: list[OSError] = []
+            self._watcher = threading.Thread(target=self._watch,
+                                             args=([hot, idle], launched, failure),
+                                             name="pipecheck-stacks", daemon=True)
+            self._watcher.start()
+            # Popen returns once py-spy has exec'd, or raises; bounded all the same, as the
+            # caller may be the training loop.
+            if not launched.wait(_STOP_TIMEOUT_S):
+                self._stop.set()  # the watcher ends the window as soon as py-spy is up
+                failure.append(OSError(f"py-spy was not running after {_STOP_TIMEOUT_S:g} s"))
+            if failure:
                 self.remove_files()
                 self._close_ptrace()
-                self._record = self._result("failed", note=f"py-spy could not start: {error}")
-                return
-            self._watcher = threading.Thread(target=self._watch, name="pipecheck-stacks",
-                                             daemon=True)
-            self._watcher.start()
+                self._record = self._result("failed",
+                                            note=f"py-spy could not start: {failure[0]}")
 
-    def _watch(self) -> None:
-        """End the window after ``window_s`` (or when stopped): read py-spy's CPU, then SIGINT."""
+    def _watch(self, commands: list[list[str]], launched: threading.Event,
+               failure: list[OSError]) -> None:
+        """The watcher thread: start py-spy (so it dies with this thread's process, see
+        :func:`die_with_parent`), end the window after ``window_s`` or when stopped (read
+        py-spy's CPU, then SIGINT: py-spy writes its output on Ctrl-C) and reap it."""
+        try:
+            for command in commands:
+                self._processes.append(_launch(command))
+        except OSError as error:
+            for process in self._processes:  # the first may be running already
+                process.kill()
+                _finish(process)
+            failure.append(error)
+            launched.set()
+            return
+        launched.set()
         self._stop.wait(self.window_s)
-        used = [_cpu_s(p.pid) for p in (self._process, self._main_process)
-                if p is not None and p.poll() is None]
+        used = [_cpu_s(p.pid) for p in self._processes if p.poll() is None]
         self._overhead_cpu_s = sum(u for u in used if u is not None) if used else None
-        for process in (self._process, self._main_process):
-            if process is not None and process.poll() is None:
+        for process in self._processes:
+            if process.poll() is None:
                 try:
-                    process.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+                    process.send_signal(signal.SIGINT)
                 except OSError:
                     pass
+        self._exits = [_finish(process) for process in self._processes]
 
     def stop(self) -> None:
         """End the window now if open, wait for py-spy and parse what it wrote. Idempotent."""
         with bounded(self._lock) as held:
-            if not held or self._record is not None or self._process is None:
+            if not held or self._record is not None or self._watcher is None:
                 return  # not held: the holder is stopped (a signal handler saving the report)
             self._stop.set()
-            if self._watcher is not None:
-                self._watcher.join(_STOP_TIMEOUT_S)
+            # py-spy gets _STOP_TIMEOUT_S to write, then a kill and another wait.
+            self._watcher.join(2 * _STOP_TIMEOUT_S + 1.0)
             assert self._started_at is not None
             self._sampled_s = min(self.window_s, time.perf_counter() - self._started_at)
-            returncode, stderr = _finish(self._process)
-            if self._main_process is not None:
-                _finish(self._main_process)
-            self._record = self._parse_result(returncode, stderr)
+            self._record = self._parse_result()
             self.remove_files()
             self._close_ptrace()
 
@@ -401,23 +464,34 @@ class StackSampler:
                 return self._result("unavailable", note="stack sampling was not started")
             return self._result("running", note="the sampling window is still open")
 
-    def _parse_result(self, returncode: Optional[int], stderr: str) -> StacksRecord:
-        output = os.path.join(self._dir, "stacks.txt") if self._dir is not None else None
-        text = ""
-        if output is not None and os.path.exists(output):
-            with open(output, encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
-        if not text.strip():
+    def _parse_result(self) -> StacksRecord:
+        exits = list(self._exits)
+        if len(exits) < len(self._processes):  # the watcher is stuck: py-spy never exited
+            return self._result("failed", note="py-spy did not exit after SIGINT and SIGKILL")
+        try:
+            hot = self._read(HOT_OUTPUT)
+            idle = self._read(IDLE_OUTPUT)
+        except (OSError, ValueError) as error:
+            return self._result("failed", note=f"py-spy's output could not be read: {error}")
+        if not hot and not idle:
+            stderr = "\n".join(err for _, err in exits)
+            returncode = exits[0][0] if exits else None
             detail = _last_error_line(stderr) or f"exit status {returncode}"
             if "permission" in stderr.lower() or "operation not permitted" in stderr.lower():
                 return self._result("failed", note=f"py-spy was denied ({detail}); {_ENABLE_HINT}.")
             return self._result("failed", note=f"py-spy recorded nothing ({detail}).")
-        counts = parse_raw(text, self.pid)
-        main_path = os.path.join(self._dir, "main.txt") if self._dir is not None else None
-        if main_path is not None and os.path.exists(main_path):
-            with open(main_path, encoding="utf-8", errors="replace") as handle:
-                counts.update(parse_main_wait(handle.read(), self.pid))
+        counts = hot_functions(hot, self.pid)
+        counts.update(main_wait(idle, self.pid))
         return self._result("ok", **counts)
+
+    def _read(self, name: str) -> list[SampledStack]:
+        """The stacks in py-spy's output ``name``; none when it wrote nothing."""
+        if self._dir is None:
+            return []
+        path = os.path.join(self._dir, name)
+        if not os.path.exists(path) or os.path.getsize(path) == 0:
+            return []
+        return read_speedscope(path)
 
     def _result(self, status: str, **fields: Any) -> StacksRecord:
         window_s = self._sampled_s if self._sampled_s is not None else self.window_s
@@ -425,10 +499,19 @@ class StackSampler:
                             overhead_cpu_s=self._overhead_cpu_s, **fields)
 
 
-def parse_raw(text: str, main_pid: int, top: int = TOP_FUNCTIONS) -> dict[str, Any]:
-    """Hot functions from py-spy's ``--format raw`` output (one ``frame;frame;... count`` line per
-    distinct stack, outermost first; with ``--subprocesses`` led by ``process PID:"cmd"``
-    elements, the last naming the sampled process).
+def _pid(stack: SampledStack, main_pid: int) -> int:
+    """The process a stack was sampled in (``main_pid`` where py-spy named none)."""
+    return stack.pid if stack.pid is not None else main_pid
+
+
+def _has(frames: tuple[Frame, ...], function: str) -> bool:
+    return any(frame.function == function for frame in frames)
+
+
+def hot_functions(stacks: list[SampledStack], main_pid: int,
+                  top: int = TOP_FUNCTIONS) -> dict[str, Any]:
+    """Hot functions from py-spy's on-CPU samples (:func:`~pipecheck.probes.speedscope.
+    read_speedscope`).
 
     Samples of ``main_pid`` count as main, others as worker samples. Each worker sample is put
     in the pipeline stage it ran in (:func:`stage_of`): ``stages`` gives each stage's share of
@@ -439,53 +522,36 @@ def parse_raw(text: str, main_pid: int, top: int = TOP_FUNCTIONS) -> dict[str, A
     worker loop (not a torch worker), all worker samples count. Main-process samples of
     pipecheck's own sampler thread are left out. Returns ``worker_samples``,
     ``worker_other_samples``, ``main_samples``, ``top`` (over worker samples, or over main
-    samples when there are none) and ``main_top``."""
+    samples when there are none), ``main_top`` and ``stages``."""
     self_counts: dict[bool, Counter] = {True: Counter(), False: Counter()}
     inclusive: dict[bool, Counter] = {True: Counter(), False: Counter()}
     totals = {True: 0, False: 0}
-    other: list[tuple[list[str], int]] = []  # worker samples outside the worker loop
+    other: list[SampledStack] = []  # worker samples outside the worker loop
     stages: Counter = Counter()
-    leaf_stages: dict[str, Counter] = {}
+    leaf_stages: dict[Frame, Counter] = {}
 
-    def count_stage(frames: list[str], samples: int) -> None:
-        stage = stage_of(frames)
-        stages[stage] += samples
-        leaf_stages.setdefault(frames[-1], Counter())[stage] += samples
-
-    for line in text.splitlines():
-        stack, _, number = line.rstrip().rpartition(" ")
-        if not stack or not number.isdigit():
-            continue
-        samples = int(number)
-        pid = main_pid
-        frames: list[str] = []
-        for element in stack.split(";"):
-            if element.startswith("process ") and not frames:
-                pid = _pid_of(element, pid)
-            else:
-                frames.append(element)
-        if not frames:
-            continue
-        is_worker = pid != main_pid
-        if is_worker and not any(f.startswith(_WORKER_LOOP) for f in frames):
-            other.append((frames, samples))
-            continue
-        if not is_worker and any(f.startswith(_OWN_THREAD) for f in frames):
-            continue
+    def count(frames: tuple[Frame, ...], samples: int, is_worker: bool) -> None:
         totals[is_worker] += samples
         if is_worker:
-            count_stage(frames, samples)
+            stage = stage_of(frames)
+            stages[stage] += samples
+            leaf_stages.setdefault(frames[-1], Counter())[stage] += samples
         self_counts[is_worker][frames[-1]] += samples
         for frame in set(frames):
             inclusive[is_worker][frame] += samples
-    other_samples = sum(samples for _, samples in other)
+
+    for stack in stacks:
+        if not stack.frames:
+            continue
+        is_worker = _pid(stack, main_pid) != main_pid
+        if is_worker and not _has(stack.frames, _WORKER_LOOP):
+            other.append(stack)
+        elif is_worker or not _has(stack.frames, _OWN_THREAD):
+            count(stack.frames, stack.samples, is_worker)
+    other_samples = sum(stack.samples for stack in other)
     if not totals[True]:  # no torch worker loop anywhere: not DataLoader workers, count them all
-        for frames, samples in other:
-            totals[True] += samples
-            count_stage(frames, samples)
-            self_counts[True][frames[-1]] += samples
-            for frame in set(frames):
-                inclusive[True][frame] += samples
+        for stack in other:
+            count(stack.frames, stack.samples, True)
         other_samples = 0
     worker_top = _top(self_counts[True], inclusive[True], totals[True], top, leaf_stages)
     main_top = _top(self_counts[False], inclusive[False], totals[False], top)
@@ -504,7 +570,7 @@ _COLLATE_FILE = "torch/utils/data/_utils/collate.py"
 _FETCH_FILE = "torch/utils/data/_utils/fetch.py"
 
 
-def stage_of(frames: list[str]) -> str:
+def stage_of(frames: Sequence[Frame]) -> str:
     """The pipeline stage a worker stack (outermost frame first) ran in: the innermost frame
     that names one. A webdataset pipeline stage (a module-level function or an ``__iter__`` in
     the ``webdataset`` package: ``map``, ``decode``, ``tarfile_samples``, ``url_opener``, ...),
@@ -512,10 +578,7 @@ def stage_of(frames: list[str]) -> str:
     ``__getitem__`` / ``__iter__``, called from ``_utils/fetch.py``); ``worker loop``
     otherwise (waiting for indices, sending batches)."""
     for frame in reversed(frames):
-        match = _FRAME.match(frame)
-        if match is None:
-            continue
-        function, file = match["function"], match["file"].replace("\\", "/")
+        function, file = frame.function, frame.file.replace("\\", "/")
         if "/webdataset/" in file:
             if "." not in function:
                 return function.lstrip("_")
@@ -530,23 +593,24 @@ def stage_of(frames: list[str]) -> str:
 
 _RECEIVING_FILES = ("torch/multiprocessing/reductions.py", "multiprocessing/resource_sharer.py",
                     "multiprocessing/reduction.py")
-_NEXT_FRAME = "_BaseDataLoaderIter.__next__ ("
-_THREAD_ROOT = "Thread._bootstrap ("
-_PIN_LOOP = "_pin_memory_loop ("
-_PINNING = "pin_memory ("  # torch.utils.data._utils.pin_memory.pin_memory
+_NEXT_FRAME = "_BaseDataLoaderIter.__next__"
+_QUEUE_GET = "Queue.get"
+_THREAD_ROOT = "Thread._bootstrap"
+_PIN_LOOP = "_pin_memory_loop"
+_PINNING = "pin_memory"  # torch.utils.data._utils.pin_memory.pin_memory
 
 
-def parse_main_wait(text: str, main_pid: Optional[int] = None) -> dict[str, Any]:
+def main_wait(stacks: list[SampledStack], main_pid: Optional[int] = None) -> dict[str, Any]:
     """The main thread's time inside the DataLoader's ``__next__`` and the pin-memory thread's
-    busy share, from py-spy ``--idle`` raw output of the main process (every thread's stack, on
-    or off the CPU). Main-thread samples are those of ``main_pid`` (every sample when output
-    has no ``process`` elements, or ``main_pid`` is ``None``) not rooted in
-    ``Thread._bootstrap``. Returns ``main_wait`` (fractions of the main thread's in-``next()``
-    samples: ``queue-empty``, ``receiving``, ``other``), ``main_wait_samples``,
-    ``main_thread_samples`` (all the main thread's samples: the denominator of the stall
-    estimate of :mod:`pipecheck.analysis.attach`) and ``pin_memory_busy_fraction`` (``None``
-    without a pin-memory thread). With ``--subprocesses`` output, each other process whose
-    stacks show torch's worker loop is a DataLoader worker: ``worker_busy_samples`` /
+    busy share, from py-spy ``--idle`` samples of the main process (every thread's stack, on
+    or off the CPU). Main-thread samples are those of ``main_pid`` (every process's when
+    ``main_pid`` is ``None``) in the thread whose id is the pid (Linux's main thread), or, when
+    py-spy gave no such thread id, in threads not rooted in ``Thread._bootstrap``. Returns
+    ``main_wait`` (fractions of the main thread's in-``next()`` samples: ``queue-empty``,
+    ``receiving``, ``other``), ``main_wait_samples``, ``main_thread_samples`` (all the main
+    thread's samples: the denominator of the stall estimate of :mod:`pipecheck.analysis.attach`)
+    and ``pin_memory_busy_fraction`` (``None`` without a pin-memory thread). Each other process
+    whose stacks show torch's worker loop is a DataLoader worker: ``worker_busy_samples`` /
     ``worker_samples_by_pid`` count, by pid (a string), its samples in a pipeline stage
     (:func:`stage_of` other than ``worker loop``: fetching or collating) and all its samples
     inside the worker loop."""
@@ -554,40 +618,33 @@ def parse_main_wait(text: str, main_pid: Optional[int] = None) -> dict[str, Any]
     pin_total = pin_busy = main_thread = 0
     worker_busy: Counter = Counter()
     worker_all: Counter = Counter()
-    for line in text.splitlines():
-        stack, _, number = line.rstrip().rpartition(" ")
-        if not stack or not number.isdigit():
-            continue
-        samples = int(number)
-        pid = main_pid
-        frames: list[str] = []
-        for element in stack.split(";"):
-            if element.startswith("process ") and not frames:
-                pid = _pid_of(element, pid if pid is not None else -1)
-            else:
-                frames.append(element)
+    native_ids = main_pid is not None and any(
+        s.thread_id == main_pid and _pid(s, main_pid) == main_pid for s in stacks)
+    for stack in stacks:
+        frames, samples = stack.frames, stack.samples
         if not frames:
             continue
-        if main_pid is not None and pid != main_pid:
-            if any(f.startswith(_WORKER_LOOP) for f in frames):
-                key = str(pid)
+        if main_pid is not None and _pid(stack, main_pid) != main_pid:
+            if _has(frames, _WORKER_LOOP):
+                key = str(stack.pid)
                 worker_all[key] += samples
                 if stage_of(frames) != "worker loop":
                     worker_busy[key] += samples
             continue
-        if any(f.startswith(_PIN_LOOP) for f in frames):
+        if _has(frames, _PIN_LOOP):
             pin_total += samples
-            if any(f.startswith(_PINNING) for f in frames):
+            if _has(frames, _PINNING):
                 pin_busy += samples
             continue
-        if frames[0].startswith(_THREAD_ROOT):
+        if (stack.thread_id != main_pid if native_ids
+                else frames[0].function == _THREAD_ROOT):
             continue
         main_thread += samples
-        if not any(f.startswith(_NEXT_FRAME) for f in frames):
+        if not _has(frames, _NEXT_FRAME):
             continue
-        if any(f.rstrip(")").rsplit(":", 1)[0].endswith(_RECEIVING_FILES) for f in frames):
+        if any(f.file.replace("\\", "/").endswith(_RECEIVING_FILES) for f in frames):
             counts["receiving"] += samples
-        elif any(f.startswith("Queue.get (") for f in frames):
+        elif _has(frames, _QUEUE_GET):
             counts["queue-empty"] += samples
         else:
             counts["other"] += samples
@@ -603,9 +660,11 @@ def parse_main_wait(text: str, main_pid: Optional[int] = None) -> dict[str, Any]
 
 
 def _launch(command: list[str]) -> subprocess.Popen:
-    # Its own session: the user's Ctrl-C goes to the trainer, which then stops py-spy itself.
+    # Its own session: the user's Ctrl-C (or a terminal's hangup) goes to the trainer or to
+    # pipecheck, which then stops py-spy itself. It dies with the thread that launches it.
     return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=die_with_parent())
 
 
 def _finish(process: subprocess.Popen) -> tuple[Optional[int], str]:
@@ -615,27 +674,19 @@ def _finish(process: subprocess.Popen) -> tuple[Optional[int], str]:
     except subprocess.TimeoutExpired:
         process.kill()
         _, stderr = process.communicate()
-    return process.returncode, stderr.decode(errors="replace")
-
-
-def _pid_of(element: str, default: int) -> int:
-    head = element[len("process "):].split(":", 1)[0]
-    return int(head) if head.isdigit() else default
+    return process.returncode, (stderr or b"").decode(errors="replace")
 
 
 def _top(self_counts: Counter, inclusive: Counter, total: int, top: int,
-         leaf_stages: Optional[dict[str, Counter]] = None) -> list[HotFunction]:
+         leaf_stages: Optional[dict[Frame, Counter]] = None) -> list[HotFunction]:
     if not total:
         return []
     out = []
     leaf_stages = leaf_stages or {}
     for frame, samples in self_counts.most_common(top):
-        match = _FRAME.match(frame)
-        function, file, line = (
-            (match["function"], match["file"], int(match["line"])) if match else (frame, "", None)
-        )
         stage = leaf_stages[frame].most_common(1)[0][0] if frame in leaf_stages else None
-        out.append(HotFunction(function=function, file=file, line=line, fraction=samples / total,
+        out.append(HotFunction(function=frame.function, file=frame.file, line=frame.line,
+                               fraction=samples / total,
                                inclusive_fraction=inclusive[frame] / total, samples=samples,
                                stage=stage))
     return out

@@ -3,16 +3,23 @@ from outside with py-spy and psutil; its error paths; Ctrl-C; the report round t
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import select
+import shutil
 import signal
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
 import pytest
 
-from pipecheck import cli
+from pipecheck import _owned, cli
+from pipecheck.attach import STOP_SIGNALS, StopSignals
 from pipecheck.analysis.attach import analyze_attach
 from pipecheck.analysis.stats import wilson_interval
 from pipecheck.errors import ReportFormatError
@@ -23,7 +30,9 @@ from pipecheck.render.markdown import render_markdown
 from pipecheck.report import Report, load
 
 from attach_target import own_stall  # noqa: E402
+from hostile_names import HOSTILE_NAME  # noqa: E402
 from paths import SUPPORT  # noqa: E402
+from py_spy_children import output_folder, py_spy_children, wait_gone  # noqa: E402
 
 TARGET = SUPPORT / "attach_target.py"
 
@@ -118,35 +127,17 @@ def test_samples_inside_next_are_the_stall_and_its_interval_is_wilsons():
     assert result.consumer.stall_fraction == pytest.approx(0.12)
 
 
-def _ctrl_c_as_in_a_terminal() -> None:
-    # A test run started in the background by a non-interactive shell (a CI runner, nohup)
-    # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler in the
-    # child: give it the default disposition a terminal's Ctrl-C finds.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.slow
-def test_ctrl_c_ends_the_window_and_still_writes_the_report(tmp_path):
-    target, _ = _start_target(tmp_path, "--workers", "0")
+def test_ctrl_c_ends_the_window_and_still_writes_the_report(tmp_path, running_target):
     out = tmp_path / "attach.json"
-    try:
-        attach = subprocess.Popen([sys.executable, "-m", "pipecheck", "attach", str(target.pid),
-                                   "--duration", "60", "--json", str(out)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  preexec_fn=_ctrl_c_as_in_a_terminal)
-        assert attach.stderr is not None
-        line = attach.stderr.readline()  # printed once sampling has started
-        assert "sampling PID" in line, line
-        time.sleep(3)
-        attach.send_signal(signal.SIGINT)
-        _, err = attach.communicate(timeout=60)
-        assert target.poll() is None  # Ctrl-C went to pipecheck only
-    finally:
-        _stop(target)
-    assert attach.returncode == 130, err
-    section = json.loads(out.read_text())["attach"]
-    assert section["status"] == "interrupted"
-    assert 1.0 < section["duration_s"] < 30 and section["main_thread_samples"] > 0
+    process, children, folder = _attach_sampling(running_target.pid, out)
+    assert process.stderr is not None
+    assert "sampling PID" in process.stderr.readline()  # printed once sampling has started
+    time.sleep(2)
+    process.send_signal(signal.SIGINT)  # Ctrl-C goes to pipecheck only (the target runs on)
+    _, err = process.communicate(timeout=60)
+    _ended_cleanly(process, children, folder, out, "SIGINT")
+    assert "SIGINT received" in err
 
 
 def test_an_unknown_pid_is_one_line_exit_2():
@@ -248,3 +239,204 @@ def test_the_help_states_the_defaults_attach_uses(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert f"default {attach_module.DEFAULT_DURATION_S:g}:" in text
     assert f"default {attach_module.ATTACH_RATE_HZ}:" in text
+
+
+# -- signals, PID reuse and hostile names ------------------------------------------------------
+
+
+def test_stop_signals_are_recorded_by_a_lock_free_handler_and_the_old_handlers_come_back():
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        with StopSignals() as signals:
+            assert signals.wait(0.01) is None
+            os.kill(os.getpid(), signal.SIGHUP)  # ignored stays ignored
+            os.kill(os.getpid(), signal.SIGTERM)
+            started = time.monotonic()
+            assert signals.wait(30) == signal.SIGTERM
+            assert time.monotonic() - started < 5  # woken, not timed out
+            os.kill(os.getpid(), signal.SIGINT)  # a second one: noted, no KeyboardInterrupt
+            assert signals.received == [signal.SIGTERM, signal.SIGINT]
+            assert signals.first == signal.SIGTERM
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, ignored)
+    assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
+
+
+@pytest.fixture(scope="module")
+def running_target(tmp_path_factory):
+    """One training script for the signal tests (none of them may harm it)."""
+    target, _ = _start_target(tmp_path_factory.mktemp("target"), "--workers", "0")
+    yield target
+    assert target.poll() is None  # pipecheck's signals never reached it
+    _stop(target)
+
+
+def _attach_sampling(pid: int, out: Path, **popen) -> tuple[subprocess.Popen, list, str]:
+    """``pipecheck attach PID`` once it samples: the process, its two py-spy children and
+    py-spy's folder."""
+    popen.setdefault("stderr", subprocess.PIPE)
+    process = subprocess.Popen([sys.executable, "-m", "pipecheck", "attach", str(pid),
+                                "--duration", "120", "--json", str(out)],
+                               stdout=subprocess.DEVNULL, text=True,
+                               preexec_fn=_default_stop_signals, **popen)
+    children = py_spy_children(process.pid)
+    return process, children, output_folder(children)
+
+
+def _default_stop_signals() -> None:
+    # A background test run may have inherited SIGINT or SIGHUP ignored (nohup, CI runners);
+    # pipecheck leaves ignored signals ignored, so give the child the disposition a terminal
+    # session has.
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def _ended_cleanly(process, children, folder, out, name) -> dict:
+    """The checks every stop signal shares: exit 128+N, no py-spy left, py-spy's folder
+    removed, and a report whose window says what ended it. Returns the attach section."""
+    assert process.returncode == 128 + getattr(signal, name)
+    assert wait_gone(children) == []
+    assert not os.path.exists(folder)
+    section = json.loads(out.read_text())["attach"]
+    assert section["signal"] == name
+    assert section["status"] == ("interrupted" if name == "SIGINT" else "terminated")
+    assert 0.5 < section["duration_s"] < 60 and section["main_thread_samples"] > 0
+    return section
+
+
+@pytest.mark.slow
+def test_sigterm_stops_py_spy_and_still_writes_the_report(tmp_path, running_target):
+    out = tmp_path / "attach.json"
+    process, children, folder = _attach_sampling(running_target.pid, out)
+    time.sleep(2)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    _ended_cleanly(process, children, folder, out, "SIGTERM")
+    assert "SIGTERM received" in err
+    assert load(out).attach.signal == "SIGTERM"
+
+
+@pytest.mark.slow
+def test_a_closed_terminal_sighup_stops_py_spy_and_still_writes_the_report(tmp_path,
+                                                                           running_target):
+    # pipecheck attach in its own terminal session; closing the terminal (the pty's master)
+    # hangs it up: the kernel sends SIGHUP, and every later write to the terminal fails.
+    master, terminal = pty.openpty()
+
+    def own_terminal() -> None:
+        _default_stop_signals()
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    out = tmp_path / "attach.json"
+    process = subprocess.Popen([sys.executable, "-m", "pipecheck", "attach",
+                                str(running_target.pid), "--duration", "120", "--json",
+                                str(out)], stdin=terminal, stdout=terminal, stderr=terminal,
+                               preexec_fn=own_terminal)
+    os.close(terminal)
+    try:
+        shown = b""
+        while b"sampling PID" not in shown:
+            assert select.select([master], [], [], 60)[0], shown
+            shown += os.read(master, 4096)
+        children = py_spy_children(process.pid)
+        folder = output_folder(children)
+        time.sleep(2)
+    finally:
+        os.close(master)  # the terminal window closes
+    process.wait(timeout=60)
+    _ended_cleanly(process, children, folder, out, "SIGHUP")
+
+
+@pytest.mark.slow
+def test_sigkill_leaves_no_py_spy_and_the_next_run_sweeps_the_folder(tmp_path, running_target):
+    out = tmp_path / "attach.json"
+    process, children, folder = _attach_sampling(running_target.pid, out)
+    time.sleep(1)
+    process.kill()
+    process.wait(timeout=60)
+    assert wait_gone(children) == []  # PR_SET_PDEATHSIG: they died with it
+    assert not out.exists()  # SIGKILL runs no code: no report was promised
+    assert folder in _owned.sweep(os.path.dirname(folder), stacks.DIR_PREFIX)
+
+
+_REUSE = r"""
+import json, os, subprocess, sys, time
+python, target_pid_file = sys.executable, sys.argv[1]
+target = subprocess.Popen([python, "-c", "import time\nwhile True: sum(range(10**5)); time.sleep(0.005)"])
+attach = subprocess.Popen([python, "-m", "pipecheck", "attach", str(target.pid), "--duration",
+                           "8", "--json", sys.argv[2]], stderr=subprocess.PIPE, text=True)
+assert "sampling PID" in attach.stderr.readline()
+started = time.time()
+time.sleep(1.5)
+target.kill()
+target.wait()
+exited = time.time()
+for _ in range(100):  # a new Python process under the same PID
+    with open("/proc/sys/kernel/ns_last_pid", "w") as handle:
+        handle.write(str(target.pid - 1))
+    reuse = subprocess.Popen([python, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    if reuse.pid == target.pid:
+        break
+    reuse.kill()
+    reuse.wait()
+attach.communicate(timeout=120)
+ended = time.time()
+print(json.dumps({"reused": reuse.pid == target.pid, "attach_code": attach.returncode,
+                  "sampling_started": started, "target_exited": exited, "attach_ended": ended}))
+reuse.kill()
+"""
+
+
+def _pid_namespace_usable() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                           capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _pid_namespace_usable(), reason="needs unshare --pid --mount-proc (root)")
+def test_a_target_whose_pid_is_reused_is_reported_as_exited_after_its_real_lifetime(tmp_path):
+    # In a fresh PID namespace the next PID is ours to choose (ns_last_pid): the target ends
+    # 1.5 s into an 8 s window and a new Python process takes its PID at once.
+    script, out = tmp_path / "reuse.py", tmp_path / "attach.json"
+    script.write_text(_REUSE)
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+                           str(script), str(tmp_path / "pid"), str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    times = json.loads(done.stdout.strip().splitlines()[-1])
+    assert times["reused"], "the PID could not be reused"
+    assert times["attach_code"] == 0
+    section = json.loads(out.read_text())["attach"]
+    assert section["status"] == "target-exited" and section["signal"] is None
+    # The window ends with the target (within the 0.1 s check and a loaded machine's delay),
+    # never at the 8 s the other process would have filled.
+    assert section["window_end_unix_s"] < times["target_exited"] + 1.0
+    assert section["duration_s"] < 4.0
+    assert times["attach_ended"] - times["sampling_started"] < 7.5
+
+
+@pytest.mark.slow
+def test_function_names_with_newlines_and_semicolons_keep_the_stall_estimate_right(tmp_path):
+    # The step and the samples' wait run under names (and file names) holding newlines, ";"
+    # and text shaped like py-spy's raw lines: the estimate must still match the script's own.
+    target, record = _start_target(tmp_path, "--loader", "latency", "--workers", "0",
+                                   "--hostile-names")
+    try:
+        out = tmp_path / "attach.json"
+        done = _pipecheck("attach", str(target.pid), "--duration", "6", "--json", str(out),
+                          "--quiet")
+    finally:
+        _stop(target)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    section = report["attach"]
+    own = own_stall(str(record), section["window_start_unix_s"], section["window_end_unix_s"])
+    low, high = section["stall_interval"]
+    assert low - MARGIN <= own <= high + MARGIN, (own, section["stall_fraction"], low, high)
+    assert HOSTILE_NAME in {f["function"] for f in report["stacks"]["main_top"]}

@@ -6,20 +6,26 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
+import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 
+import psutil
 import pytest
 from torch.utils.data import DataLoader
 
 import pipecheck
 from paths import SUPPORT
+from pipecheck import _owned
 from cause_datasets import BusyDataset, burn_in_map_stage
 from pipecheck.probes import stacks
 from pipecheck.demo_data import ensure_shards
-from pipecheck.probes.stacks import (PtracerOptIn, StackSampler, parse_main_wait, parse_raw,
+from pipecheck.probes.speedscope import Frame, SampledStack, parse_speedscope
+from pipecheck.probes.stacks import (PtracerOptIn, StackSampler, hot_functions, main_wait,
                                      stage_of, unavailable_reason)
 
 HOT = "burn_cpu_in_pipecheck_test_worker"
@@ -78,20 +84,33 @@ def test_hot_functions_are_grouped_under_their_webdataset_stage(tmp_path):
     assert "map" in report.render(width=100)
 
 
+def _frame(text: str) -> Frame:
+    """``"NAME (FILE:LINE)"`` as py-spy's frame (test shorthand; names here hold no " (")."""
+    name, _, rest = text.partition(" (")
+    file, _, line = rest.rstrip(")").rpartition(":")
+    return Frame(name, file, int(line))
+
+
+def _stack(*frames: str, samples: int, pid=None, thread=None) -> SampledStack:
+    return SampledStack(pid, thread, tuple(_frame(f) for f in frames), samples)
+
+
 def test_stage_of_names_the_innermost_stage():
     wds = "/site-packages/webdataset/"
     loop = "_worker_loop (/torch/utils/data/_utils/worker.py:1)"
     fetch = "_IterableDatasetFetcher.fetch (/torch/utils/data/_utils/fetch.py:5)"
-    assert stage_of([loop, fetch, f"_map ({wds}filters.py:10)", "user_fn (/u.py:3)"]) == "map"
-    assert stage_of([loop, fetch, f"_map ({wds}filters.py:10)",
-                     f"_decode ({wds}filters.py:20)", f"Decoder.__call__ ({wds}autodecode.py:5)"]
-                    ) == "decode"
-    assert stage_of([loop, fetch, f"ResampledShards.__iter__ ({wds}shardlists.py:9)"]
-                    ) == "ResampledShards"
-    assert stage_of([loop, "default_collate (/torch/utils/data/_utils/collate.py:3)"]
-                    ) == "collate"
-    assert stage_of([loop, fetch, "MyData.__getitem__ (/u.py:9)"]) == "fetch"
-    assert stage_of([loop, "Queue.get (/py/queues.py:1)"]) == "worker loop"
+
+    def stage(*frames):
+        return stage_of([_frame(f) for f in frames])
+
+    assert stage(loop, fetch, f"_map ({wds}filters.py:10)", "user_fn (/u.py:3)") == "map"
+    assert stage(loop, fetch, f"_map ({wds}filters.py:10)", f"_decode ({wds}filters.py:20)",
+                 f"Decoder.__call__ ({wds}autodecode.py:5)") == "decode"
+    assert stage(loop, fetch, f"ResampledShards.__iter__ ({wds}shardlists.py:9)"
+                 ) == "ResampledShards"
+    assert stage(loop, "default_collate (/torch/utils/data/_utils/collate.py:3)") == "collate"
+    assert stage(loop, fetch, "MyData.__getitem__ (/u.py:9)") == "fetch"
+    assert stage(loop, "Queue.get (/py/queues.py:1)") == "worker loop"
 
 
 def test_without_py_spy_the_report_says_so_and_the_rest_works(monkeypatch, tmp_path):
@@ -197,16 +216,16 @@ def test_unavailable_reasons_say_how_to_enable():
     assert "pip install py-spy" in unavailable_reason(None, None, False)
 
 
-def test_parse_raw_splits_worker_and_main_samples():
-    text = "\n".join([
-        'process 10:"python train.py";main (/t/train.py:1);step (/t/train.py:9) 30',
-        'process 10:"python train.py";process 11:"python train.py";_worker_loop (/w.py:3);'
-        'decode (/d.py:7) 60',
-        'process 10:"python train.py";process 11:"python train.py";_worker_loop (/w.py:3) 20',
-        'process 10:"x";process 12:"x";process 13:"x";resize (/d.py:20) 20',
-        "garbage line",
-    ])
-    parsed = parse_raw(text, main_pid=10)
+def test_hot_functions_split_worker_and_main_samples():
+    main, step = "main (/t/train.py:1)", "step (/t/train.py:9)"
+    loop = "_worker_loop (/w.py:3)"
+    stacks = [
+        _stack(main, step, samples=30, pid=10),
+        _stack(loop, "decode (/d.py:7)", samples=60, pid=11),
+        _stack(loop, samples=20, pid=11),
+        _stack("resize (/d.py:20)", samples=20, pid=13),
+    ]
+    parsed = hot_functions(stacks, main_pid=10)
     assert parsed["worker_samples"] == 80 and parsed["main_samples"] == 30
     assert parsed["worker_other_samples"] == 20  # resize ran outside the worker loop
     assert [(f.function, f.file, f.line) for f in parsed["top"]] == [
@@ -215,10 +234,60 @@ def test_parse_raw_splits_worker_and_main_samples():
     assert parsed["top"][1].inclusive_fraction == pytest.approx(1.0)
     assert parsed["main_top"][0].function == "step"
     # Not torch workers (no worker loop anywhere): every sample of theirs counts.
-    plain = parse_raw('process 1:"a";process 2:"a";crunch (/c.py:4) 5', main_pid=1)
+    plain = hot_functions([_stack("crunch (/c.py:4)", samples=5, pid=2)], main_pid=1)
     assert plain["worker_samples"] == 5 and plain["top"][0].function == "crunch"
-    own = parse_raw('process 1:"a";HostProbe._run (/p/host.py:9);read (/p/x.py:1) 9', main_pid=1)
+    own = hot_functions([_stack("HostProbe._run (/p/host.py:9)", "read (/p/x.py:1)",
+                                samples=9)], main_pid=1)
     assert own["main_samples"] == 0  # pipecheck's sampler thread is not the user's code
+
+
+def test_speedscope_names_cannot_forge_frames_processes_or_counts():
+    # What py-spy 0.4 writes with --subprocesses, with names a raw-text parser would split.
+    forged = "step;_worker_loop (/w.py:3)\n<module> (/x.py:1) 999"
+    thread = 'Thread 7 "evil\nProcess 99 Thread 99 \\"x\\""'
+    text = json.dumps({
+        "$schema": "https://www.speedscope.app/file-format-schema.json",
+        "shared": {"frames": [
+            {"name": "<module>", "file": "/t/train.py", "line": 1, "col": None},
+            {"name": forged, "file": "/odd dir;\nx.py", "line": 5, "col": None},
+            {"name": "_worker_loop", "file": "/torch/utils/data/_utils/worker.py", "line": 3,
+             "col": None},
+        ]},
+        "profiles": [
+            {"type": "sampled", "name": f'Process 10 {thread}', "unit": "seconds",
+             "startValue": 0, "endValue": 1, "samples": [[0, 1]] * 30 + [[0]] * 10,
+             "weights": [0.02] * 40},
+            {"type": "sampled", "name": 'Process 11 Thread 11 "MainThread"',
+             "unit": "seconds", "startValue": 0, "endValue": 1, "samples": [[2]] * 4,
+             "weights": [0.02] * 4},
+        ],
+    })
+    stacks = sorted(parse_speedscope(text), key=lambda s: (s.pid, -s.samples))
+    assert [(s.pid, s.thread_id, len(s.frames), s.samples) for s in stacks] == [
+        (10, 7, 2, 30), (10, 7, 1, 10), (11, 11, 1, 4)]
+    assert stacks[0].frames[1] == Frame(forged, "/odd dir;\nx.py", 5)
+    parsed = hot_functions(stacks, main_pid=10)
+    assert parsed["main_samples"] == 40 and parsed["worker_samples"] == 4
+    assert parsed["main_top"][0].function == forged and parsed["main_top"][0].samples == 30
+
+
+@pytest.mark.parametrize("text, what", [
+    ("", "not JSON"),
+    ("[1]", "no 'shared'"),
+    ('{"shared": {"frames": []}, "profiles": [{"name": "Thread 1", "samples": [[0]]}]}',
+     "names no known frame"),
+    ('{"shared": {"frames": [{"name": "f"}]}, "profiles": [{"name": "Thread 1", '
+     '"samples": [[-1]]}]}', "names no known frame"),
+    ('{"shared": {"frames": [{"name": "f"}]}, "profiles": [{"name": "Thread 1", '
+     '"samples": [[{}]]}]}', "not a list of frame indices"),
+    ('{"shared": {"frames": [{"name": "f"}]}, "profiles": [{"name": "cpu 1", '
+     '"samples": [[0]]}]}', "not '[Process PID ]Thread TID"),
+    ('{"shared": {"frames": [{"name": "f", "line": "x"}]}, "profiles": []}',
+     "bad file or line"),
+])
+def test_output_that_is_not_py_spys_speedscope_is_refused_naming_what(text, what):
+    with pytest.raises(ValueError, match=re.escape(what)):
+        parse_speedscope(text)
 
 
 def _remember_worker(worker_id: int) -> None:
@@ -244,46 +313,58 @@ def test_bad_window_is_refused():
         pipecheck.wrap([1, 2], stacks_window_s=0)
 
 
-def test_parse_main_wait_splits_the_main_threads_time_in_next():
-    root = 'train (/t/train.py:1);_BaseDataLoaderIter.__next__ (/torch/dataloader.py:720);'
-    text = "\n".join([
-        root + "_MultiProcessingDataLoaderIter._next_data (/torch/dataloader.py:1400);"
-        "Queue.get (/py/multiprocessing/queues.py:98);"
-        "_PollLikeSelector.select (/py/selectors.py:402) 70",
-        root + "Queue.get (/py/multiprocessing/queues.py:98);"
-        "rebuild_storage_fd (/site/torch/multiprocessing/reductions.py:537) 20",
-        root + "_MultiProcessingDataLoaderIter._shutdown_workers (/torch/dataloader.py:1500) 10",
-        "train (/t/train.py:1);step (/t/train.py:9) 300",  # the step: not in next()
-        "Thread._bootstrap (/py/threading.py:1);_pin_memory_loop (/torch/pin_memory.py:18);"
-        "pin_memory (/torch/pin_memory.py:60) 5",
-        "Thread._bootstrap (/py/threading.py:1);_pin_memory_loop (/torch/pin_memory.py:18);"
-        "Queue.get (/py/queue.py:154) 15",
-        "Thread._bootstrap (/py/threading.py:1);HostProbe._run (/p/host.py:9) 40",
-    ])
-    parsed = parse_main_wait(text)
+def test_main_wait_splits_the_main_threads_time_in_next():
+    root = ("train (/t/train.py:1)", "_BaseDataLoaderIter.__next__ (/torch/dataloader.py:720)")
+    boot = "Thread._bootstrap (/py/threading.py:1)"
+    pin_loop = "_pin_memory_loop (/torch/pin_memory.py:18)"
+    stacks = [
+        _stack(*root, "_MultiProcessingDataLoaderIter._next_data (/torch/dataloader.py:1400)",
+               "Queue.get (/py/multiprocessing/queues.py:98)",
+               "_PollLikeSelector.select (/py/selectors.py:402)", samples=70),
+        _stack(*root, "Queue.get (/py/multiprocessing/queues.py:98)",
+               "rebuild_storage_fd (/site/torch/multiprocessing/reductions.py:537)", samples=20),
+        _stack(*root, "_MultiProcessingDataLoaderIter._shutdown_workers "
+               "(/torch/dataloader.py:1500)", samples=10),
+        _stack("train (/t/train.py:1)", "step (/t/train.py:9)", samples=300),  # not in next()
+        _stack(boot, pin_loop, "pin_memory (/torch/pin_memory.py:60)", samples=5),
+        _stack(boot, pin_loop, "Queue.get (/py/queue.py:154)", samples=15),
+        _stack(boot, "HostProbe._run (/p/host.py:9)", samples=40),
+    ]
+    parsed = main_wait(stacks)
     assert parsed["main_wait_samples"] == 100
     assert parsed["main_wait"] == pytest.approx(
         {"queue-empty": 0.7, "receiving": 0.2, "other": 0.1})
     assert parsed["pin_memory_busy_fraction"] == pytest.approx(0.25)
     assert parsed["main_thread_samples"] == 400  # in next() and the step, not other threads
-    assert parse_main_wait("") == {"main_wait": {}, "main_wait_samples": 0,
-                                   "main_thread_samples": 0, "pin_memory_busy_fraction": None,
-                                   "worker_busy_samples": {}, "worker_samples_by_pid": {}}
+    assert main_wait([]) == {"main_wait": {}, "main_wait_samples": 0,
+                             "main_thread_samples": 0, "pin_memory_busy_fraction": None,
+                             "worker_busy_samples": {}, "worker_samples_by_pid": {}}
 
 
-def test_parse_main_wait_counts_each_workers_busy_samples_apart_from_the_main_thread():
-    main, worker = 'process 10:"python train.py"', 'process 11:"python train.py"'
-    loop = "_worker_loop (/torch/utils/data/_utils/worker.py:300);"
-    text = "\n".join([
-        main + ";train (/t/train.py:1);_BaseDataLoaderIter.__next__ (/torch/dataloader.py:720);"
-        "Queue.get (/py/multiprocessing/queues.py:98) 30",
-        main + ";train (/t/train.py:1);step (/t/train.py:9) 70",
-        f"{main};{worker};" + loop + "fetch (/torch/utils/data/_utils/fetch.py:50);"
-        "__getitem__ (/t/train.py:20) 60",
-        f"{main};{worker};" + loop + "Queue.get (/py/multiprocessing/queues.py:98) 40",
-        f"{main};{worker};Thread._bootstrap (/py/threading.py:1) 9",  # not in the worker loop
-    ])
-    parsed = parse_main_wait(text, 10)
+def test_main_wait_takes_the_thread_whose_id_is_the_pid_as_the_main_thread():
+    # py-spy gives Linux thread ids: the main thread's is the pid, whatever its stack's root.
+    next_frame = "_BaseDataLoaderIter.__next__ (/torch/dataloader.py:720)"
+    stacks = [
+        _stack("run (/t/train.py:1)", next_frame, samples=30, pid=10, thread=10),
+        _stack("run (/t/train.py:1)", "step (/t/train.py:9)", samples=70, pid=10, thread=10),
+        _stack("loop (/t/side.py:1)", next_frame, samples=50, pid=10, thread=12),  # a thread
+    ]
+    parsed = main_wait(stacks, 10)
+    assert (parsed["main_wait_samples"], parsed["main_thread_samples"]) == (30, 100)
+
+
+def test_main_wait_counts_each_workers_busy_samples_apart_from_the_main_thread():
+    loop = "_worker_loop (/torch/utils/data/_utils/worker.py:300)"
+    stacks = [
+        _stack("train (/t/train.py:1)", "_BaseDataLoaderIter.__next__ (/torch/dataloader.py:720)",
+               "Queue.get (/py/multiprocessing/queues.py:98)", samples=30, pid=10),
+        _stack("train (/t/train.py:1)", "step (/t/train.py:9)", samples=70, pid=10),
+        _stack(loop, "fetch (/torch/utils/data/_utils/fetch.py:50)",
+               "__getitem__ (/t/train.py:20)", samples=60, pid=11),
+        _stack(loop, "Queue.get (/py/multiprocessing/queues.py:98)", samples=40, pid=11),
+        _stack("Thread._bootstrap (/py/threading.py:1)", samples=9, pid=11),  # not in the loop
+    ]
+    parsed = main_wait(stacks, 10)
     assert (parsed["main_wait_samples"], parsed["main_thread_samples"]) == (30, 100)
     assert parsed["worker_busy_samples"] == {"11": 60}
     assert parsed["worker_samples_by_pid"] == {"11": 100}
@@ -314,3 +395,124 @@ def test_a_rate_below_one_sample_per_second_is_refused():
         StackSampler(rate_hz=0.5)
     with pytest.raises(ValueError, match="window_s must be > 0"):
         StackSampler(window_s=0)
+
+
+def _hostile_target(tmp_path) -> subprocess.Popen:
+    ready = tmp_path / "ready"
+    target = subprocess.Popen([sys.executable, str(SUPPORT / "hostile_names.py"), "--ready",
+                               str(ready)])
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        assert target.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    return target
+
+
+@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
+def test_names_with_newlines_and_semicolons_come_back_exactly_from_real_py_spy(tmp_path):
+    from hostile_names import HOSTILE_FILE, HOSTILE_NAME, WAIT_NAME
+
+    target = _hostile_target(tmp_path)
+    try:
+        sampler = StackSampler(target.pid, window_s=1.0, rate_hz=50, idle_subprocesses=True)
+        sampler.start()
+        time.sleep(1.0)
+        sampler.stop()
+        record = sampler.record()
+    finally:
+        target.kill()
+        target.wait()
+    assert record.status == "ok", record.note
+    # Every stack is read whole: the step's name, forged frames and counts included, is one
+    # frame with its own file; nothing forged a worker or a sample count.
+    assert (HOSTILE_NAME, HOSTILE_FILE) in {(f.function, f.file) for f in record.main_top}
+    fragments = set(re.split(r"[;\n]| \(", HOSTILE_NAME + ";" + WAIT_NAME))
+    assert not fragments & {f.function for f in record.main_top}, record.main_top
+    assert not {"/x/train.py", "/x/worker.py"} & {f.file for f in record.main_top}
+    assert record.worker_samples == 0 and record.worker_samples_by_pid == {}
+    assert record.main_samples <= 2 * 50  # no count of 99999 or 77 read from a name
+    # The waits inside the stand-in __next__ are the main thread's, counted as such.
+    assert 0 < record.main_wait_samples < record.main_thread_samples <= 2 * 50
+
+
+@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
+def test_py_spy_outlives_the_thread_that_opened_the_window(tmp_path):
+    # PR_SET_PDEATHSIG fires when the *thread* that forked py-spy ends: a loader iterated in a
+    # short-lived thread must not kill its own sampler with it.
+    from py_spy_children import sampling
+
+    target = _hostile_target(tmp_path)
+    try:
+        sampler = StackSampler(target.pid, window_s=30.0, rate_hz=20)
+        opener = threading.Thread(target=sampler.start)
+        opener.start()
+        opener.join()
+        time.sleep(0.5)
+        processes = [psutil.Process(p.pid) for p in sampler._processes]
+        assert len(processes) == 2 and all(sampling(p) for p in processes)
+        sampler.stop()
+    finally:
+        target.kill()
+        target.wait()
+    assert sampler.record().status == "ok", sampler.record().note
+
+
+_WRAPPED_FOREVER = """
+import sys, time
+import pipecheck
+from torch.utils.data import DataLoader
+from cause_datasets import BusyDataset
+loader = DataLoader(BusyDataset(10**6, 0.001), batch_size=4, num_workers=1)
+save = sys.argv[1] if len(sys.argv) > 1 else None
+wrapped = pipecheck.wrap(loader, stacks=True, stacks_window_s=300.0, save=save)
+for index, _ in enumerate(wrapped):
+    if index == 0:
+        print("iterating", flush=True)
+    time.sleep(0.01)
+"""
+
+
+def _swept(folder: str, timeout_s: float = 10.0) -> bool:
+    """Whether a sweep (what the next run does) removes ``folder`` within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while folder not in _owned.sweep(os.path.dirname(folder), stacks.DIR_PREFIX):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "SIGTERM with save"])
+def test_py_spy_dies_with_a_wrapped_program(tmp_path, how):
+    from py_spy_children import output_folder, py_spy_children, wait_gone
+
+    script = tmp_path / "train.py"
+    script.write_text(_WRAPPED_FOREVER)
+    saved = tmp_path / "run.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT)] + sys.path),
+           "TMPDIR": str(tmp_path)}
+    program = subprocess.Popen([sys.executable, str(script)]
+                               + ([str(saved)] if how.endswith("save") else []),
+                               stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        assert program.stdout is not None and program.stdout.readline() == "iterating\n"
+        children = py_spy_children(program.pid)
+        folder = output_folder(children)
+        workers = [p for p in psutil.Process(program.pid).children() if p not in children]
+        time.sleep(1.0)  # some samples
+        program.send_signal(getattr(signal, how.split()[0]))
+        program.wait(timeout=60)
+    finally:
+        program.kill()
+        program.wait()
+    assert wait_gone(children) == []  # no py-spy left sampling
+    if how.endswith("save"):  # the SIGTERM save stopped py-spy and read its samples
+        assert pipecheck.load(saved).stacks.status == "ok"
+        assert not os.path.exists(folder)
+    else:  # no code ran (or none of pipecheck's): the next run sweeps the folder once the
+        # forked workers that share its lock are gone (torch's watchdog ends them)
+        assert os.path.exists(folder)
+        assert wait_gone(workers, timeout_s=60) == []
+        assert _swept(folder)

@@ -7,7 +7,9 @@ Loaders (``--loader``): ``latency`` (each sample sleeps ``--item-s``: waiting on
 store), ``cpu`` (each sample burns ``--item-s`` of CPU time), ``io`` (each sample reads a block
 of a generated file, then burns half of ``--item-s``: a mixed loader). The step burns
 ``--step-s`` of CPU time. CPU work is a fixed amount of thread CPU time, so a pause (or waiting
-for a core) makes it take longer, as real computation would.
+for a core) makes it take longer, as real computation would. ``--hostile-names``: the step and
+each sample's wait or work run in functions whose names and file names hold newlines, ``;`` and
+text shaped like py-spy's raw output (:mod:`hostile_names`), as generated code can.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from hostile_names import WAIT_NAME, hostile
+
 
 def _spin(cpu_s: float) -> None:
     """Burn ``cpu_s`` seconds of this thread's CPU: a fixed amount of work, so time the thread
@@ -30,24 +34,34 @@ def _spin(cpu_s: float) -> None:
         pass
 
 
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
 class Items(Dataset):
-    def __init__(self, loader: str, item_s: float, path: str | None) -> None:
+    def __init__(self, loader: str, item_s: float, path: str | None,
+                 hostile_names: bool = False) -> None:
         self.loader, self.item_s, self.path = loader, item_s, path
+        self.sleep = time.sleep
+        self.spin = _spin
+        if hostile_names:  # fork workers only: these functions do not pickle by name
+            self.sleep = hostile(_sleep, WAIT_NAME)
+            self.spin = hostile(_spin, WAIT_NAME)
 
     def __len__(self) -> int:
         return 1_000_000
 
     def __getitem__(self, index: int) -> torch.Tensor:
         if self.loader == "latency":
-            time.sleep(self.item_s)
+            self.sleep(self.item_s)
         elif self.loader == "cpu":
-            _spin(self.item_s)
+            self.spin(self.item_s)
         else:
             assert self.path is not None
             with open(self.path, "rb") as handle:
                 handle.seek((index * 65536) % (64 * 65536))
                 handle.read(65536)
-            _spin(self.item_s / 2)
+            self.spin(self.item_s / 2)
         return torch.full((4,), float(index))
 
 
@@ -75,6 +89,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=0, help="0: until SIGTERM")
     parser.add_argument("--record", required=True)
     parser.add_argument("--ready", help="file created once the first batch has arrived")
+    parser.add_argument("--hostile-names", action="store_true",
+                        help="run the step and the samples' work under hostile function names")
     args = parser.parse_args()
     torch.set_num_threads(1)
     path = None
@@ -84,7 +100,9 @@ def main() -> None:
             handle.write(os.urandom(64 * 65536))
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    loader = DataLoader(Items(args.loader, args.item_s, path), batch_size=args.batch_size,
+    step = hostile(_spin) if args.hostile_names else _spin
+    loader = DataLoader(Items(args.loader, args.item_s, path, args.hostile_names),
+                        batch_size=args.batch_size,
                         num_workers=args.workers, persistent_workers=args.workers > 0)
     done = 0
     with open(args.record, "w") as record:
@@ -101,7 +119,7 @@ def main() -> None:
                 record.flush()
                 if done == 0 and args.ready:
                     open(args.ready, "w").close()
-                _spin(args.step_s)
+                step(args.step_s)
                 done += 1
                 if args.batches and done >= args.batches:
                     stop.append(1)
