@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, TextIO
 from pipecheck._atomic import is_stdout, output_problem
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
 from pipecheck.records import to_jsonable
-from pipecheck.render.inert import visible
+from pipecheck.render.inert import one_line
 from pipecheck.render.formats import FILE_FORMATS
 from pipecheck.render.markdown import MarkdownRenderer
 from pipecheck.render.sections.sharding import sharding_section
@@ -691,10 +691,10 @@ def _exit_code(code: Any) -> int:
 
 
 def _say(line: str, stream: TextIO) -> None:
-    """Print one line of the CLI's own (errors, headers, check results, saved paths) with its
-    control characters made visible: file names and messages come from the user
-    (:mod:`pipecheck.render.inert`)."""
-    print(visible(line), file=stream)
+    """Print one line of the CLI's own (errors, headers, check results, saved paths) as one
+    line, its control characters and line breaks made visible: file names and messages come
+    from the user (:func:`pipecheck.render.inert.one_line`)."""
+    print(one_line(line), file=stream)
 
 
 def _one_line(text: str) -> str:

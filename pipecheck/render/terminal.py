@@ -26,7 +26,7 @@ from rich.text import Text
 
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, CRITICAL, INFO, INPUT_BOUND, NO_DATA, WARNING
 from pipecheck.render.base import Renderer
-from pipecheck.render.inert import Inert
+from pipecheck.render.inert import Inert, fields
 from pipecheck.render.model import Block, Chart, Facts, Items, Note, Section, Table
 from pipecheck.render.phrases import verdict_line
 from pipecheck.render.sections import build_document
@@ -113,8 +113,10 @@ def section_renderables(section: Section) -> list[RenderableType]:
 
 
 def render_section(section: Section, width: Optional[int] = None) -> str:
-    """One section's body as plain text, ``width`` columns wide (``pipecheck shards``)."""
-    return _print([Inert(section_renderables(section))], width, False)
+    """One section's body as plain text, ``width`` columns wide (``pipecheck shards``); its
+    strings made one inert line each, as :func:`~pipecheck.render.sections.build_document`
+    does for a report."""
+    return _print([Inert(section_renderables(fields(section)))], width, False)
 
 
 def _print(parts: list[RenderableType], width: Optional[int], color: bool) -> str:
