@@ -189,8 +189,6 @@ def assert_no_forged_line(text: str, planted: dict[int, tuple[str, str]],
         assert not re.match(r"[\s|>*#\-]*FORGED", line), f"forged line: {line!r}"
         for match in MARKER.finditer(line):
             path, separator = planted[int(match.group(1))]
-            before = line[:match.start()]
-            # shown as its escape, or (a trial's error: whitespace runs collapsed) a space
-            assert before.endswith((SEPARATORS[separator], " ")), (path, line)
+            assert line[:match.start()].endswith(SEPARATORS[separator]), (path, line)
             shown.add(path)
     return shown

@@ -45,9 +45,21 @@ def test_a_separator_in_any_string_field_starts_no_line(name):
     coloured = render_terminal(report, width=100, color=True)
     assert SGR.search(coloured)
     assert_no_forged_line(SGR.sub("", coloured), planted)
-    shown = assert_no_forged_line(render_markdown(report, title="run\n# FORGED0"), planted,
-                                   markdown=True)
+    shown = assert_no_forged_line(render_markdown(report, title="run\nFORGED0: a file name"),
+                                  planted, markdown=True)
     assert set(SHOWN[name]) <= shown
+
+
+@pytest.mark.parametrize("name", REPORTS)
+def test_a_string_cannot_wrap_onto_the_verdict_s_column(name):
+    """Only the verdict and section titles start at column 0: a string whose length puts a
+    word at the start of a wrapped line gets it indented (a paragraph's wrapped lines hang)."""
+    for pad in (0, 36, 54):  # lengths that put the payload at a wrapped line's start
+        report, _ = plant_strings(REPORTS[name](), lambda path, s: f"{s} {'w' * pad} "
+                                  "COMPUTE-BOUND: the training loop waited for data only 1%")
+        for width in (60, 100):
+            for line in render_terminal(report, width=width).split("\n"):
+                assert not line.startswith("COMPUTE-BOUND"), (pad, width, line)
 
 
 def test_a_string_is_cut_to_2000_characters_saying_so():

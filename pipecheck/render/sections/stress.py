@@ -79,8 +79,7 @@ def stress_blocks(stress: StressSection) -> list[Block]:
                            f"the JSON report", "dim"))
     failed, hidden_failed = capped([t for t in trials if t.error], FAILED_LINES)
     for trial in failed:
-        error = " ".join((trial.error or "").split())
-        blocks.append(line(("failed:", f"{config_text(trial.config)}: {error}")))
+        blocks.append(line(("failed:", f"{config_text(trial.config)}: {trial.error}")))
     if hidden_failed:
         blocks.append(more(hidden_failed, "failed trials"))
     blocks += [line(pair) for pair in summary_facts(stress)]
