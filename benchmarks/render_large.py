@@ -6,8 +6,9 @@
 
 Writes two reports to a temporary folder, each just under the 64 MiB a report may be
 (:data:`pipecheck.report.MAX_REPORT_BYTES`), and runs ``python -m pipecheck report`` on each in a
-fresh process per format, printing the wall time and the peak resident memory (``ru_maxrss``
-of that process, from ``os.wait4``) of each run:
+fresh process per format, printing the wall time, the CPU time (user + system: on a shared,
+busy machine the steadier figure) and the peak resident memory (``ru_maxrss``) of that
+process, from ``os.wait4``, for each run:
 
 * ``findings``: a plausible report plus ``--findings`` findings (each a message and a small
   evidence object, as a hostile or runaway writer could produce);
@@ -170,14 +171,16 @@ def run_one(fmt: str, path: str, folder: str, timeout: float, memory_bytes: int,
                 break
             if time.perf_counter() > deadline:
                 process.kill()
-                os.wait4(process.pid, 0)
-                return f"over {timeout:.0f} s (killed)"
+                _, _, usage = os.wait4(process.pid, 0)
+                return (f"over {timeout:.0f} s (killed; CPU "
+                        f"{usage.ru_utime + usage.ru_stime:.1f} s by then)")
             time.sleep(0.05)
     wall = time.perf_counter() - start
     code = os.waitstatus_to_exitcode(status)
     process.returncode = code
     error = process.stderr.read().decode("utf-8", "replace").strip() if process.stderr else ""
-    result = f"{wall:6.1f} s, {usage.ru_maxrss / 1024:6.0f} MiB"
+    cpu = usage.ru_utime + usage.ru_stime
+    result = f"wall {wall:6.1f} s, CPU {cpu:6.1f} s, peak {usage.ru_maxrss / 1024:5.0f} MiB"
     return result if code == 0 else f"{result}, exit {code}: {error[-200:]}"
 
 
