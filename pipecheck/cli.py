@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, T
 
 from pipecheck._atomic import is_stdout, output_problem
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
-from pipecheck.records import to_jsonable
-from pipecheck.render.inert import visible
+from pipecheck.records import MAX_WORLD_SIZE, to_jsonable
+from pipecheck.render.inert import one_line
 from pipecheck.render.formats import FILE_FORMATS
 from pipecheck.render.markdown import MarkdownRenderer
 from pipecheck.render.sections.sharding import sharding_section
@@ -65,42 +65,166 @@ class _Parser(argparse.ArgumentParser):
 
 
 # -- option types --------------------------------------------------------------------------------
+#
+# Every numeric option goes through _number: a finite value in a stated range, checked when the
+# arguments are parsed (one line, exit 2), so no huge or non-finite value reaches a timer, a
+# sleep or a worker count (`--duration 1e308` overflowed a timeout deep in the sampler).
+
+MAX_SECONDS = 86_400.0
+"""Longest duration any option takes, in seconds (one day: `--duration`, `--budget`,
+`--timeout`, `--trial-seconds`, `--max-wait-per-batch-s`). pipecheck's choice: longer than any
+sensible sampling window or sweep, far below ``threading.TIMEOUT_MAX`` (about 292 years)."""
+
+MAX_STEP_S = 3_600.0
+"""Longest emulated step (`--step-time`), in seconds."""
+
+MAX_WORKERS = 1_024
+"""Most DataLoader workers an option takes (the stress sweep's own range ends at 32)."""
+
+MAX_PREFETCH_FACTOR = 1_024
+"""Largest ``prefetch_factor`` an option takes (batches in flight per worker)."""
+
+MAX_BATCH_SIZE = 2**31 - 1
+"""Largest batch size, shuffle buffer or batch count an option takes (a 32-bit count)."""
+
+MAX_WIDTH = 1_000
+"""Widest summary, in columns (`--width`)."""
+
+MAX_RATE_HZ = 1_000
+"""Highest py-spy sampling rate (`attach --rate`), in samples per second and process: beyond it
+py-spy's own cost on the target grows and the samples add nothing."""
+
+DEMO_MAX_STEPS = 10**9
+"""Most demo training steps (`demo --steps`)."""
+
+DEMO_MAX_IMAGES = 10**6
+"""Most demo images (`demo --images`): each is a JPEG written to disk once."""
+
+MAX_COUNTED = 10**6
+"""Most shards `pipecheck shards --count` reads the headers of."""
+
+MAX_PID = 2**22
+"""Largest process id (Linux's ``PID_MAX_LIMIT``, the ceiling of ``kernel.pid_max``)."""
+
+MAX_SAMPLES_PER_S = 1e12
+"""Largest `--min-samples-per-s` threshold, in samples/s (far above any input pipeline)."""
+
+MIN_THRESHOLD = 1e-6
+"""Smallest positive threshold (`--min-samples-per-s` in samples/s, `--max-wait-per-batch-s`
+in seconds): a smaller one passes or fails the same way and prints as a string of zeros."""
 
 
-def _count(minimum: int):
-    """An argparse type: an integer >= ``minimum``."""
+def _shown(text: str) -> str:
+    """An argument as quoted in an error, cut to 40 characters (a pasted megabyte stays one
+    readable line)."""
+    return repr(text if len(text) <= 40 else text[:40] + "...")
 
-    def parse(text: str) -> int:
+
+def _range_text(low: float, high: float, above: bool, unit: str) -> str:
+    def number(value: float) -> str:
+        whole = float(value).is_integer() and abs(value) < 1e15
+        return f"{int(value):,}" if whole else f"{value:g}"
+
+    lower = f"more than {number(low)} and at most" if above else f"from {number(low)} to"
+    return f"{lower} {number(high)}{' ' + unit if unit else ''}"
+
+
+def _number(kind: type, low: float, high: float, unit: str = "", *, above: bool = False,
+            what: Optional[str] = None):
+    """An argparse type: a finite ``kind`` (``int`` or ``float``) from ``low`` to ``high``
+    (more than ``low`` when ``above``), ``unit`` naming what it counts in messages, ``what``
+    what is expected (default: an integer, a number of ``unit``). Raises
+    ``argparse.ArgumentTypeError`` (one line, exit 2) for anything else: not a number, NaN,
+    infinity, out of range."""
+    expected = what or ("an integer" if kind is int else
+                        f"a number{' of ' + unit if unit else ''}")
+    stated = _range_text(low, high, above, unit)
+
+    def parse(text: str) -> Any:
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
+            value = kind(text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown(text)}") from None
+        in_range = low < value <= high if above else low <= value <= high  # False for NaN
+        if not in_range:
+            raise argparse.ArgumentTypeError(f"must be {stated}, got {_shown(text)}")
+        return value + 0 if kind is int else value + 0.0  # -0.0 -> 0.0
 
+    parse.__name__ = kind.__name__  # argparse names the type in some messages
+    parse.bounds = (low, high, above)  # type: ignore[attr-defined]  # for tests and docs
     return parse
 
 
-def _positive_number(unit: Optional[str] = None):
-    """An argparse type: a finite number > 0, of ``unit`` when given (``"seconds"``)."""
-    expected = unit or "a number"
-    what = f"a positive number of {unit}" if unit else "a positive number"
+def _count(minimum: int, maximum: int, unit: str = ""):
+    """An argparse type: an integer from ``minimum`` to ``maximum`` (:func:`_number`)."""
+    return _number(int, minimum, maximum, unit)
 
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if not 0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
-        return value
 
+_seconds = _number(float, 0.0, MAX_SECONDS, "seconds", above=True)
+_width = _count(MIN_WIDTH, MAX_WIDTH, "columns")
+_workers = _count(0, MAX_WORKERS, "workers")
+_batch_size = _count(1, MAX_BATCH_SIZE, "samples")
+
+
+def _int_list(low: int, high: int, auto: bool = False):
+    """An argparse type: integers from ``low`` to ``high`` separated by commas, duplicates
+    dropped, order kept (``auto`` also takes ``"auto"``, returned as it is)."""
+    each = _count(low, high)
+
+    def parse(text: str) -> Any:
+        if auto and text == "auto":
+            return text
+        values: list[int] = []
+        for part in text.split(","):
+            try:
+                value = each(part.strip())
+            except argparse.ArgumentTypeError:
+                raise argparse.ArgumentTypeError(
+                    f"takes integers from {low:,} to {high:,} separated by commas"
+                    f"{', or auto' if auto else ''}; got {_shown(part.strip())}") from None
+            if value not in values:
+                values.append(value)
+        return values
+
+    parse.bounds = (low, high, False)  # type: ignore[attr-defined]  # for tests and docs
     return parse
 
 
-_seconds = _positive_number("seconds")
-_positive = _positive_number()
+def _step_time(text: str) -> Any:
+    """An argparse type: ``0.05`` or ``0.05+-0.01`` seconds (a mean of at most
+    :data:`MAX_STEP_S`, jitter at most the mean), as a ``StepTime``."""
+    from pipecheck.stress.settings import parse_step_time
+
+    try:
+        step = parse_step_time(text)
+    except BadInputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if step.mean_s > MAX_STEP_S:
+        raise argparse.ArgumentTypeError(
+            f"the mean must be {_range_text(0, MAX_STEP_S, False, 'seconds')}, got "
+            f"{_shown(text)}")
+    return step
+
+
+_CONFIG_RANGES = {"num_workers": (0, MAX_WORKERS), "prefetch_factor": (1, MAX_PREFETCH_FACTOR),
+                  "batch_size": (1, MAX_BATCH_SIZE)}
+
+
+def _baseline(text: str) -> Any:
+    """An argparse type: ``num_workers=4,prefetch_factor=2,...`` as a ``TrialConfig``, its
+    numbers in the ranges of the options of the same names."""
+    from pipecheck.stress.settings import parse_config
+
+    try:
+        config = parse_config(text, "--baseline")
+    except BadInputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    for name, (low, high) in _CONFIG_RANGES.items():
+        value = getattr(config, name)
+        if value is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be {_range_text(low, high, False, '')}, got {value}")
+    return config
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -146,8 +270,9 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--width",
         metavar="N",
-        type=_count(MIN_WIDTH),
-        help="summary width in columns (default: the terminal's, else 100)",
+        type=_width,
+        help=f"summary width in columns, {MIN_WIDTH} to {MAX_WIDTH:,} (default: the terminal's, "
+        "else 100)",
     )
 
 
@@ -216,10 +341,15 @@ class DemoCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--data", metavar="DIR", help="folder for the demo shards")
         # No defaults here: options left out keep run_demo's own defaults (one source of truth).
-        parser.add_argument("--workers", metavar="N", type=_count(0), help="DataLoader num_workers")
-        parser.add_argument("--steps", metavar="N", type=_count(1), help="training steps to run")
-        parser.add_argument("--batch-size", metavar="N", type=_count(1), help="samples per batch")
-        parser.add_argument("--images", metavar="N", type=_count(1), help="images in the dataset")
+        parser.add_argument("--workers", metavar="N", type=_workers,
+                            help=f"DataLoader num_workers, 0 to {MAX_WORKERS:,}")
+        parser.add_argument("--steps", metavar="N", type=_count(1, DEMO_MAX_STEPS, "steps"),
+                            help=f"training steps to run, 1 to {DEMO_MAX_STEPS:,}")
+        parser.add_argument("--batch-size", metavar="N", type=_batch_size,
+                            help="samples per batch")
+        parser.add_argument("--images", metavar="N", type=_count(1, DEMO_MAX_IMAGES, "images"),
+                            help=f"images in the dataset, 1 to {DEMO_MAX_IMAGES:,} (each one "
+                            "is a JPEG written to --data)")
         parser.add_argument(
             "--no-progress", action="store_true", help="do not show a progress bar while training"
         )
@@ -290,15 +420,8 @@ def _load_reports(paths: Sequence[str]) -> list[tuple[str, "Report"]]:
     return [(path, load(path)) for path in paths]
 
 
-def _fraction(text: str) -> float:
-    """An argparse type: a 0-1 fraction (0.05 = 5%)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a 0-1 fraction, got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a 0-1 fraction (0.05 = 5%), got {text}")
-    return value
+_fraction = _number(float, 0.0, 1.0, "(a 0-1 fraction: 0.05 = 5%)",
+                    what="a 0-1 fraction (0.05 = 5%)")
 
 
 class CheckCommand(Command):
@@ -320,10 +443,14 @@ class CheckCommand(Command):
         parser.add_argument("runs", metavar="RUN.json", nargs="+", help="saved report file(s)")
         parser.add_argument("--max-stall", metavar="F", type=_fraction,
                             help="largest steady-state data stall allowed, 0-1 (0.05 = 5%%)")
-        parser.add_argument("--min-samples-per-s", metavar="N", type=_positive,
-                            help="smallest throughput allowed, in samples/s")
-        parser.add_argument("--max-wait-per-batch-s", metavar="S", type=_positive,
-                            help="largest mean data wait per batch allowed, in seconds")
+        parser.add_argument("--min-samples-per-s", metavar="N",
+                            type=_number(float, MIN_THRESHOLD, MAX_SAMPLES_PER_S, "samples/s"),
+                            help="smallest throughput allowed, in samples/s "
+                            f"({MIN_THRESHOLD:g} to {MAX_SAMPLES_PER_S:g})")
+        parser.add_argument("--max-wait-per-batch-s", metavar="S",
+                            type=_number(float, MIN_THRESHOLD, MAX_SECONDS, "seconds"),
+                            help="largest mean data wait per batch allowed, in seconds "
+                            f"({MIN_THRESHOLD:g} to {MAX_SECONDS:,.0f})")
         parser.add_argument("--quiet", action="store_true", help="print violations only")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -380,6 +507,7 @@ class StressCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("target", metavar="TARGET", help="file.py:function or module:function")
         parser.add_argument("--workers", metavar="N,N,...|auto", default="auto",
+                            type=_int_list(0, MAX_WORKERS, auto=True),
                             help="num_workers values, run as a grid; auto (default): 0 up to "
                             "max(8, 4 x usable CPUs), at most 32, searched as --search says")
         parser.add_argument("--search", choices=("model", "grid"), default="model",
@@ -387,6 +515,7 @@ class StressCommand(Command):
                             "settings the what-if model predicts may beat the best measured; "
                             "grid measures them all")
         parser.add_argument("--prefetch-factor", metavar="N,N,...",
+                            type=_int_list(1, MAX_PREFETCH_FACTOR),
                             help="prefetch_factor values, tried with workers > 0 (default 2)")
         parser.add_argument("--persistent-workers", action=argparse.BooleanOptionalAction,
                             default=None,
@@ -397,48 +526,45 @@ class StressCommand(Command):
                             help="in_order values tried with 2+ workers (torch >= 2.6; default "
                             "with --workers auto: true,false)")
         parser.add_argument("--batch-size", metavar="N,N,...",
+                            type=_int_list(1, MAX_BATCH_SIZE),
                             help="batch sizes to compare (default: the target's own)")
-        parser.add_argument("--baseline", metavar="KEY=VALUE,...",
+        parser.add_argument("--baseline", metavar="KEY=VALUE,...", type=_baseline,
                             help="the configuration to beat, e.g. num_workers=4,prefetch_factor=2")
         parser.add_argument("--stacks", action=argparse.BooleanOptionalAction, default=None,
                             help="profile the best configuration with py-spy in one extra trial "
                             "(default: when py-spy is installed and permitted)")
-        parser.add_argument("--step-time", metavar="S[+-J]",
+        parser.add_argument("--step-time", metavar="S[+-J]", type=_step_time,
                             help="emulated step per batch in seconds, e.g. 0.05 or 0.05+-0.01")
         parser.add_argument("--budget", metavar="S", type=_seconds, default=60.0,
                             help="seconds the whole run may take, every trial included "
-                            "(default 60)")
+                            f"(default 60, at most {MAX_SECONDS:,.0f})")
         parser.add_argument("--timeout", metavar="S", type=_seconds, default=30.0,
-                            help="fail a trial silent for S seconds (default 30)")
-        parser.add_argument("--batches", metavar="N", type=_count(2), default=None,
+                            help="fail a trial silent for S seconds (default 30, at most "
+                            f"{MAX_SECONDS:,.0f})")
+        parser.add_argument("--batches", metavar="N", type=_count(2, MAX_BATCH_SIZE, "batches"),
+                            default=None,
                             help="batches per trial at most, across epochs (default: no limit)")
         parser.add_argument("--trial-seconds", metavar="S", type=_seconds, default=None,
                             help="wall-clock seconds each trial runs, epochs following one "
-                            "another (default 3: pipecheck.stress.settings.DEFAULT_TRIAL_S)")
+                            "another (default 3: pipecheck.stress.settings.DEFAULT_TRIAL_S; at "
+                            f"most {MAX_SECONDS:,.0f})")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from pipecheck.stress import stress
-        from pipecheck.stress.settings import (
-            DEFAULT_TRIAL_S,
-            parse_bool_list,
-            parse_config,
-            parse_int_list,
-        )
+        from pipecheck.stress.settings import DEFAULT_TRIAL_S, parse_bool_list
         from pipecheck.stress.progress import SweepProgress
 
-        workers = (parse_int_list(args.workers, "--workers", 0)
-                   if args.workers and args.workers != "auto" else None)
-        factors = (parse_int_list(args.prefetch_factor, "--prefetch-factor", 1)
-                   if args.prefetch_factor else None)
-        sizes = parse_int_list(args.batch_size, "--batch-size", 1) if args.batch_size else None
+        # --workers, --prefetch-factor, --batch-size, --baseline and --step-time arrive parsed
+        # and range-checked (their argparse types).
+        workers = args.workers if args.workers != "auto" else None
         orders = parse_bool_list(args.in_order, "--in-order") if args.in_order else None
-        baseline = parse_config(args.baseline, "--baseline") if args.baseline else None
         with SweepProgress(enabled=not args.quiet) as progress:
-            report = stress(args.target, workers=workers, prefetch_factors=factors,
+            report = stress(args.target, workers=workers, prefetch_factors=args.prefetch_factor,
                             persistent_workers=args.persistent_workers,
-                            in_order=orders, step_time_s=args.step_time, batch_size=sizes,
-                            baseline=baseline, stacks=args.stacks,
+                            in_order=orders, step_time_s=args.step_time,
+                            batch_size=args.batch_size, baseline=args.baseline,
+                            stacks=args.stacks,
                             budget_s=args.budget, timeout_s=args.timeout,
                             trial_batches=args.batches,
                             trial_s=args.trial_seconds or DEFAULT_TRIAL_S,
@@ -466,15 +592,17 @@ class ShardsCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("urls", metavar="URLS", nargs="+", help="shard paths or URLs")
-        parser.add_argument("--workers", metavar="N", type=_count(0), required=True,
-                            help="DataLoader num_workers per rank")
-        parser.add_argument("--world-size", metavar="W", type=_count(1),
-                            help="ranks (default: torch.distributed, else $WORLD_SIZE, else 1)")
-        parser.add_argument("--batch-size", metavar="N", type=_count(1),
+        parser.add_argument("--workers", metavar="N", type=_workers, required=True,
+                            help=f"DataLoader num_workers per rank, 0 to {MAX_WORKERS:,}")
+        parser.add_argument("--world-size", metavar="W", type=_count(1, MAX_WORLD_SIZE, "ranks"),
+                            help=f"ranks, 1 to {MAX_WORLD_SIZE:,} (default: torch.distributed, "
+                            "else $WORLD_SIZE, else 1)")
+        parser.add_argument("--batch-size", metavar="N", type=_batch_size,
                             help="samples per batch, to count batches per rank")
         parser.add_argument("--drop-last", action="store_true",
                             help="the DataLoader drops each worker's last partial batch")
-        parser.add_argument("--shuffle-buffer", metavar="N", type=_count(0),
+        parser.add_argument("--shuffle-buffer", metavar="N",
+                            type=_count(0, MAX_BATCH_SIZE, "samples"),
                             help="the pipeline's shuffle(N) buffer, in samples")
         parser.add_argument("--resampled", action="store_true",
                             help="shards are resampled (WebDataset(resampled=True))")
@@ -482,13 +610,15 @@ class ShardsCommand(Command):
                             help="file.py:function or module:function splitting by rank")
         parser.add_argument("--worker-splitter", metavar="TARGET",
                             help="file.py:function or module:function splitting by worker")
-        parser.add_argument("--count", metavar="N", type=_count(1), default=16,
-                            help="shards whose samples are counted (default 16)")
+        parser.add_argument("--count", metavar="N", type=_count(1, MAX_COUNTED, "shards"),
+                            default=16, help="shards whose samples are counted (default 16, at "
+                            f"most {MAX_COUNTED:,})")
         parser.add_argument("--json", metavar="FILE", type=_output_file,
                             help="save the sharding analysis as JSON to FILE")
         parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
-        parser.add_argument("--width", metavar="N", type=_count(MIN_WIDTH),
-                            help="columns for the summary (default: the terminal's)")
+        parser.add_argument("--width", metavar="N", type=_width,
+                            help=f"columns for the summary, {MIN_WIDTH} to {MAX_WIDTH:,} "
+                            "(default: the terminal's)")
 
     def run(self, args: argparse.Namespace) -> int:
         import json
@@ -699,14 +829,14 @@ class AttachCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         # No defaults here: options left out keep attach()'s own (one source of truth), and
         # building the parser imports nothing heavy.
-        parser.add_argument("pid", metavar="PID", type=_count(1),
+        parser.add_argument("pid", metavar="PID", type=_count(1, MAX_PID),
                             help="process id of the training script")
         parser.add_argument("--duration", metavar="S", type=_seconds,
-                            help="seconds to sample (default 10: "
+                            help=f"seconds to sample, at most {MAX_SECONDS:,.0f} (default 10: "
                             "pipecheck.attach.DEFAULT_DURATION_S)")
-        parser.add_argument("--rate", metavar="HZ", type=_count(1),
-                            help="samples per second and process (default 50: "
-                            "pipecheck.attach.ATTACH_RATE_HZ)")
+        parser.add_argument("--rate", metavar="HZ", type=_count(1, MAX_RATE_HZ, "Hz"),
+                            help=f"samples per second and process, 1 to {MAX_RATE_HZ:,} "
+                            "(default 50: pipecheck.attach.ATTACH_RATE_HZ)")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -845,10 +975,10 @@ def _exit_code(code: Any) -> int:
 
 
 def _say(line: str, stream: TextIO) -> None:
-    """Print one line of the CLI's own (errors, headers, check results, saved paths) with its
-    control characters made visible: file names and messages come from the user
-    (:mod:`pipecheck.render.inert`)."""
-    print(visible(line), file=stream)
+    """Print one line of the CLI's own (errors, headers, check results, saved paths) as one
+    line, its control characters and line breaks made visible: file names and messages come
+    from the user (:func:`pipecheck.render.inert.one_line`)."""
+    print(one_line(line), file=stream)
 
 
 def _one_line(text: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -927,17 +928,24 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
     Unknown keys are ignored (newer writers may add keys); a missing required key raises
     ``KeyError`` naming its path, a wrongly typed value or a list longer than
     :data:`MAX_LIST_ITEMS` ``TypeError``; a dataclass's own check (``__post_init__``)
-    ``ValueError``. With ``ranges``, numbers are also range-checked by the name of the field
-    (or ``dict`` key) holding them, ``ValueError`` naming the path otherwise (the unit
-    conventions of the module docstring: ``*_fraction`` in 0-1, every other number >= 0 except
-    :data:`SIGNED_FIELDS` and times ``at_s`` / ``*_at_s``); ``name`` is that field's name.
+    ``ValueError``. With ``ranges`` (every report read from a file: :func:`pipecheck.load`),
+    numbers are also range-checked by the name of the field (or ``dict`` key) holding them,
+    ``ValueError`` naming the path otherwise: every number finite (``1e999`` parses as
+    infinity) and an integer within :data:`MAX_INTEGER`; the unit conventions of the module
+    docstring: ``*_fraction`` in 0-1, every other number >= 0 except :data:`SIGNED_FIELDS`
+    and times ``at_s`` / ``*_at_s``; ``name`` is that field's name. ``Any``-typed values (a
+    finding's evidence, a trial's ``config``) are then checked for finite numbers and
+    integers within :data:`MAX_INTEGER` too, and nest at most :data:`MAX_ANY_DEPTH` levels.
     A dataclass with a ``json_upgrade(data)`` static method gets its object through it first
     (an older writer's shape turned into the current one). ``Any``-typed values (a finding's
     evidence, a stress trial's ``config``) are taken as they are; a
     ``Literal`` of strings (:mod:`pipecheck.kinds`) takes any string, listed or not.
     """
-    kind, args = _plan(cls)
+    planned = _PLANS.get(id(cls))
+    kind, args = planned[1] if planned is not None and planned[0] is cls else _plan(cls)
     if kind == "any":
+        if ranges:
+            _check_any(data, where, 0)
         return data
     if kind == "optional":
         if data is None:
@@ -995,10 +1003,22 @@ def from_jsonable(cls: Any, data: Any, where: str = "report", *, ranges: bool = 
     return data
 
 
-@functools.lru_cache(maxsize=None)
+_PLANS: dict[int, tuple[Any, tuple[str, Any]]] = {}
+""":func:`_plan` by the annotation's ``id`` (the annotation kept beside it, so the id stays
+its own): hashing a ``Literal`` annotation walks its values, and took a quarter of the time
+to load a report of 100,000 findings through an ``lru_cache``."""
+
+
 def _plan(cls: Any) -> tuple[str, Any]:
     """How :func:`from_jsonable` converts to ``cls``: a kind and its arguments, worked out once
-    per annotation (``typing.get_origin`` per value was a large share of loading time)."""
+    per annotation (``typing.get_origin`` per value was a large share of loading time) and
+    kept in :data:`_PLANS`."""
+    plan = _make_plan(cls)
+    _PLANS[id(cls)] = (cls, plan)
+    return plan
+
+
+def _make_plan(cls: Any) -> tuple[str, Any]:
     origin = typing.get_origin(cls)
     if cls is Any:
         return "any", None
@@ -1048,11 +1068,52 @@ second per busy second) and the stress search's relative spreads of a rate (nois
 thresholds derived from it)."""
 
 
+MAX_INTEGER = 2**63 - 1
+"""Largest magnitude of an integer in a report read from a file: counts, bytes, pids and ids
+all fit a signed 64-bit integer; a larger one (JSON has no limit) would overflow converting to
+a float (``OverflowError``) where it is shown or computed with."""
+
+MAX_ANY_DEPTH = 32
+"""Deepest nesting of a free-form (``Any``-typed) value read from a file: pipecheck writes
+evidence and configurations one or two levels deep; each level costs a stack frame in every
+renderer that walks it."""
+
+
 def _check_number(value: float, name: str, where: str) -> None:
     """Raise ``ValueError`` naming ``where`` when ``value``, held by field (or key) ``name``, is
     out of range (see :func:`from_jsonable`)."""
+    _check_finite(value, where)
     if name.endswith("_fraction") and name not in PER_SECOND_FRACTIONS and not 0 <= value <= 1:
         raise ValueError(f"{where} must be a 0-1 fraction, got {value!r}")
     if value < 0 and name not in SIGNED_FIELDS and not (name == "at_s"
                                                          or name.endswith("_at_s")):
         raise ValueError(f"{where} must not be negative, got {value!r}")
+
+
+def _check_finite(value: float, where: str) -> None:
+    """Raise ``ValueError`` naming ``where`` for infinity, NaN, or an integer beyond
+    :data:`MAX_INTEGER`."""
+    if isinstance(value, int):
+        if not -MAX_INTEGER <= value <= MAX_INTEGER:
+            raise ValueError(f"{where} must be an integer of at most 2**63 - 1 in magnitude, "
+                             f"got a {value.bit_length()}-bit one")
+    elif not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number, got {value!r}")
+
+
+def _check_any(value: Any, where: str, depth: int) -> None:
+    """Check a free-form JSON value: finite numbers, bounded integers, at most
+    :data:`MAX_ANY_DEPTH` levels (``ValueError`` naming the path)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, (int, float)):
+        _check_finite(value, where)
+        return
+    if depth >= MAX_ANY_DEPTH:
+        raise ValueError(f"{where} is nested more than {MAX_ANY_DEPTH} levels deep")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_any(item, f"{where}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_any(item, f"{where}[{i}]", depth + 1)

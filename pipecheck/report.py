@@ -140,8 +140,9 @@ class Report:
         :class:`~pipecheck.errors.ReportFormatError` (one line, naming the key path) when
         ``data`` is not an object, its schema is missing or not :data:`SCHEMA`, a required key is
         missing, a value has the wrong type, a number is out of range
-        (:func:`~pipecheck.records.from_jsonable` with ``ranges``: negative durations, counts or rates,
-        fractions outside 0-1), or a rank lies outside its world size (at most
+        (:func:`~pipecheck.records.from_jsonable` with ``ranges``: infinity or NaN anywhere,
+        evidence and configurations included; an integer beyond 2**63 - 1; negative durations,
+        counts or rates, fractions outside 0-1), or a rank lies outside its world size (at most
         :data:`~pipecheck.records.MAX_WORLD_SIZE`).
         """
         if not isinstance(data, dict):

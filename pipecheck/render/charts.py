@@ -16,9 +16,10 @@ from __future__ import annotations
 import io
 import math
 import re
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeGuard, TypeVar
 
 from pipecheck.render.inert import visible
+from pipecheck.render.model import thin
 from pipecheck.render.phrases import config_text
 
 if TYPE_CHECKING:
@@ -47,6 +48,21 @@ MAX_VECTOR_SHAPES = 1500
 """Above this many bars or spans, a series is drawn as an embedded PNG inside the SVG
 (matplotlib's ``rasterized``): 8,192 batches as vector paths would be megabytes of SVG."""
 
+CHART_POINTS = 40_000
+"""Most entries of one timeline a chart draws; beyond it an evenly spaced sample of them (the
+writer keeps at most 16,383 consumer batches, 1,024 recent batches per worker and 2,048 host
+samples, so only a hand-made report is thinned): drawing cost stays bounded."""
+
+WORKER_BARS = 64
+"""Workers drawn in the per-worker chart, in the report's order (its height grows with each)."""
+
+EPOCH_LINES = 200
+"""Most epoch-start lines drawn in the step timeline; with more, none (they would fill it)."""
+
+STRESS_TRIALS = 300
+"""Trials drawn in the stress chart, in the section's order (the largest default grid has
+127 configurations)."""
+
 RASTER_DPI = 144
 """Resolution of those embedded images, in dots per inch."""
 
@@ -59,6 +75,7 @@ LEGEND_HANDLE_PT = 40.0
 2 em plus the text and column padding at font size 8)."""
 
 _MIB = 1024**2
+T = TypeVar("T")
 _SVG_START = re.compile(r"<svg\b")
 _ID_REFERENCE = re.compile(r'(\bid="|\bhref="#|url\(#)')
 
@@ -70,7 +87,7 @@ def step_timeline_svg(report: "Report") -> Optional[str]:
     """Wait vs compute per batch (milliseconds, stacked) against the batch index, with epoch
     starts marked; ``None`` when the timeline holds no batches. The timeline is the report's
     bounded sample (every k-th batch above 8192 batches), so bars are the kept batches."""
-    batches = report.timeline.batches
+    batches = _thin(report.timeline.batches)
     if not batches:
         return None
     index = [b.index for b in batches]
@@ -83,7 +100,8 @@ def step_timeline_svg(report: "Report") -> Optional[str]:
     top = [w + c for w, c in zip(wait_ms, compute_ms)]
     ax.fill_between(index, wait_ms, top, step="mid", color=COMPUTE_COLOR, alpha=0.6, linewidth=0,
                     label="compute (step)", rasterized=dense)
-    for start in _epoch_starts(batches)[1:]:
+    starts = _epoch_starts(batches)[1:]
+    for start in starts if len(starts) <= EPOCH_LINES else []:
         ax.axvline(start, color="#555555", linewidth=0.8, linestyle="--")
     ax.set_xlabel("batch index")
     ax.set_ylabel("time per batch (ms)")
@@ -97,13 +115,14 @@ def rates_svg(report: "Report") -> Optional[str]:
     """Batches/s over time: what the consumer received (from the consumer timeline) and what the
     workers produced (from their recent-batch rings), with consumer demand and producer capacity
     as horizontal lines. ``None`` when the timeline holds fewer than 2 batches."""
-    batches = report.timeline.batches
-    if len(batches) < 2:
+    every = report.timeline.batches
+    if len(every) < 2:
         return None
+    batches = _thin(every)
     delivered_at = [b.start_at_s + b.wait_s for b in batches]
     weight = _weights(batches)
     span = (min(delivered_at), max(delivered_at))
-    produced_at = [wb.end_at_s for wb in report.timeline.worker_batches]
+    produced_at = [wb.end_at_s for wb in _thin(report.timeline.worker_batches)]
     if produced_at:
         span = (min(span[0], min(produced_at)), max(span[1], max(produced_at)))
     edges = _bin_edges(span, max(1, min(MAX_RATE_BINS, len(batches) // 4)))
@@ -112,7 +131,8 @@ def rates_svg(report: "Report") -> Optional[str]:
     ax.step(centers, received, where="mid", color=COMPUTE_COLOR, linewidth=1.6,
             label="consumer received")
     if produced_at:
-        centers_p, produced = _binned_rate(produced_at, edges, 1)
+        thinned = len(report.timeline.worker_batches) / len(produced_at)
+        centers_p, produced = _binned_rate(produced_at, edges, thinned)
         first, last = min(produced_at), max(produced_at)
         kept = [(c, r) for c, r in zip(centers_p, produced) if first <= c <= last]
         if kept:
@@ -139,7 +159,7 @@ def workers_svg(report: "Report") -> Optional[str]:
     """Per-worker busy vs idle: left, busy (fetch, collate) and idle seconds over the run's wall
     time from the exact counters; right, each worker's recent batches as spans over time (from
     its ring). ``None`` when the report has no per-worker timing."""
-    workers = report.producer.workers
+    workers = report.producer.workers[:WORKER_BARS]
     if not workers:
         return None
     from matplotlib.figure import Figure
@@ -166,7 +186,7 @@ def workers_svg(report: "Report") -> Optional[str]:
     left.set_xlabel("seconds over the run (s)")
     left.set_xlim(0, max(wall, 1e-9) * 1.3)
     _legend(fig, left)
-    _worker_spans(right, report.timeline.worker_batches, [w.id for w in workers])
+    _worker_spans(right, _thin(report.timeline.worker_batches), [w.id for w in workers])
     return _to_svg(fig, "workers")
 
 
@@ -175,7 +195,7 @@ def host_cpu_svg(report: "Report") -> Optional[str]:
     workers, with the system's use of all cores on a second axis (percent). Each sample is the
     mean over the interval before it, so it is drawn as a step over that interval (a line
     between two samples would show a ramp nobody measured). ``None`` without host samples."""
-    samples = report.timeline.host
+    samples = _thin(report.timeline.host)
     if not samples:
         return None
     at = [s.at_s for s in samples]
@@ -201,7 +221,7 @@ def host_io_svg(report: "Report") -> Optional[str]:
     """Bytes read per second over time (MB/s, 10^6 bytes): from storage (``read_bytes``) and
     including the page cache (``read_chars``), drawn as steps over each sample's interval.
     ``None`` when neither was measured."""
-    samples = report.timeline.host
+    samples = _thin(report.timeline.host)
     series = [
         ("read from storage", [s.read_bytes_per_s for s in samples], FETCH_COLOR),
         ("read incl. page cache", [s.read_chars_per_s for s in samples], COLLATE_COLOR),
@@ -226,7 +246,7 @@ def host_memory_svg(report: "Report") -> Optional[str]:
     """Memory over time (MiB): main RSS, workers' RSS and PSS (when measured), and the system's
     available memory on a second axis (GiB), each value held until the next sample (steps).
     ``None`` without host samples."""
-    samples = report.timeline.host
+    samples = _thin(report.timeline.host)
     if not samples:
         return None
     at = [s.at_s for s in samples]
@@ -259,7 +279,7 @@ def stress_svg(stress: Optional[StressSection]) -> Optional[str]:
     it chose not to measure), one series per combination of the other settings that vary (e.g.
     ``prefetch_factor``); failed trials as crosses at 0. The x axis is ``num_workers`` when
     every trial has one, else the configurations in order. ``None`` without plottable trials."""
-    trials = list(stress.trials) if stress is not None else []
+    trials = list(stress.trials[:STRESS_TRIALS]) if stress is not None else []
     configs = [t.config for t in trials]
     points = _stress_points(trials, configs)
     if not points:
@@ -360,6 +380,11 @@ def _plain(text: str) -> str:
     return visible(text, keep_newlines=False).replace("$", r"\$")
 
 
+def _thin(entries: Sequence[T]) -> Sequence[T]:
+    """``entries``, or an evenly spaced sample of at most :data:`CHART_POINTS` of them."""
+    return thin(entries, CHART_POINTS)
+
+
 def _finite(value: Optional[float]) -> TypeGuard[float]:
     return value is not None and math.isfinite(value) and value > 0
 
@@ -404,12 +429,12 @@ def _bin_edges(span: tuple[float, float], bins: int) -> list[float]:
 
 
 def _binned_rate(times: Sequence[float], edges: Sequence[float],
-                 weight: int | Sequence[int]) -> tuple[list[float], list[float]]:
+                 weight: float | Sequence[int]) -> tuple[list[float], list[float]]:
     """Events per second in each bin (each event counting ``weight``, or its own entry of
     ``weight``), and the bin centres."""
-    counts = [0] * (len(edges) - 1)
+    counts: list[float] = [0] * (len(edges) - 1)
     first, width = edges[0], edges[1] - edges[0]
-    weights = [weight] * len(times) if isinstance(weight, int) else weight
+    weights = [weight] * len(times) if isinstance(weight, (int, float)) else weight
     for t, w in zip(times, weights):
         slot = min(len(counts) - 1, max(0, int((t - first) / width)))
         counts[slot] += w

@@ -12,13 +12,15 @@ Every string is passed through :func:`html.escape`.
 from __future__ import annotations
 
 import html
+import itertools
 import math
 from typing import Any, Optional
 
 from pipecheck import units as fmt
 
 MAX_ROWS = 200
-"""Rows shown of one list; longer lists say how many were left out."""
+"""Rows shown of one list, entries of one object and values of one list of scalars; longer
+ones say how many were left out (the JSON has them all)."""
 
 FRACTION_MAPS = frozenset({"main_wait", "stages"})
 """Keys whose value maps names to 0-1 shares (:class:`~pipecheck.records.StacksRecord`'s
@@ -85,26 +87,33 @@ def to_html(value: Any, key: Optional[str] = None) -> str:
         rows = "".join(
             f"<dt>{html.escape(label(str(k)))}</dt>"
             f"<dd>{to_html(v, 'fraction' if key in FRACTION_MAPS else str(k))}</dd>"
-            for k, v in value.items()
+            for k, v in itertools.islice(value.items(), MAX_ROWS)
         )
-        return f'<dl class="kv">{rows}</dl>'
+        return f'<dl class="kv">{rows}</dl>{_more(len(value), "entries")}'
     if isinstance(value, (list, tuple)):
         if not value:
             return '<span class="dim">none</span>'
         if all(isinstance(item, dict) for item in value):
             return _table(list(value))
-        return html.escape(", ".join(format_value(key, item) for item in value))
+        shown = ", ".join(format_value(key, item) for item in value[:MAX_ROWS])
+        return html.escape(shown) + _more(len(value), "values")
     return html.escape(format_value(key, value))
 
 
+def _more(count: int, noun: str) -> str:
+    """The line under a list cut at :data:`MAX_ROWS`, or ``""``."""
+    if count <= MAX_ROWS:
+        return ""
+    return f'<p class="dim">... and {count - MAX_ROWS:,} more {noun} (see the JSON)</p>'
+
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
-    columns = list(dict.fromkeys(k for row in rows for k in row))
+    columns = list(dict.fromkeys(k for row in rows[:MAX_ROWS] for k in row))[:MAX_ROWS]
     head = "".join(f"<th>{html.escape(label(str(c)))}</th>" for c in columns)
     body = []
     for row in rows[:MAX_ROWS]:
         cells = "".join(f"<td>{to_html(row.get(c), str(c))}</td>" for c in columns)
         body.append(f"<tr>{cells}</tr>")
-    more = ""
-    if len(rows) > MAX_ROWS:
-        more = f'<p class="dim">{len(rows) - MAX_ROWS:,} more rows not shown</p>'
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+    return (f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+            f"{_more(len(rows), 'rows')}")

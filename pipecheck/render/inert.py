@@ -1,54 +1,135 @@
 """Make text safe for a terminal: control characters shown as escapes, never acted on.
 
 Strings in a report come from the user's run (dataset and loader reprs, stage, file and shard
-names, exception text) and from files anyone can write. A terminal acts on control
-characters: ``ESC`` starts CSI/OSC sequences that can move the cursor, clear the screen (and
-forge the verdict line), retitle the window or write the clipboard (OSC 52); ``BEL``, backspace
-and carriage return overwrite what was shown. So every string that leaves pipecheck for a
-terminal or markdown passes through :func:`visible`, at the point where it leaves:
+names, exception text, host names, stack frames) and from files anyone can write. A terminal
+acts on control characters: ``ESC`` starts CSI/OSC sequences that can move the cursor, clear the
+screen (and forge the verdict line), retitle the window or write the clipboard (OSC 52);
+``BEL``, backspace and carriage return overwrite what was shown; a line feed, vertical tab,
+form feed, ``NEL`` (U+0085) or a Unicode line separator starts a new line, so a string could
+print whole lines of its own (a forged ``COMPUTE-BOUND`` verdict, a fake finding). So every
+string that leaves pipecheck for a terminal or markdown passes through this module:
 
+* every string of the render model: :func:`fields` over the whole
+  :class:`~pipecheck.render.model.Document` in
+  :func:`pipecheck.render.sections.build_document` (and over a lone section in
+  :func:`pipecheck.render.terminal.render_section`), so each field is one line (every
+  :data:`CONTROL` character, line breaks included, written as an escape) of at most
+  :data:`MAX_FIELD_CHARS` characters, whatever the format;
 * the terminal summary and ``pipecheck shards``: :class:`Inert` wraps the rich renderables, so
   each segment's text is made visible after rich laid it out, and rich markup in strings is
   not interpreted (``markup=False``); only the styles rich itself renders emit escape codes;
-* markdown: the finished text (:func:`pipecheck.render.markdown.render_markdown`);
-* the CLI's own lines (errors, headers, ``check`` results): :func:`pipecheck.cli._say`.
+* markdown: each string (:func:`pipecheck.render.markdown.inline`, which also escapes markdown
+  syntax) and the finished text;
+* the HTML page (:func:`visible` over the finished page) and chart labels;
+* the CLI's own lines (errors, headers, ``check`` results, saved paths):
+  :func:`pipecheck.cli._say`, one line each.
 
-The characters made visible (:data:`CONTROL`): C0 (U+0000-U+001F) except the line feed where a
-line break is wanted, DEL and C1 (U+007F-U+009F), the Unicode line and paragraph separators and
-the bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069), which reorder what
-is shown ("Trojan Source", CVE-2021-42574).
+The characters made visible (:data:`CONTROL`): C0 (U+0000-U+001F: tab, line feed, vertical
+tab, form feed, carriage return, the information separators U+001C-U+001E included), DEL and C1
+(U+007F-U+009F, ``NEL`` included), the Unicode line and paragraph separators (U+2028, U+2029),
+the bidirectional marks, embeddings, overrides and isolates (U+061C, U+200E, U+200F,
+U+202A-U+202E, U+2066-U+2069), which reorder what is shown ("Trojan Source", CVE-2021-42574),
+and invisible characters that hide text (zero-width U+200B-U+200D, U+2060-U+2064, U+FEFF, the
+interlinear annotation controls U+FFF9-U+FFFB, the tag characters U+E0000-U+E007F).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Iterable
+from typing import Any, Iterable, TypeVar
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.segment import Segment
 
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-"""Characters a terminal may act on, or that reorder or break displayed lines."""
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+                     "\u2066-\u2069\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
+"""Characters a terminal may act on, that break, reorder or hide displayed text."""
+
+MAX_FIELD_CHARS = 2000
+"""Longest string :func:`fields` keeps, in characters (about 20 lines of a 100-column
+terminal; the longest sentence pipecheck writes itself is under 600): a longer one is cut
+and says how much was left out (the JSON keeps it whole). pipecheck's choice: a runaway
+exception text or repr must not make the summary unreadable or slow."""
+
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+T = TypeVar("T")
 
 
 def _escape(match: "re.Match[str]") -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    char = match.group()
+    short = _SHORT.get(char)
+    if short is not None:
+        return short
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def visible(text: str, keep_newlines: bool = True) -> str:
     """``text`` with every :data:`CONTROL` character written as a Python-style escape
-    (``ESC`` -> ``\\x1b``, U+202E -> ``\\u202e``), so it shows and is never acted on. With
-    ``keep_newlines`` line feeds stay line breaks; tabs and carriage returns never do."""
+    (``ESC`` -> ``\\x1b``, line feed -> ``\\n``, U+202E -> ``\\u202e``), so it shows and is
+    never acted on. With ``keep_newlines`` line feeds stay line breaks (for finished text whose
+    fields are already one line each); tabs, carriage returns and every other line separator
+    never do."""
     if keep_newlines:
         return "\n".join(CONTROL.sub(_escape, line) for line in text.split("\n"))
     return CONTROL.sub(_escape, text)
 
 
+def one_line(text: str) -> str:
+    """``text`` as one inert line: every :data:`CONTROL` character, line breaks included,
+    written as an escape (:func:`visible` without newlines)."""
+    return CONTROL.sub(_escape, text)
+
+
+def clipped(text: str, limit: int = MAX_FIELD_CHARS) -> str:
+    """``text`` cut to its first ``limit`` characters, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters; see the JSON)"
+
+
+def field(text: str) -> str:
+    """One string of the render model made inert: cut to :data:`MAX_FIELD_CHARS`, then
+    :func:`one_line`."""
+    return one_line(clipped(text))
+
+
+def fields(value: T) -> T:
+    """``value`` (a frozen dataclass of the render model, or the tuples, lists, dicts and
+    frozensets inside one) with every string in it, dict keys included, passed through
+    :func:`field`. Walks the value generically, so a new block type or field needs nothing
+    here. Other values (numbers, ``None``, booleans) are kept."""
+    return _walk(value)  # type: ignore[no-any-return]
+
+
+def _walk(value: Any) -> Any:
+    if isinstance(value, str):
+        return field(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _walk(getattr(value, f.name)) for f in dataclasses.fields(value)
+                   if f.init}
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, tuple):
+        return tuple(_walk(item) for item in value)
+    if isinstance(value, list):
+        return [_walk(item) for item in value]
+    if isinstance(value, frozenset):
+        return frozenset(_walk(item) for item in value)
+    if isinstance(value, dict):
+        return {_walk(key): _walk(item) for key, item in value.items()}
+    return value
+
+
 class Inert:
-    """A rich renderable showing ``renderables`` in turn (as ``Console.print`` would) with rich markup off and every segment's text passed through :func:`visible`. Segments
-    rich marks as control (cursor moves it emits itself) pass unchanged; user text is never
-    one."""
+    """A rich renderable showing ``renderables`` in turn (as ``Console.print`` would) with rich
+    markup off and every segment's text passed through :func:`visible`. Segments rich marks as
+    control (cursor moves it emits itself) pass unchanged; user text is never one. Line breaks
+    in a segment are rich's own layout: the strings from a report reach rich one line each
+    (:func:`fields`)."""
 
     def __init__(self, renderables: Iterable[RenderableType]) -> None:
         self.renderables = list(renderables)

@@ -12,13 +12,16 @@ formats with room for them (HTML); :class:`Chart` is drawn only by HTML.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Sequence, TypeVar, Union
 
 from pipecheck.kinds import CRITICAL, INFO, WARNING
+from pipecheck.render.inert import clipped
 
 Tone = Literal["plain", "dim", "bold", "warning", "alert"]
 """How a note reads: ``dim`` an aside, ``warning`` (yellow) something to check, ``alert`` a
 caveat on the numbers (the run did not complete, the capacity estimate is contradicted)."""
+
+T = TypeVar("T")
 
 SEVERITY_ORDER: dict[str, int] = {CRITICAL: 0, WARNING: 1, INFO: 2}
 """Sort key of a finding's severity, most severe first; unknown severities sort last (3)."""
@@ -139,12 +142,40 @@ def line(*pairs: tuple[str, str], detail: bool = False) -> Facts:
     return Facts(tuple(Fact(label, value) for label, value in pairs), detail=detail)
 
 
+MAX_CELL_CHARS = 300
+"""Longest cell of a table with headers, in characters (a configuration, a file path); a
+longer one is cut saying so. Numbered paragraphs (a grid without headers: recommendation
+reasons) keep :data:`pipecheck.render.inert.MAX_FIELD_CHARS`."""
+
+
 def table(headers: "list[str] | tuple[str, ...]", rows: "list[list[str]]", **options: Any) -> Table:
     """A :class:`Table` from lists (options as :class:`Table`'s fields, index sets as any
-    iterable)."""
+    iterable); with ``headers``, each cell cut to :data:`MAX_CELL_CHARS`."""
     for key in ("right", "no_wrap", "code"):
         if key in options:
             options[key] = frozenset(options[key])
     if "narrow" in options:
         options["narrow"] = tuple(options["narrow"])
-    return Table(tuple(headers), tuple(tuple(row) for row in rows), **options)
+    limit = MAX_CELL_CHARS if headers else None
+    return Table(tuple(headers), tuple(tuple(clipped(cell, limit) if limit else cell
+                                             for cell in row) for row in rows), **options)
+
+
+def capped(items: Sequence[T], limit: int) -> tuple[list[T], int]:
+    """The first ``limit`` of ``items`` and how many were left out: every list a section shows
+    is capped so rendering costs the same for a report of any size (the JSON keeps them
+    all)."""
+    return list(items[:limit]), max(0, len(items) - limit)
+
+
+def more(hidden: int, noun: str, detail: bool = False) -> Note:
+    """The note under a capped list: ``... and 899,990 more findings (see the JSON)``."""
+    return Note(f"... and {hidden:,} more {noun} (see the JSON)", "dim", detail=detail)
+
+
+def thin(entries: Sequence[T], limit: int) -> Sequence[T]:
+    """``entries``, or an evenly spaced sample of at most ``limit`` of them (every k-th, the
+    first kept): what a chart or trace draws of a timeline longer than any pipecheck writes."""
+    if len(entries) <= limit:
+        return entries
+    return entries[::-(-len(entries) // limit)]

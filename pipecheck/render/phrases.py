@@ -5,6 +5,7 @@ renderer makes it inert for its format."""
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any, Optional
 
 from pipecheck import units as fmt
@@ -27,12 +28,20 @@ def number(value: Any) -> Optional[float]:
     return float(value)
 
 
+CONFIG_SETTINGS = 16
+"""Settings of one configuration named (a DataLoader has about ten); the rest are counted."""
+
+
 def config_text(config: Any) -> str:
     """A trial configuration as typed in Python, ``num_workers=2 prefetch_factor=4``; settings
-    left unset (``None``) are left out; ``{}`` is ``the target's own settings``."""
+    left unset (``None``) are left out; ``{}`` is ``the target's own settings``; beyond
+    :data:`CONFIG_SETTINGS` settings, how many more."""
     if isinstance(config, dict):
-        return " ".join(f"{k}={fmt.setting_value(v)}" for k, v in config.items()
-                        if v is not None) or "the target's own settings"
+        text = " ".join(f"{k}={fmt.setting_value(v)}" for k, v in
+                        itertools.islice(config.items(), CONFIG_SETTINGS) if v is not None)
+        if len(config) > CONFIG_SETTINGS:
+            text += f" and {len(config) - CONFIG_SETTINGS:,} more settings"
+        return text or "the target's own settings"
     return fmt.NOT_MEASURED if config is None else str(config)
 
 

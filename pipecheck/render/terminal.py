@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING, Optional
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.padding import Padding
+from rich.segment import Segment
 from rich.table import Table as RichTable
 from rich.text import Text
 
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, CRITICAL, INFO, INPUT_BOUND, NO_DATA, WARNING
 from pipecheck.render.base import Renderer
-from pipecheck.render.inert import Inert
+from pipecheck.render.inert import Inert, fields
 from pipecheck.render.model import Block, Chart, Facts, Items, Note, Section, Table
 from pipecheck.render.phrases import verdict_line
 from pipecheck.render.sections import build_document
@@ -85,8 +87,8 @@ def renderables(report: "Report") -> list[RenderableType]:
     literally."""
     document = build_document(report)
     parts: list[RenderableType] = [
-        Text(document.verdict, style=_VERDICT_STYLES.get(document.verdict_kind, "bold")),
-        Text(document.context, style=_DIM),
+        Hanging(Text(document.verdict, style=_VERDICT_STYLES.get(document.verdict_kind, "bold"))),
+        Hanging(Text(document.context, style=_DIM)),
         *(_note(note) for note in document.notes),
     ]
     for section in document.sections:
@@ -113,8 +115,10 @@ def section_renderables(section: Section) -> list[RenderableType]:
 
 
 def render_section(section: Section, width: Optional[int] = None) -> str:
-    """One section's body as plain text, ``width`` columns wide (``pipecheck shards``)."""
-    return _print([Inert(section_renderables(section))], width, False)
+    """One section's body as plain text, ``width`` columns wide (``pipecheck shards``); its
+    strings made one inert line each, as :func:`~pipecheck.render.sections.build_document`
+    does for a report."""
+    return _print([Inert(section_renderables(fields(section)))], width, False)
 
 
 def _print(parts: list[RenderableType], width: Optional[int], color: bool) -> str:
@@ -155,11 +159,11 @@ def _block(block: Block) -> Optional[RenderableType]:
     return None
 
 
-def _note(note: Note) -> Text:
-    return Text(note.text, style=_TONE_STYLES.get(note.tone, ""))
+def _note(note: Note) -> "Hanging":
+    return Hanging(Text(note.text, style=_TONE_STYLES.get(note.tone, "")))
 
 
-def _line(facts: Facts) -> Text:
+def _line(facts: Facts) -> "Hanging":
     """A line of ``label value`` pairs separated by `` · ``; labels dim, values plain."""
     text = Text()
     for i, fact in enumerate(facts.facts):
@@ -168,7 +172,38 @@ def _line(facts: Facts) -> Text:
         if fact.label:
             text.append(f"{fact.label} ", style=_DIM)
         text.append(fact.value)
-    return text
+    return Hanging(text)
+
+
+class Hanging:
+    """A paragraph whose wrapped lines are indented by ``indent`` columns past its first: a
+    string from the report that wraps can never start a line where pipecheck's own lines start
+    (the verdict at column 0, a fact or note at its section's indent), so it cannot pass for
+    one of them however its length is chosen."""
+
+    def __init__(self, text: Text, indent: int = 2) -> None:
+        self.text = text
+        self.indent = indent
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        first, *more = self.text.wrap(console, width)
+        yield from first.render(console)
+        yield Segment.line()
+        if not more:
+            return
+        rest = self.text[len(first.plain):]  # the first line at full width, the rest indented
+        while rest.plain[:1] == " ":
+            rest = rest[1:]
+        for line in rest.wrap(console, max(1, width - self.indent)):
+            yield Segment(" " * self.indent)
+            yield from line.render(console)
+            yield Segment.line()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        measured = Measurement.get(console, options, self.text)
+        return Measurement(measured.minimum + self.indent,
+                           measured.maximum + self.indent).clamp(max_width=options.max_width)
 
 
 def _table(block: Table) -> RenderableType:

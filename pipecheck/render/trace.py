@@ -20,7 +20,9 @@ Layout (``pid`` / ``tid`` are track ids, not OS process ids; the real pids are i
 What is kept: the consumer timeline holds every batch up to 8192 batches, then an evenly spaced
 sample (every k-th batch, k doubling as the run grows), so a longer run has fewer spans than
 batches; each worker's ring holds its most recent 1024 batches. ``otherData`` says how many
-batches the run had and how many the trace holds.
+batches the run had and how many the trace holds. A timeline longer than any pipecheck writes
+(a hand-made report) is thinned to an evenly spaced sample of :data:`TRACE_ENTRIES` entries,
+and ``otherData.thinned`` says so: the trace's size stays bounded.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ import json
 import math
 import os
 import pathlib
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from pipecheck.kinds import MAIN
 from pipecheck.render.base import Renderer
+from pipecheck.render.model import thin
 
 if TYPE_CHECKING:
+    from pipecheck.records import BatchTiming, HostSample, WorkerBatch
     from pipecheck.report import Report
 
 MAIN_PID = 1
@@ -44,6 +48,11 @@ WORKERS_PID = 2
 CONSUMER_TID = 1
 EPOCHS_TID = 2
 MAIN_LOADER_TID = 3
+TRACE_ENTRIES = 40_000
+"""Most entries of one timeline (consumer batches, epochs, worker batches, host samples) the
+trace holds: above the 16,383 consumer batches, 32 x 1,024 worker batches and 2,048 host
+samples pipecheck keeps; a longer timeline is thinned evenly."""
+
 _US = 1e6
 _MIB = 1024**2
 
@@ -54,34 +63,41 @@ def trace_events(report: "Report") -> dict[str, Any]:
     naming processes and threads, and counter events (``ph: "C"``). Raises nothing for any
     report :meth:`pipecheck.Report.from_dict` accepts."""
     events: list[Optional[dict[str, Any]]] = []
+    timeline = report.timeline
+    kept = {name: thin(getattr(timeline, name), TRACE_ENTRIES)
+            for name in ("batches", "epochs", "worker_batches", "host")}
     main_pid = _main_os_pid(report)
     events.extend(_process_name(MAIN_PID, "training loop (main process"
                                 + (f", pid {main_pid})" if main_pid else ")"), 0))
     events.append(_thread_name(MAIN_PID, CONSUMER_TID, "consumer (wait / compute)"))
-    events.extend(_consumer_spans(report))
-    if report.timeline.epochs:
+    events.extend(_consumer_spans(kept["batches"]))
+    if kept["epochs"]:
         events.append(_thread_name(MAIN_PID, EPOCHS_TID, "epochs"))
-        for epoch in report.timeline.epochs:
+        for epoch in kept["epochs"]:
             events.append(_span(f"epoch {epoch.epoch}", "epoch", MAIN_PID, EPOCHS_TID,
                                 epoch.started_at_s, epoch.wall_s,
                                 {"batches": epoch.batches, "ended": epoch.ended}))
-    events.extend(_worker_spans(report))
-    events.extend(_counters(report))
-    batches = report.timeline.batches
+    events.extend(_worker_spans(report, kept["worker_batches"]))
+    events.extend(_counters(kept["host"]))
+    thinned = {name: f"{len(kept[name]):,} of {len(getattr(timeline, name)):,} entries"
+               for name in kept if len(kept[name]) < len(getattr(timeline, name))}
+    other = {
+        "generator": f"pipecheck {report.environment.pipecheck or ''}".strip(),
+        "report_kind": report.kind,
+        "created": report.created,
+        "verdict": report.diagnosis.verdict,
+        "batches_in_run": report.consumer.batches,
+        "batches_in_trace": len(kept["batches"]),
+        "worker_batches_in_trace": len(kept["worker_batches"]),
+        "note": "ts/dur in microseconds since the run started; the consumer timeline keeps "
+                "every batch up to 8192, then an evenly spaced sample",
+    }
+    if thinned:
+        other["thinned"] = thinned
     return {
         "traceEvents": [event for event in events if event is not None],
         "displayTimeUnit": "ms",
-        "otherData": {
-            "generator": f"pipecheck {report.environment.pipecheck or ''}".strip(),
-            "report_kind": report.kind,
-            "created": report.created,
-            "verdict": report.diagnosis.verdict,
-            "batches_in_run": report.consumer.batches,
-            "batches_in_trace": len(batches),
-            "worker_batches_in_trace": len(report.timeline.worker_batches),
-            "note": "ts/dur in microseconds since the run started; the consumer timeline keeps "
-                    "every batch up to 8192, then an evenly spaced sample",
-        },
+        "otherData": other,
     }
 
 
@@ -111,9 +127,9 @@ class TraceRenderer(Renderer):
 # -- events --------------------------------------------------------------------------------------
 
 
-def _consumer_spans(report: "Report") -> list[Optional[dict[str, Any]]]:
+def _consumer_spans(batches: Sequence["BatchTiming"]) -> list[Optional[dict[str, Any]]]:
     events = []
-    for batch in report.timeline.batches:
+    for batch in batches:
         args = {"batch": batch.index, "epoch": batch.epoch, "samples": batch.samples}
         events.append(_span("wait", "data-wait", MAIN_PID, CONSUMER_TID, batch.start_at_s,
                             batch.wait_s, args))
@@ -123,8 +139,8 @@ def _consumer_spans(report: "Report") -> list[Optional[dict[str, Any]]]:
     return events
 
 
-def _worker_spans(report: "Report") -> list[Optional[dict[str, Any]]]:
-    batches = report.timeline.worker_batches
+def _worker_spans(report: "Report", batches: Sequence["WorkerBatch"]
+                  ) -> list[Optional[dict[str, Any]]]:
     if not batches:
         return []
     pids = {w.id: w.pid for w in report.producer.workers}
@@ -150,9 +166,9 @@ def _worker_spans(report: "Report") -> list[Optional[dict[str, Any]]]:
     return events
 
 
-def _counters(report: "Report") -> list[dict[str, Any]]:
+def _counters(samples: Sequence["HostSample"]) -> list[dict[str, Any]]:
     events = []
-    for sample in report.timeline.host:
+    for sample in samples:
         ts = _us(sample.at_s)
         events.append(_counter("CPU (cores)", ts, {
             "main": sample.main_cpu_percent / 100, "workers": sample.workers_cpu_percent / 100}))

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from pipecheck.records import MAX_WORLD_SIZE
+from pipecheck.records import MAX_WORLD_SIZE, RankInfo
 from pipecheck.report import MAX_REPORT_BYTES
 from paths import SUPPORT
 from report_factory import sample_report
@@ -141,3 +141,46 @@ def test_demo_data_pointing_at_a_file_is_bad_input(tmp_path):
     path.write_text("x")
     _one_error(*_pipecheck("demo", "--data", str(path), "--steps", "2", "--quiet"),
                f"demo data folder {path} is a file, not a folder")
+
+
+# -- numbers JSON holds but Python cannot use: 1e999 is infinity ---------------------------------
+
+
+def _with_infinity(tmp_path, name="run.json", rank=None) -> str:
+    """A saved report whose consumer.samples_per_s is the JSON text 1e999 (infinity)."""
+    data = sample_report().to_dict()
+    if rank is not None:
+        data["rank"] = {"rank": rank, "world_size": 2}
+    data["consumer"]["samples_per_s"] = "__INFINITY__"
+    path = tmp_path / name
+    path.write_text(json.dumps(data).replace('"__INFINITY__"', "1e999"))
+    return str(path)
+
+
+INFINITY = "report.consumer.samples_per_s must be a finite number, got inf"
+
+
+@pytest.mark.parametrize("args", [
+    ("check", "{}", "--min-samples-per-s", "1e12"),  # passed as "n/a meets ..." before
+    ("report", "{}", "--html", "{out}"),  # exit 3 before
+])
+def test_infinity_is_refused_naming_its_key(tmp_path, args):
+    saved = _with_infinity(tmp_path)
+    out = str(tmp_path / "out")
+    _one_error(*_pipecheck(*(a.format(saved, out=out) for a in args)), INFINITY)
+    assert not os.path.exists(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [
+    ("report", "{}", "--trace", "{out}"),
+    ("report", "{}", "--markdown"),
+    ("report", "{}", "--json", "{out}"),
+    ("report", "{rank0}", "{}"),  # merging rank files
+    ("check", "{rank0}", "{}", "--max-stall", "0.5"),
+])
+def test_every_reader_refuses_infinity(tmp_path, args):
+    saved = _with_infinity(tmp_path, "run.rank1.json", rank=1)
+    rank0 = sample_report(rank=RankInfo(rank=0, world_size=2)).save(tmp_path / "run.json")
+    out = str(tmp_path / "out")
+    _one_error(*_pipecheck(*(a.format(saved, out=out, rank0=rank0) for a in args)), INFINITY)

@@ -105,7 +105,7 @@ def test_several_plain_reports_are_each_checked_and_named(runs, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--max-stall", "5"], "0-1 fraction"),
     (["--max-stall", "x"], "0-1 fraction"),
-    (["--min-samples-per-s", "0"], "positive"),
+    (["--min-samples-per-s", "0"], "must be from 1e-06 to 1,000,000,000,000 samples/s"),
     ([], "at least one threshold"),
 ])
 def test_bad_thresholds_are_exit_2_with_one_line(runs, argv, message, capsys):

@@ -100,7 +100,8 @@ def test_debug_adds_the_traceback(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     ([], "the following arguments are required: COMMAND"),
     (["report"], "the following arguments are required: RUN.json"),
-    (["report", "x.json", "--width", "5"], "argument --width: must be at least 20, got 5"),
+    (["report", "x.json", "--width", "5"],
+     "argument --width: must be from 20 to 1,000 columns, got '5'"),
     (["report", "x.json", "--pdf", "x.pdf"], "unrecognized arguments: --pdf x.pdf"),
     (["demo", "--workers", "two"], "argument --workers: expected an integer, got 'two'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
@@ -200,7 +201,7 @@ def test_demo_leaves_unset_options_to_run_demo(monkeypatch, capsys):
 def test_demo_rejects_out_of_range_counts(monkeypatch, capsys):
     calls = _record_demo(monkeypatch)
     assert main(["demo", "--steps", "0"]) == 2
-    assert "argument --steps: must be at least 1, got 0" in error_line(capsys)
+    assert "argument --steps: must be from 1 to 1,000,000,000 steps, got '0'" in error_line(capsys)
     assert calls == []
 
 

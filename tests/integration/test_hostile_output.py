@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import webdataset as wds
 from rich.console import Console
 
@@ -18,6 +19,7 @@ from pipecheck.records import (DeviceRecord, HotFunction, RankInfo, RankSummary,
                                StacksRecord, StageRow)
 from pipecheck.render.terminal import render_terminal
 from pipecheck.shards import shards
+from full_reports import assert_no_forged_line, every_section_report, forged
 from render_fixtures import hostile_report
 
 EVIL = ("\x1b]52;c;ZXZpbA==\x07\x1b[2J\x1b[H\x1b]0;pwned\x07\x9b1;31m\x9d0;t\x9c\x90q\x9c"
@@ -148,3 +150,17 @@ def test_html_shows_control_and_bidi_characters_as_escapes(tmp_path):
     page = page_path.read_text(encoding="utf-8")
     _assert_inert(page.replace("\n", " "))
     assert "\\u202e" in page and "\\x1b]52;c;" in page
+
+
+@pytest.mark.slow
+def test_the_cli_forges_no_line_from_a_separator_in_any_string_field(tmp_path):
+    """Every string of a report with every section (found by walking its dataclasses) ends in
+    a line separator and a fake verdict: ``pipecheck report`` and ``--markdown`` print each
+    as one line with the separator shown as an escape."""
+    report, planted = forged(every_section_report())
+    path = report.save(tmp_path / "run.json", per_rank=False)
+    for extra, markdown in (([], False), (["--markdown"], True)):
+        done = _cli("report", str(path), "--width", "100", *extra)
+        assert done.returncode == 0, done.stderr
+        shown = assert_no_forged_line(done.stdout.decode("utf-8"), planted, markdown=markdown)
+        assert "report.diagnosis.findings[0].message" in shown

@@ -289,3 +289,22 @@ def test_the_rates_chart_counts_the_batches_between_kept_timeline_entries():
     _, rates = charts._binned_rate([b.start_at_s for b in batches], edges, weights)
     width = edges[1] - edges[0]
     assert sum(rate * width for rate in rates) == pytest.approx(202)
+
+
+@pytest.mark.slow
+def test_a_report_of_huge_lists_renders_a_page_of_bounded_size():
+    """Every list and map of a report thousands of entries long (found by walking its
+    dataclasses): tables, evidence, charts and timelines are capped or thinned, each cap
+    saying how much it left out."""
+    from full_reports import every_section_report, inflate
+
+    small = render_html(every_section_report())
+    page = render_html(inflate(every_section_report(), 3_000))
+    for said in ("... and 2,950 more findings (see the JSON)",
+                 "... and 2,800 more epochs (see the JSON)",
+                 "... and 2,800 more processes (see the JSON)",
+                 "... and 2,936 more workers (see the JSON)",
+                 "2,950 more keys (see the JSON)"):  # one finding's evidence
+        assert said in page, said
+    assert len(page) < len(small) + 3_000_000
+    assert _Page(page).count("svg") == _Page(small).count("svg")

@@ -224,7 +224,7 @@ def test_time_left_is_the_budget_or_the_trials_left_whichever_is_shorter():
 
 def test_cli_rejects_bad_option_values_with_one_line(capsys):
     for args, fragment in [(["--in-order", "sometimes"], "--in-order takes true or false"),
-                           (["--batch-size", "0"], "--batch-size values must be at least 1"),
+                           (["--batch-size", "0"], "--batch-size: takes integers from 1 to"),
                            (["--baseline", "num_workers"], "is not one of")]:
         assert main(["stress", "nowhere.py:make", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -179,7 +179,7 @@ def test_failed_save_keeps_the_old_file_and_removes_the_temp(tmp_path, monkeypat
     target = tmp_path / "run.json"
     target.write_text("old contents")
 
-    def failing_replace(src, dst):
+    def failing_replace(src, dst, **dir_fds):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", failing_replace)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Optional
 
 from pipecheck import units as fmt
+from pipecheck.render.inert import fields
 from pipecheck.render.model import Document, Fact, Note, Section
 from pipecheck.render.phrases import capacity_phrase, context_line, ended_line, verdict_line
 from pipecheck.render.sections import advice, attach, probes, ranks, run, sharding, stress
@@ -56,7 +57,12 @@ RENDERED_FIELDS = frozenset({
 
 
 def build_document(report: "Report") -> Document:
-    """The report's document: verdict, context, caveats, key numbers and every section."""
+    """The report's document: verdict, context, caveats, key numbers and every section; every
+    string in it one inert line (:func:`pipecheck.render.inert.fields`: control characters and
+    line breaks as escapes, at most :data:`~pipecheck.render.inert.MAX_FIELD_CHARS`
+    characters), whatever the report's strings hold. Each builder caps the lists it shows
+    and says how many it left out, so the cost does not grow with the report's lists beyond
+    one pass over them."""
     notes = []
     ended = ended_line(report) if report.attach is None else None
     if ended is not None:
@@ -65,12 +71,12 @@ def build_document(report: "Report") -> Document:
     sections = tuple(section for key, build in SECTIONS
                      if key not in skipped and (section := build(report)) is not None)
     version = report.environment.pipecheck or "unknown version"
-    return Document(
+    return fields(Document(
         verdict=verdict_line(report), verdict_kind=report.diagnosis.verdict,
         context=context_line(report), notes=tuple(notes), headline=headline(report),
         sections=sections,
         footer=f"pipecheck {version} · schema {report.schema}",
-    )
+    ))
 
 
 def headline(report: "Report") -> tuple[Fact, ...]:

@@ -9,13 +9,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from pipecheck import units as fmt
-from pipecheck.render.model import Block, Note, Section, line, table
+from pipecheck.render.model import Block, Note, Section, capped, line, more, table
 from pipecheck.report_sections import AttachSection
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
 
 TITLE = "Attached (py-spy + psutil, not wrapped)"
+
+WORKER_ROWS = 64
+"""Worker rows shown, in the report's order."""
+
+UNKNOWN_LINES = 20
+"""Lines of what cannot be known without wrapping shown (pipecheck writes a handful)."""
 
 WORKER_HEADERS = ["pid", "busy", "busy 95%", "CPU / busy s", "class", "USS peak",
                   "USS growth"]
@@ -61,10 +67,11 @@ def attach_facts(section: AttachSection) -> list[tuple[str, str]]:
     ]
 
 
-def worker_rows(section: AttachSection) -> list[list[str]]:
-    """One row per worker seen, in :data:`WORKER_HEADERS` order."""
+def worker_rows(section: AttachSection, limit: Optional[int] = None) -> list[list[str]]:
+    """One row per worker seen (the first ``limit`` when given), in :data:`WORKER_HEADERS`
+    order."""
     rows = []
-    for worker in section.workers:
+    for worker in section.workers[:limit]:
         cpu = worker.cpu_fraction
         rows.append([
             str(worker.pid),
@@ -89,11 +96,15 @@ def attach(report: "Report") -> Optional[Section]:
     if section is None:
         return None
     blocks: list[Block] = [line((label, value)) for label, value in attach_facts(section)]
-    rows = worker_rows(section)
+    rows = worker_rows(section, WORKER_ROWS)
     if rows:
         blocks.append(table(WORKER_HEADERS, rows, right=(1, 2, 3, 5, 6)))
-    unknown = unknown_lines(section)
+    if len(section.workers) > len(rows):
+        blocks.append(more(len(section.workers) - len(rows), "workers"))
+    unknown, hidden = capped(unknown_lines(section), UNKNOWN_LINES)
     if unknown:
         blocks.append(Note("cannot be known without wrapping:", "dim"))
         blocks += [Note(f"- {item}") for item in unknown]
+    if hidden:
+        blocks.append(more(hidden, "lines"))
     return Section("attach", TITLE, tuple(blocks))

@@ -3,12 +3,13 @@ stacks (py-spy) and the GPU (CUDA events)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import sysconfig
 from typing import TYPE_CHECKING, Optional
 
 from pipecheck import units as fmt
-from pipecheck.render.model import Block, Chart, Note, Section, line, table
+from pipecheck.render.model import Block, Chart, Note, Section, line, more, table
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -18,6 +19,10 @@ STAGE_ROWS = 6
 
 STACK_ROWS = 5
 """Hottest functions listed, by share of on-CPU samples."""
+
+SHARE_ITEMS = 5
+"""Entries of a share map listed (where the main thread waited, worker time per stage), in the
+report's order (largest first)."""
 
 
 def stages(report: "Report") -> Optional[Section]:
@@ -32,7 +37,7 @@ def stages(report: "Report") -> Optional[Section]:
     blocks: list[Block] = [table(["stage", "runs in", "exclusive", "share", "in", "out"], cells,
                                  right=range(2, 6))]
     if len(rows) > STAGE_ROWS:
-        blocks.append(Note(f"{len(rows) - STAGE_ROWS} more stages in the JSON report", "dim"))
+        blocks.append(more(len(rows) - STAGE_ROWS, "stages"))
     blocks.append(Chart("stages", "Exclusive time per pipeline stage (its own work, not the "
                         "stages it pulls from); blue ran in the workers, purple in the main "
                         "process.", "No stage was timed."))
@@ -58,12 +63,14 @@ def stacks(report: "Report") -> Optional[Section]:
              overhead),
     ]
     if record.main_wait:
-        split = [(name, fmt.percent(share)) for name, share in record.main_wait.items()]
+        split = [(name, fmt.percent(share))
+                 for name, share in itertools.islice(record.main_wait.items(), SHARE_ITEMS)]
         split[0] = (f"main thread in next(): {split[0][0]}", split[0][1])
         split[-1] = (split[-1][0], f"{split[-1][1]} ({record.main_wait_samples:,} samples)")
         blocks.append(line(*split))
     if record.stages:
-        shares = [(name, fmt.percent(share)) for name, share in list(record.stages.items())[:5]]
+        shares = [(name, fmt.percent(share))
+                  for name, share in itertools.islice(record.stages.items(), SHARE_ITEMS)]
         shares[0] = (f"worker stages: {shares[0][0]}", shares[0][1])
         blocks.append(line(*shares))
     if record.pin_memory_busy_fraction is not None:
@@ -81,6 +88,8 @@ def stacks(report: "Report") -> Optional[Section]:
                      f"{hot.function}{stage}  {where}"])
     blocks.append(table(["self", "total", f"function (share of {scope} samples)"], rows,
                         right=(0, 1), no_wrap=(0, 1), grid=True))
+    if len(record.top) > STACK_ROWS:
+        blocks.append(more(len(record.top) - STACK_ROWS, "functions"))
     return Section("stacks", title, tuple(blocks))
 
 

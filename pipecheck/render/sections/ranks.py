@@ -7,11 +7,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from pipecheck import units as fmt
-from pipecheck.render.model import Block, Note, Section, table
+from pipecheck.render.model import Block, Note, Section, more, table
 
 if TYPE_CHECKING:
     from pipecheck.records import RanksSummary
     from pipecheck.report import Report
+
+RANK_ROWS = 64
+"""Rank rows shown: the first ranks in the report's order, and the straggler wherever it is."""
+
+MISSING_LISTED = 32
+"""Missing ranks named one by one; the rest are counted."""
 
 
 def ranks(report: "Report") -> Optional[Section]:
@@ -25,26 +31,39 @@ def ranks(report: "Report") -> Optional[Section]:
     if summary.straggler is not None:
         blocks.append(Note(f"straggler: rank {summary.straggler} (highest data wait per step; "
                            "under synchronous gradients it sets every rank's pace)", "bold"))
-    headers, right, rows = rank_table(summary)
+    headers, right, rows = rank_table(summary, limit=RANK_ROWS)
     blocks.append(table(headers, rows, right=right, no_wrap=range(len(headers))))
+    if len(summary.ranks) > len(rows):
+        blocks.append(more(len(summary.ranks) - len(rows), "ranks"))
     if summary.missing:
-        blocks.append(Note("no data from rank(s) " + ", ".join(map(str, summary.missing)),
-                           "warning"))
+        listed = ", ".join(map(str, summary.missing[:MISSING_LISTED]))
+        if len(summary.missing) > MISSING_LISTED:
+            listed += f" and {len(summary.missing) - MISSING_LISTED:,} more"
+        blocks.append(Note("no data from rank(s) " + listed, "warning"))
     if report.rank is not None:
         blocks.append(Note(f"The sections below are rank {report.rank.rank}'s own measurements.",
                            "dim"))
     return Section("ranks", "Ranks", tuple(blocks))
 
 
-def rank_table(ranks: "RanksSummary") -> tuple[list[str], list[int], list[list[str]]]:
+def rank_table(ranks: "RanksSummary", limit: Optional[int] = None
+               ) -> tuple[list[str], list[int], list[list[str]]]:
     """``(headers, indexes of right-aligned columns, rows)``: one row of plain text cells per
-    rank, the straggler marked; a ``shards`` column when any rank knows its shards."""
-    with_shards = any(rank.shards is not None for rank in ranks.ranks)
+    rank, the straggler marked; a ``shards`` column when any rank knows its shards. With
+    ``limit``, rows for the first ``limit`` ranks only, the straggler's kept in place of the
+    last when it is not among them."""
+    shown = ranks.ranks
+    if limit is not None and len(shown) > limit:
+        shown = shown[:limit]
+        straggler = next((r for r in ranks.ranks[limit:] if r.rank == ranks.straggler), None)
+        if straggler is not None:
+            shown = [*shown[:limit - 1], straggler]
+    with_shards = any(rank.shards is not None for rank in shown)
     headers = ["rank", "host", "steps", "wait/step", "stall", "throughput"]
     headers += ["shards"] if with_shards else []
     headers += ["verdict", ""]
     rows = []
-    for rank in ranks.ranks:
+    for rank in shown:
         mark = "◀ straggler" if rank.rank == ranks.straggler else ""
         if rank.status not in ("complete", "exhausted"):
             mark = f"{mark} ({rank.status})".strip()

@@ -5,12 +5,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from pipecheck import units as fmt
-from pipecheck.render.model import Block, Chart, Note, Section, line, table
+from pipecheck.render.model import Block, Chart, Note, Section, capped, line, more, table
 from pipecheck.render.phrases import capacity_phrase
 
 if TYPE_CHECKING:
     from pipecheck.records import ProducerSummary
     from pipecheck.report import Report
+
+WORKER_ROWS = 64
+"""Worker rows shown, in the report's order (stress sweeps go up to 32 workers)."""
+
+DETAIL_ROWS = 200
+"""Rows of a detail table (epochs, processes: HTML only) shown, in the report's order."""
 
 
 def throughput(report: "Report") -> Section:
@@ -77,11 +83,14 @@ def stall(report: "Report") -> Section:
         caption += f" The report keeps {sample}: {kept:,} of {consumer.batches:,} are shown."
     blocks.append(Chart("step_timeline", caption, "No per-batch timeline was recorded."))
     if report.timeline.epochs:
+        epochs, hidden = capped(report.timeline.epochs, DETAIL_ROWS)
         rows = [[str(e.epoch), f"{e.batches:,}", fmt.seconds(e.wait_s), fmt.seconds(e.compute_s),
                  fmt.seconds(e.wall_s), fmt.seconds(e.first_batch_s), e.ended]
-                for e in report.timeline.epochs]
+                for e in epochs]
         blocks.append(table(["epoch", "batches", "waited", "computed", "wall", "first batch",
                              "ended"], rows, right=range(1, 6), detail=True))
+        if hidden:
+            blocks.append(more(hidden, "epochs", detail=True))
     return Section("stall", "Data wait (stall)", tuple(blocks))
 
 
@@ -121,7 +130,7 @@ def producer(report: "Report") -> Section:
         "consumer timeline) and produced by the workers (from each worker's most recent "
         "batches).", "Too few batches to chart rates over time."))
     if producer.workers:
-        blocks.append(_worker_table(producer))
+        blocks += _worker_table(producer)
         blocks.append(Chart(
             "workers", "Per-worker busy (fetch, collate) and idle time over the run's wall time; "
             "right: each worker's recent batches as spans.", "No per-worker timing."))
@@ -130,9 +139,10 @@ def producer(report: "Report") -> Section:
     return Section("producer", "Producer vs consumer", tuple(blocks))
 
 
-def _worker_table(producer: "ProducerSummary") -> Block:
+def _worker_table(producer: "ProducerSummary") -> list[Block]:
+    workers, hidden = capped(producer.workers, WORKER_ROWS)
     rows, narrow = [], []
-    for worker in producer.workers:
+    for worker in workers:
         name = "main" if worker.id == -1 else str(worker.id)
         cells = [f"{worker.batches:,}", fmt.seconds(worker.busy_s),
                  fmt.rate(worker.rate_batches_per_s, "batches"), fmt.percent(worker.cpu_fraction),
@@ -141,8 +151,10 @@ def _worker_table(producer: "ProducerSummary") -> Block:
         narrow.append(line((f"worker {name} (pid {worker.pid}): batches", cells[0]),
                            ("busy", cells[1]), ("rate", cells[2]),
                            ("CPU while busy", cells[3]), ("RSS max", cells[4])))
-    return table(["worker", "pid", "batches", "busy", "rate", "CPU/busy", "RSS max"], rows,
-                 right=range(1, 7), no_wrap=range(7), narrow=narrow)
+    shown: list[Block] = [table(["worker", "pid", "batches", "busy", "rate", "CPU/busy",
+                                 "RSS max"], rows, right=range(1, 7), no_wrap=range(7),
+                                narrow=narrow)]
+    return shown + ([more(hidden, "workers")] if hidden else [])
 
 
 def host(report: "Report") -> Section:
@@ -196,14 +208,17 @@ def host(report: "Report") -> Section:
         Chart("host_memory", "Memory over time.", missing),
     ]
     if host.processes:
+        processes, hidden = capped(host.processes, DETAIL_ROWS)
         rows = [[str(p.pid), p.role + ("" if p.worker_id is None else f" {p.worker_id}"),
                  fmt.seconds(p.cpu_s), fmt.percent_value(p.cpu_percent_mean),
                  fmt.mib(p.rss_max_bytes), fmt.mib(p.pss_max_bytes), fmt.size(p.read_bytes),
                  f"{fmt.seconds(p.first_seen_at_s)} - {fmt.seconds(p.last_seen_at_s)}"]
-                for p in host.processes]
+                for p in processes]
         blocks.append(table(["pid", "role", "CPU time", "CPU mean", "RSS max", "PSS max",
                              "read from storage", "seen"], rows, right=range(2, 8),
                             title="Processes", detail=True))
+        if hidden:
+            blocks.append(more(hidden, "processes", detail=True))
     return Section("host", title, tuple(blocks))
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 from pipecheck import units as fmt
 from pipecheck.records import ShardingSection, ShardReader
-from pipecheck.render.model import Block, Note, Section, table
+from pipecheck.render.model import Block, Note, Section, capped, more, table
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -16,6 +16,15 @@ if TYPE_CHECKING:
 MAX_READER_ROWS = 16
 """(rank, worker) rows shown in rank order; beyond it the least and most loaded are kept (the
 JSON has them all)."""
+
+SPLITTERS_LISTED = 16
+"""Splitters of a chain named (a pipeline has one or two)."""
+
+RANKS_LISTED = 16
+"""Ranks whose samples and batches the per-rank line names, in rank order."""
+
+NOTE_ROWS = 20
+"""Sharding findings, and sharding recommendations, shown each (the analysis gives a few)."""
 
 TITLE = "Shard assignment"
 
@@ -38,8 +47,12 @@ def sharding_section(section: ShardingSection) -> Section:
     chain = splitters.get("chain")
     if chain is None:
         chain = [splitters.get("node"), splitters.get("worker")]
-    split = " then ".join(str(name) for name in chain) if chain else "nothing (every reader " \
-        "gets every shard)"
+    elif not isinstance(chain, list):  # a hand-edited report: show what it holds
+        chain = [chain]
+    split = " then ".join(str(name) for name in chain[:SPLITTERS_LISTED]) if chain else \
+        "nothing (every reader gets every shard)"
+    if len(chain) > SPLITTERS_LISTED:
+        split += f" and {len(chain) - SPLITTERS_LISTED:,} more"
     blocks: list[Block] = [Note(
         f"{fmt.count(shards, 'shard')}, {samples} samples; world size "
         f"{section.world_size} ({section.world_size_source}), "
@@ -63,24 +76,32 @@ def sharding_section(section: ShardingSection) -> Section:
     blocks.append(table(["rank", "worker", "shards", "samples"], rows, right=range(4)))
     if len(section.ranks) > 1:
         parts = []
-        for rank in section.ranks:
+        for rank in section.ranks[:RANKS_LISTED]:
             batches = rank.batches
             parts.append(f"rank {rank.rank}: "
                          + ("n/a" if rank.samples is None else
                             f"{rank.samples:,.0f} samples")
                          + ("" if batches is None else f", {batches:,} batches"))
+        if len(section.ranks) > RANKS_LISTED:
+            parts.append(f"and {len(section.ranks) - RANKS_LISTED:,} more ranks (see the JSON)")
         blocks.append(Note("per rank: " + "; ".join(parts)))
     idle = section.idle_fraction_at_epoch_end
     if idle is not None:
         blocks.append(Note(f"epoch-end idle share: {fmt.percent(idle)} of worker time"))
-    for finding in section.findings:
+    findings, hidden = capped(section.findings, NOTE_ROWS)
+    for finding in findings:
         blocks.append(Note(f"{finding.severity}: {finding.kind}: {finding.message}"))
-    for number, rec in enumerate(section.recommendations, start=1):
+    if hidden:
+        blocks.append(more(hidden, "sharding findings"))
+    recommendations, hidden = capped(section.recommendations, NOTE_ROWS)
+    for number, rec in enumerate(recommendations, start=1):
         note = rec.expected.note
         blocks.append(Note(f"{number}. {rec.setting}: "
                            f"{fmt.setting_value(rec.current)} -> "
                            f"{fmt.setting_value(rec.proposed)}"
                            + (f" · {note}" if note else "") + f" · {rec.reason}"))
+    if hidden:
+        blocks.append(more(hidden, "sharding recommendations"))
     if not section.findings:
         blocks.append(Note("no sharding problem found"))
     return Section("sharding", TITLE, tuple(blocks))

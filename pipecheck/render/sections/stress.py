@@ -10,10 +10,11 @@ Input is the report's typed ``stress`` section (:class:`~pipecheck.report_sectio
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any, Optional
 
 from pipecheck import units as fmt
-from pipecheck.render.model import Block, Chart, Note, Section, line, table
+from pipecheck.render.model import Block, Chart, Note, Section, capped, line, more, table
 from pipecheck.render.phrases import config_text
 from pipecheck.report_sections import EpochStart, StressSection, SweepTrial
 
@@ -23,6 +24,20 @@ if TYPE_CHECKING:
 PREDICTED_ROWS = 5
 """Unmeasured (predicted-only) configurations shown in the trial table, highest predicted
 throughput first; the JSON report lists them all."""
+
+MEASURED_ROWS = 200
+"""Measured trials shown in the trial table, in run order (the largest default grid, 0 to 32
+workers with two prefetch factors and both orders, measures 127)."""
+
+FAILED_LINES = 20
+"""Failed trials listed with their error, in run order."""
+
+SKIP_REASONS = 20
+"""Reasons for skipped configurations listed."""
+
+SETTING_COLUMNS = 8
+"""Most settings given a column of their own; beyond it (a hand-made report) one ``config``
+column holds each trial's settings."""
 
 
 def stress(report: "Report") -> Optional[Section]:
@@ -45,7 +60,7 @@ def stress_blocks(stress: StressSection) -> list[Block]:
                 if k not in varying and v is not None}
     if constant and len(trials) > 1:
         blocks.append(line(("every trial:", config_text(constant))))
-    measured = [t for t in trials if t.measured]
+    measured, hidden_measured = capped([t for t in trials if t.measured], MEASURED_ROWS)
     # Unmeasured candidates the model gave no figure for (the budget ran out first) stay in
     # the JSON: a row of n/a would say nothing.
     predicted_only = sorted((t for t in trials if not t.measured
@@ -56,14 +71,17 @@ def stress_blocks(stress: StressSection) -> list[Block]:
         blocks.append(_trial_table(shown, configs, varying))
         blocks.append(Note("rates over steady batches: each epoch's first batch (worker "
                            "start-up) left out", "dim"))
+    if hidden_measured:
+        blocks.append(more(hidden_measured, "measured configurations"))
     hidden = len(predicted_only) - PREDICTED_ROWS
     if hidden > 0:
         blocks.append(Note(f"{hidden} more predicted, unmeasured configurations are listed in "
                            f"the JSON report", "dim"))
-    for trial in trials:
-        if trial.error:
-            error = " ".join(trial.error.split())
-            blocks.append(line(("failed:", f"{config_text(trial.config)}: {error}")))
+    failed, hidden_failed = capped([t for t in trials if t.error], FAILED_LINES)
+    for trial in failed:
+        blocks.append(line(("failed:", f"{config_text(trial.config)}: {trial.error}")))
+    if hidden_failed:
+        blocks.append(more(hidden_failed, "failed trials"))
     blocks += [line(pair) for pair in summary_facts(stress)]
     return blocks if len(blocks) > 1 else [Note("no trials recorded", "dim")]
 
@@ -76,7 +94,7 @@ def _trial_table(shown: list[SweepTrial], configs: list[dict[str, Any]],
     # One column per varying setting, in the config's own key order.
     columns = [k for k in (configs[0] if configs else {}) if k in varying]
     columns += sorted(varying - set(columns))
-    if not columns:
+    if not columns or len(columns) > SETTING_COLUMNS:
         columns = ["config"]
     headers = ["samples/s", "batches/s", "stall", "source"]
     if show_predicted:
@@ -108,8 +126,14 @@ def _source(trial: SweepTrial) -> str:
 
 
 def _varying_keys(configs: list[dict[str, Any]]) -> set[str]:
-    """Settings whose value differs between ``configs`` (a setting missing counts as None)."""
-    keys = {k for c in configs for k in c}
+    """Settings whose value differs between ``configs`` (a setting missing counts as None);
+    every setting when there are more than :data:`SETTING_COLUMNS` times 4 (a hand-made
+    report: comparing each would cost settings x trials)."""
+    keys: set[str] = set()
+    for config in configs:
+        keys.update(config)
+        if len(keys) > 4 * SETTING_COLUMNS:
+            return keys
     return {k for k in keys if len({repr(c.get(k)) for c in configs}) > 1}
 
 
@@ -118,13 +142,16 @@ def summary_facts(stress: StressSection) -> list[tuple[str, str]]:
     the best and recommended configurations, the expected gain over the baseline, the
     profiling trial, the epoch-start check and the settings that change."""
     facts: list[tuple[str, str]] = []
-    skipped: dict[str, list[str]] = {}
+    skipped: dict[str, list[Any]] = {}
     for entry in stress.skipped:
-        skipped.setdefault(entry.reason or "budget spent", []).append(config_text(entry.config))
-    for reason, listed in skipped.items():
-        text = "; ".join(listed) if len(listed) <= PREDICTED_ROWS else \
+        skipped.setdefault(entry.reason or "budget spent", []).append(entry.config)
+    reasons, hidden = capped(list(skipped.items()), SKIP_REASONS)
+    for reason, listed in reasons:
+        text = "; ".join(map(config_text, listed)) if len(listed) <= PREDICTED_ROWS else \
             f"{len(listed)} configurations (listed in the JSON report)"
         facts.append((f"skipped ({reason}):", text))
+    if hidden:
+        facts.append(("skipped:", f"for {hidden:,} more reasons (see the JSON)"))
     search = stress.search
     if search is not None:
         facts.append(("model-guided search:", f"measured {search.measured} of "
@@ -152,9 +179,12 @@ def summary_facts(stress: StressSection) -> list[tuple[str, str]]:
         facts.append(("epoch start:", epoch))
     changes = recommended.changes if recommended is not None else {}
     if changes:
-        facts.append(("change:", ", ".join(
-            f"{name} {fmt.setting_value(pair[0])} -> {fmt.setting_value(pair[1])}"
-            for name, pair in changes.items() if isinstance(pair, list) and len(pair) == 2)))
+        listed = [f"{name} {fmt.setting_value(pair[0])} -> {fmt.setting_value(pair[1])}"
+                  for name, pair in itertools.islice(changes.items(), SETTING_COLUMNS)
+                  if isinstance(pair, list) and len(pair) == 2]
+        if len(changes) > SETTING_COLUMNS:
+            listed.append(f"and {len(changes) - SETTING_COLUMNS:,} more (see the JSON)")
+        facts.append(("change:", ", ".join(listed)))
         if (changes.get("in_order") or [None, None])[1] is False:
             facts.append(("note:", "in_order=False delivers batches as workers finish them, "
                                    "not in sampler order"))
