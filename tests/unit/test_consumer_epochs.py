@@ -17,7 +17,7 @@ from pipecheck._clock import FakeClock
 from pipecheck.analysis import consumer as analysis
 from pipecheck.probes import consumer as consumer_module
 from pipecheck.probes.consumer import (EPOCH_ROWS_FIRST, EPOCH_ROWS_LAST, ConsumerProbe,
-                                       FixedBatches, _Chunk)
+                                       FixedBatches)
 from pipecheck.records import ConsumerRecord, FoldedEpochs, Timeline, from_jsonable, to_jsonable
 
 
@@ -95,12 +95,14 @@ def plans(n: int, seed: int = 7, empty_first: int = 0) -> list[Plan]:
     return made
 
 
-def drive(probe: ConsumerProbe, clock: FakeClock, plan: Plan) -> Truth:
-    """Run one epoch of ``plan`` through ``probe`` and count what happened."""
+def drive(probe: ConsumerProbe, clock: FakeClock, plan: Plan, fixed: bool = False) -> Truth:
+    """Run one epoch of ``plan`` through ``probe`` and count what happened. ``fixed``: the
+    batch sizes are given up front (``FixedBatches``: the last batch one sample short)."""
     truth = Truth()
     source = Source(clock, plan.waits, plan.size, plan.shutdown_s, plan.fail_at)
     started = clock()
-    iterator = probe.iterate(source)
+    sizes = FixedBatches(plan.size, max(plan.size * len(plan.waits) - 1, 0)) if fixed else None
+    iterator = probe.iterate(source, sizes)
     after_step = False  # a step just ended: the next call's entry closes it
     while True:
         entered = clock()
@@ -135,11 +137,12 @@ def drive(probe: ConsumerProbe, clock: FakeClock, plan: Plan) -> Truth:
     return truth
 
 
-def run(schedule: list[Plan], **probe_options) -> tuple[ConsumerRecord, list[Truth]]:
+def run(schedule: list[Plan], fixed: bool = False,
+        **probe_options) -> tuple[ConsumerRecord, list[Truth]]:
     clock = FakeClock(50.0)
     probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0,
                           **probe_options)
-    truths = [drive(probe, clock, plan) for plan in schedule]
+    truths = [drive(probe, clock, plan, fixed) for plan in schedule]
     return probe.record(), truths
 
 
@@ -375,33 +378,33 @@ def test_memory_per_epoch_stays_bounded(monkeypatch):
     assert len(record.timeline) < 64
 
 
-@pytest.mark.parametrize("fixed", [None, FixedBatches(3, 10)])
-@pytest.mark.parametrize("next_entered", [None, 1.0])
-def test_a_small_fold_gives_the_figures_of_the_numpy_fold(monkeypatch, fixed, next_entered):
-    from array import array
+def flat(rows: list, skip: tuple[str, ...] = ()) -> list[float]:
+    """The numeric fields of ``rows`` (dataclasses) in one list (``None`` and NaN as -1)."""
+    return [-1.0 if v is None or v != v else v for row in rows
+            for k, v in dataclasses.asdict(row).items() if k not in skip]
 
-    rng = random.Random(1)
-    for n in range(0, 9):
-        marks, t = array("d"), 0.0
-        for _ in range(n):
-            t += rng.uniform(0.0, 0.01)
-            marks.append(t)
-            t += rng.uniform(0.0, 0.01)
-            marks.append(t)
-        sizes = array("q", [rng.randint(1, 4) for _ in range(n)])
-        end = None if next_entered is None else t + next_entered
-        small = _Chunk(marks, sizes, end, fixed, 4)
-        monkeypatch.setattr(consumer_module, "SMALL_FOLD_BATCHES", -1)
-        big = _Chunk(marks, sizes, end, fixed, 4)
-        monkeypatch.undo()
-        assert isinstance(small.offsets, range) and not isinstance(big.offsets, range)
-        for name in ("batches", "samples", "untimed", "last_left", "counted_to"):
-            assert getattr(small, name) == getattr(big, name), name
-        for name in ("wait", "compute"):
-            assert getattr(small, name) == pytest.approx(getattr(big, name), abs=1e-15)
-        for name in ("offsets", "entered", "waits", "computes", "sizes"):
-            assert list(getattr(small, name)) == pytest.approx(list(getattr(big, name)),
-                                                               nan_ok=True), name
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_short_epochs_folded_in_python_give_the_figures_of_the_numpy_fold(monkeypatch, fixed):
+    """Epochs of up to SMALL_FOLD_BATCHES batches are folded without numpy; the records
+    match the numpy fold's (a timeline stride past 1 included)."""
+    schedule = plans(400, seed=13)
+    for plan in schedule[::7]:  # some longer epochs: folded with numpy either way
+        plan.waits = plan.waits + [0.002] * 80
+    python, _ = run(schedule, timeline_capacity=256, fixed=fixed)
+    monkeypatch.setattr(consumer_module, "SMALL_FOLD_BATCHES", -1)
+    numpy, _ = run(schedule, timeline_capacity=256, fixed=fixed)
+    assert python.timeline_stride == numpy.timeline_stride > 1
+    assert flat(python.timeline) == pytest.approx(flat(numpy.timeline))
+    assert [e.ended for e in python.epochs] == [e.ended for e in numpy.epochs]
+    assert flat(python.epochs, skip=("ended",)) == pytest.approx(flat(numpy.epochs,
+                                                                      skip=("ended",)))
+    for name in ("batches", "samples", "untimed_batches"):
+        assert getattr(python, name) == getattr(numpy, name)
+    for name in ("wait_s", "compute_s", "wall_s"):
+        assert getattr(python, name) == pytest.approx(getattr(numpy, name), rel=1e-12)
+    assert dataclasses.astuple(python.folded_epochs) == pytest.approx(
+        dataclasses.astuple(numpy.folded_epochs), rel=1e-12)
 
 
 def test_the_folded_sums_round_trip_through_the_report_json():
