@@ -244,8 +244,7 @@ class Measurement:
         self._shared_memory = shared_memory_record()
         self._containers = largest_containers(inner.dataset) if inner is not None else []
         self._epochs = 0
-        self._probed_epochs = 0
-        self._probed_ids: set[int] = set()  # consumer epoch indices the main process timed
+        self._probed_epochs = 0  # epochs whose production the main process timed
         self._host: Optional[HostProbe] = None
         if host:
             pids = self._workers.pid_to_worker if self._workers is not None else None
@@ -338,21 +337,23 @@ class Measurement:
                 probe.start()
             except Exception as err:
                 self._turn_off(probe, err)
+        timed = False
         if self._config.num_workers == 0 and self._workers is not None:
             timed = self._time_production_this_epoch()
             self._workers.pause(not timed)
             if timed:
                 self._probed_epochs += 1
-                self._probed_ids.add(self._epochs)
         self._epochs += 1
         self._current_rank()
         if self._substitutes is not None:
             self._substitutes.arm()  # this epoch's iterator, when torch builds it
         # One iterator between the loop and the loader: the consumer probe's, which calls the
         # head-of-line and device probes around each next() (probes/base.BatchObserver).
+        # Flagged: the consumer keeps the timed epochs' batch total (O(1), folded epochs too),
+        # to which record() scales the sampled production.
         return self._consumer.open_epoch(lambda: open_target(loader), fixed_batches(loader),
                                          tuple(self._observers), self._turn_off,
-                                         self._between_batches())
+                                         self._between_batches(), flagged=timed)
 
     def _between_batches(self) -> Optional[Callable[[Any], None]]:
         """Main-process sampling of fast batches (``num_workers=0``), driven by the consumer
@@ -421,7 +422,7 @@ class Measurement:
         else:
             probe = "workers" if (self._config.num_workers or 0) > 0 else "main-process"
         if probe == "main-process":
-            total = sum(e.batches for e in consumer.epochs if e.epoch in self._probed_ids)
+            total = consumer.flagged_batches
             first = self._workers.first_batch() if self._workers is not None else None
             workers = [scaled_to(w, total, first) for w in workers]
         return RunRecord(kind="wrap", created=self._created, environment=collect_environment(),

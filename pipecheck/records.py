@@ -128,13 +128,60 @@ class EpochTiming:
 
 
 @dataclass(frozen=True)
+class FoldedEpochs:
+    """Running sums over the epochs a consumer record no longer lists one by one.
+
+    A run lists its first epochs, its most recent ones, the first that delivered a batch and
+    any still unfinished as :class:`EpochTiming` rows
+    (:data:`pipecheck.probes.consumer.EPOCH_ROWS_FIRST`,
+    :data:`~pipecheck.probes.consumer.EPOCH_ROWS_LAST`); every other epoch is added to these
+    sums once it has ended, so memory stays bounded however many epochs run. The listed rows'
+    figures plus these sums give every whole-run figure the analysis takes from epochs, and
+    add up to the record's totals.
+
+    ``epochs``: how many were folded; ``batches``, ``samples``, ``wait_s``, ``compute_s``,
+    ``wall_s`` (seconds): their totals. ``started``: those that delivered a first batch,
+    ``started_batches`` their batches, ``first_batch_s`` the sum of their first-batch waits and
+    ``started_wall_s`` of their wall times (seconds). ``exhausted``: started epochs that ran
+    to their end (``ended: exhausted``), ``exhausted_wall_s`` their wall times summed.
+    ``last_waits``: exhausted epochs with batches whose final ``next()`` was timed,
+    ``last_wait_s`` those waits summed (seconds). ``without_last_compute``: epochs with
+    batches whose last step was never timed (ended on ``break``). ``errors``: epochs that
+    ended with the loader's exception (``ended: error``), ``interrupted``: by Ctrl-C.
+    ``untimed_batches``: their batches of a fast loop's sparse stretches
+    (:attr:`ConsumerRecord.untimed_batches`).
+    """
+
+    epochs: int = 0
+    batches: int = 0
+    samples: int = 0
+    wait_s: float = 0.0
+    compute_s: float = 0.0
+    wall_s: float = 0.0
+    started: int = 0
+    started_batches: int = 0
+    first_batch_s: float = 0.0
+    started_wall_s: float = 0.0
+    exhausted: int = 0
+    exhausted_wall_s: float = 0.0
+    last_waits: int = 0
+    last_wait_s: float = 0.0
+    without_last_compute: int = 0
+    errors: int = 0
+    interrupted: int = 0
+    untimed_batches: int = 0
+
+
+@dataclass(frozen=True)
 class ConsumerRecord:
     """Counters over the whole run plus a bounded, evenly spaced sample of batches.
 
     Batch and sample counts are exact; wait and compute are exact except in a fast loop's
     sparse stretches (``untimed_batches``). ``timeline`` keeps every ``timeline_stride``-th
     timed batch (the stride doubles whenever the buffer fills), so it covers the whole run in
-    bounded memory. ``sampled_*`` fields come from reading
+    bounded memory. ``epochs`` lists the first epochs, the most recent ones, the first that
+    delivered a batch and any unfinished, in epoch order; the others are summed in
+    ``folded_epochs``. ``sampled_*`` fields come from reading
     the main process's CPU clock around a subset of batches (``process_time``, all its threads):
     CPU seconds spent per wall second while waiting and while computing. ``status``:
     ``not-started``, ``in-progress``, ``complete``, ``error`` (``error`` says what: raised by
@@ -181,6 +228,14 @@ class ConsumerRecord:
     sigterms_continued: int = 0
     """SIGTERMs the program received and went on after (its own handler returned, or it
     ignores SIGTERM): the run did not end there (:mod:`pipecheck.autosave`)."""
+    folded_epochs: FoldedEpochs = field(default_factory=FoldedEpochs)
+    """Sums over the epochs ``epochs`` does not list (:class:`FoldedEpochs`): ``epochs`` holds
+    the first ones, the most recent ones, the first that delivered a batch and any unfinished;
+    all zero while every epoch is listed."""
+    flagged_batches: int = 0
+    """Batches of the epochs opened with ``flagged=True``
+    (:meth:`pipecheck.probes.consumer.ConsumerProbe.open_epoch`): the wrapper can flag the
+    epochs whose production it timed, and scale the timed figures to their batches."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -884,6 +939,9 @@ class Timeline:
     epochs: list[EpochTiming] = field(default_factory=list)
     worker_batches: list[WorkerBatch] = field(default_factory=list)
     host: list[HostSample] = field(default_factory=list)
+    folded_epochs: Optional[FoldedEpochs] = None
+    """The sums over the epochs ``epochs`` does not list (:class:`FoldedEpochs`); ``None`` in
+    reports written before epochs were folded (they list every epoch)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -295,8 +295,9 @@ _FILE_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character d
 def build_report(run: "RunRecord", *, stress: Optional[StressSection] = None) -> Report:
     """Analyze a finished run, recommend changes and assemble the :class:`Report`.
 
-    The timeline gathers the bounded per-event detail: the consumer's sampled batches and epochs,
-    the workers' recent batches sorted by end time, and the host samples (moved out of ``host``).
+    The timeline gathers the bounded per-event detail: the consumer's sampled batches, its
+    listed epochs and the sums of the others, the workers' recent batches sorted by end time,
+    and the host samples (moved out of ``host``).
     ``stress`` is the offline sweep for ``run.kind == "stress"``.
     """
     # Imported here so this module (and loading saved reports) does not need analysis code.
@@ -329,6 +330,7 @@ def build_report(run: "RunRecord", *, stress: Optional[StressSection] = None) ->
             epochs=list(run.consumer.epochs),
             worker_batches=worker_batches,
             host=host_samples,
+            folded_epochs=run.consumer.folded_epochs,
         ),
         stress=stress,
         stacks=run.stacks,

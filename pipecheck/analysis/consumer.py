@@ -4,13 +4,19 @@ counters of a :class:`~pipecheck.records.ConsumerRecord` (quantiles from its sam
 "Loop time" below is ``wait_s + compute_s``: the time spent inside the training loop, between
 the first ``next()`` call and the end of the last step. Rates are per second of loop time, so
 time the user spent outside the loop (evaluation between epochs, say) does not dilute them.
+
+Figures over the run's epochs are taken from the listed ``ConsumerRecord.epochs`` plus the sums
+of the epochs folded out of that list (``ConsumerRecord.folded_epochs``), so they cost the
+same and come out the same however many epochs ran. An epoch "started" when it delivered a
+batch (``batches > 0`` and a ``first_batch_s``); the run's first started epoch is always
+listed.
 """
 
 from __future__ import annotations
 
-from typing import Optional, cast
+from typing import Optional
 
-from pipecheck.analysis.stats import mean, quantiles, ratio
+from pipecheck.analysis.stats import quantiles, ratio
 from pipecheck.records import ConsumerRecord, ConsumerSummary, EpochTiming
 
 # Epochs that ended this way lost their last step's compute time: the loop never called next()
@@ -48,7 +54,7 @@ def summarize_consumer(record: ConsumerRecord) -> ConsumerSummary:
         tokens_per_s=ratio(record.tokens, loop_s) if has_batches else None,
         first_batch_s=record.epochs[0].first_batch_s if record.epochs else None,
         tokens=record.tokens,
-        epochs=len(record.epochs),
+        epochs=epoch_count(record),
         steady_stall_fraction=steady,
         demand_batches_per_s=ratio(1.0, steady_step_s(record)),
         wait_time_s=quantiles(b.wait_s for b in record.timeline),
@@ -61,20 +67,50 @@ def summarize_consumer(record: ConsumerRecord) -> ConsumerSummary:
     )
 
 
-def started_epochs(record: ConsumerRecord) -> list[EpochTiming]:
-    """Epochs that delivered a first batch (and so have a ``first_batch_s``)."""
+def epoch_count(record: ConsumerRecord) -> int:
+    """Epochs the run began (``iter()`` calls), listed or folded."""
+    return len(record.epochs) + record.folded_epochs.epochs
+
+
+def _started(record: ConsumerRecord) -> list[EpochTiming]:
+    """The listed epochs that delivered a first batch, in epoch order."""
     return [e for e in record.epochs if e.batches > 0 and e.first_batch_s is not None]
+
+
+def _first_wait_s(epoch: EpochTiming) -> float:
+    return epoch.first_batch_s if epoch.first_batch_s is not None else 0.0
+
+
+def started_epoch_count(record: ConsumerRecord) -> int:
+    """Epochs that delivered a first batch (and so have a first-batch wait)."""
+    return len(_started(record)) + record.folded_epochs.started
+
+
+def first_batch_waits_s(record: ConsumerRecord) -> float:
+    """Seconds of the started epochs' first-batch waits, summed."""
+    return sum(_first_wait_s(e) for e in _started(record)) + record.folded_epochs.first_batch_s
 
 
 def steady_batch_count(record: ConsumerRecord) -> int:
     """Batches that were not the first of their epoch."""
-    return max(record.batches - len(started_epochs(record)), 0)
+    return max(record.batches - started_epoch_count(record), 0)
 
 
 def steady_wait_s(record: ConsumerRecord) -> float:
     """Total wait in seconds without each epoch's first-batch wait."""
-    first_waits_s = sum(cast(float, e.first_batch_s) for e in started_epochs(record))
-    return max(record.wait_s - first_waits_s, 0.0)
+    return max(record.wait_s - first_batch_waits_s(record), 0.0)
+
+
+def started_steady_s(record: ConsumerRecord) -> tuple[int, float]:
+    """The started epochs' batches after their first, and their wall seconds after the
+    first batch came (``wall_s - first_batch_s`` per epoch, summed): the steady stretch of
+    each pass, worker start-up left out."""
+    started = _started(record)
+    folded = record.folded_epochs
+    batches = sum(e.batches - 1 for e in started) + folded.started_batches - folded.started
+    seconds = (sum(max(e.wall_s - _first_wait_s(e), 0.0) for e in started)
+               + max(folded.started_wall_s - folded.first_batch_s, 0.0))
+    return batches, seconds
 
 
 def first_step_s(record: ConsumerRecord) -> Optional[float]:
@@ -125,7 +161,7 @@ def steady_stall_fraction(record: ConsumerRecord) -> Optional[float]:
     if steady == 0 or step_s is None:
         return None
     wait_s = steady_wait_s(record)
-    firsts = len(started_epochs(record))
+    firsts = started_epoch_count(record)
     compute_s = max(record.compute_s - warmup_step_s(record) - firsts * step_s, 0.0)
     return ratio(wait_s, wait_s + compute_s)
 
@@ -163,20 +199,29 @@ def compute_measured_batches(record: ConsumerRecord) -> int:
     ended on ``break`` or is still running (the loop never came back for another batch)."""
     unmeasured = sum(
         1 for e in record.epochs if e.batches > 0 and e.ended in _ENDINGS_WITHOUT_LAST_COMPUTE
-    )
+    ) + record.folded_epochs.without_last_compute
     return max(record.batches - unmeasured, 0)
 
 
-def cold_epochs(record: ConsumerRecord, persistent_workers: Optional[bool]) -> list[EpochTiming]:
-    """Started epochs whose producer started from scratch: every epoch, or with
-    ``persistent_workers=True`` only the first (later ones reuse live workers)."""
-    started = started_epochs(record)
-    return started[:1] if persistent_workers else started
-
-
 def cold_start_s(record: ConsumerRecord, persistent_workers: Optional[bool]) -> Optional[float]:
-    """Mean first-batch wait in seconds of the cold epochs (see :func:`cold_epochs`)."""
-    return mean(cast(float, e.first_batch_s) for e in cold_epochs(record, persistent_workers))
+    """Mean first-batch wait in seconds of the started epochs whose producer started from
+    scratch: every one, or with ``persistent_workers=True`` only the first (later ones reuse
+    live workers); ``None`` with no started epoch."""
+    started = _started(record)
+    if persistent_workers:
+        return started[0].first_batch_s if started else None
+    return ratio(first_batch_waits_s(record), started_epoch_count(record))
+
+
+def warm_start_s(record: ConsumerRecord) -> Optional[float]:
+    """Mean first-batch wait in seconds of the started epochs after the run's first (with
+    ``persistent_workers=True``: the restarts that reuse live workers); ``None`` with fewer
+    than two started epochs."""
+    started = _started(record)
+    if not started:
+        return None
+    return ratio(first_batch_waits_s(record) - _first_wait_s(started[0]),
+                 started_epoch_count(record) - 1)
 
 
 def shutdown_wait_s(record: ConsumerRecord, persistent_workers: Optional[bool]) -> Optional[float]:
@@ -185,13 +230,19 @@ def shutdown_wait_s(record: ConsumerRecord, persistent_workers: Optional[bool]) 
     ``None`` with ``persistent_workers=True`` (no shutdown there) or no such epoch."""
     if persistent_workers:
         return None
-    return mean(e.last_wait_s for e in record.epochs
-                if e.ended == "exhausted" and e.batches > 0 and e.last_wait_s is not None)
+    waits = [e.last_wait_s for e in record.epochs
+             if e.ended == "exhausted" and e.batches > 0 and e.last_wait_s is not None]
+    folded = record.folded_epochs
+    return ratio(sum(waits) + folded.last_wait_s, len(waits) + folded.last_waits)
 
 
 def mean_epoch_wall_s(record: ConsumerRecord) -> Optional[float]:
     """Mean wall time in seconds of the epochs that ran to exhaustion, or of all started epochs
     when none did (a run cut short); ``None`` with no started epoch."""
-    started = started_epochs(record)
-    finished = [e for e in started if e.ended == "exhausted"]
-    return mean(e.wall_s for e in (finished or started))
+    started = _started(record)
+    folded = record.folded_epochs
+    finished = [e.wall_s for e in started if e.ended == "exhausted"]
+    if finished or folded.exhausted:
+        return ratio(sum(finished) + folded.exhausted_wall_s, len(finished) + folded.exhausted)
+    return ratio(sum(e.wall_s for e in started) + folded.started_wall_s,
+                 len(started) + folded.started)

@@ -63,17 +63,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Optional, cast
+from typing import Optional
 
 from pipecheck.analysis.consumer import (
     cold_start_s,
     shutdown_wait_s,
-    started_epochs,
+    started_epoch_count,
     steady_batch_count,
     steady_batches_per_s,
     steady_wait_s,
     step_on_cpu_fraction,
     wait_cpu_per_batch_s,
+    warm_start_s,
     warmup_step_s,
 )
 from pipecheck.analysis.producer import (
@@ -84,7 +85,7 @@ from pipecheck.analysis.producer import (
     main_cpu_per_batch_s,
 )
 from pipecheck.analysis.contention import HostLoad, fair_shares, host_load
-from pipecheck.analysis.stats import batch_means_spread, mean, ratio
+from pipecheck.analysis.stats import batch_means_spread, ratio
 from pipecheck.records import (
     MODEL_ERROR_FRACTION,
     ConsumerRecord,
@@ -670,8 +671,7 @@ def build_model(
     record = run.consumer
     cold = cold_start_s(record, settings.persistent_workers) or 0.0
     # With persistent workers every epoch after the first started with live workers.
-    warm_epochs = started_epochs(record)[1:] if settings.persistent_workers else []
-    warm = mean(cast(float, e.first_batch_s) for e in warm_epochs)
+    warm = warm_start_s(record) if settings.persistent_workers else None
     if warm is None:
         warm = 1.0 / per_worker
         assumptions.append("first batch with live workers: one batch's production time")
@@ -700,7 +700,7 @@ def build_model(
         samples_per_batch=ratio(record.samples, record.batches),
         batch_times_s=batch_times,
         batches=_modelled_batches(run),
-        epochs=max(len(started_epochs(record)), 1),
+        epochs=max(started_epoch_count(record), 1),
         cold_start_s=cold,
         warm_start_s=warm,
         assumptions=tuple(assumptions),
@@ -797,7 +797,7 @@ def _modelled_batches(run: RunRecord) -> int:
     loader's ``len()`` when the run stopped inside its epochs (a short look at a long epoch
     would otherwise spread one epoch's worker start-up over a few batches)."""
     record = run.consumer
-    epochs = max(len(started_epochs(record)), 1)
+    epochs = max(started_epoch_count(record), 1)
     per_epoch = run.loader.batches_per_epoch
     if per_epoch and record.batches < per_epoch * epochs:
         return per_epoch * epochs

@@ -3,7 +3,10 @@ process, by timing around the real iterator (no patching of torch).
 
 Memory is bounded whatever the run length: counters for the whole run, plus a timeline of
 at most ``timeline_capacity`` batches kept evenly spaced (every ``stride``-th batch; the stride
-doubles each time the buffer fills), plus one small record per epoch.
+doubles each time the buffer fills), plus one small record for each of the first
+:data:`EPOCH_ROWS_FIRST` and the latest :data:`EPOCH_ROWS_LAST` epochs; the epochs between are
+folded into running sums once ended, so starting, ending and reading epochs costs O(1)
+however many came before.
 
 The hot path per batch is two clock reads, two appends to a typed array and, unless the batch
 sizes are known up front (``FixedBatches``), a sample count (about 0.4 us in all with the sizes
@@ -29,11 +32,13 @@ short of the step's wall time is its wait for a core while the pool ran
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import threading
 import time
 from array import array
+from collections import deque
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -42,14 +47,15 @@ from .._clock import Clock, monotonic
 from .._locks import bounded
 from ..kinds import (COMPLETE, ERROR, IN_PROGRESS, INTERRUPTED, NOT_STARTED, TERMINATED,
                      ConsumerStatus)
-from ..records import BatchTiming, ConsumerRecord, EpochTiming
+from ..records import BatchTiming, ConsumerRecord, EpochTiming, FoldedEpochs
 from .base import BatchObserver
 from .batches import (SampleCounter, TokenCounter, batch_storage, count_samples, counter_for,
                       guarded, token_counter_for)
 
 CPU_SAMPLE_EVERY = 64
 """Read the process CPU clock on one batch in this many (dividing ``FOLD_BATCHES``, so a fold
-always falls on a regular call), but at most once per :data:`CPU_SAMPLE_MIN_GAP_S`. In a
+always falls on a regular call), but at most once per :data:`CPU_SAMPLE_MIN_GAP_S` of the run
+(across epochs: each epoch's first call is a regular one). In a
 slow loop (:data:`SLOW_BATCH_S`) every batch is sampled, and the fold check and the
 ``periodic`` callback still come one batch in this many."""
 
@@ -62,7 +68,9 @@ SLOW_BATCH_S = 0.005
 of them. pipecheck's choice."""
 
 CPU_SAMPLE_MIN_GAP_S = 0.02
-"""Least wall time in seconds from one regular CPU sample to the next: in a loop so fast that
+"""Least wall time in seconds from one regular CPU sample to the next, in the whole run (a
+new epoch's first call waits for it too: a loop of one-batch epochs would otherwise read the
+CPU clocks six times an epoch): in a loop so fast that
 :data:`CPU_SAMPLE_EVERY` batches take less, the regular call in between only folds and calls
 ``periodic``, and reads no CPU clock. A sample and the call that closes its step take two
 full calls with six CPU clock reads: on the fastest loader (19 us batches), the consumer probe
@@ -97,6 +105,33 @@ batches (``tests/unit/test_consumer_sparse.py``)."""
 
 FOLD_BATCHES = 4096
 """Batches buffered (16 bytes of timestamps and 8 of sample count each) before folding."""
+
+SMALL_FOLD_BATCHES = 64
+"""Buffered batches up to which a fold (an epoch's end, mostly) is worked out in plain Python
+rather than numpy, when no sparse stretch is among them: numpy's fixed cost per fold would
+otherwise be paid by every short epoch, more than a whole one-batch epoch of a plain
+DataLoader. Process CPU per epoch of the consumer probe alone over a list (an ad hoc timing on
+this project's 2-core VM, under load; best of 5 x 2,000 epochs): 1 batch 20 us in Python
+against 136 us with numpy, 32 batches 60 against 191 us, 64 batches 102 against 181 us; they
+meet past 128 batches. ``benchmarks/many_epochs.py`` times the whole wrapper."""
+
+EPOCH_ROWS_FIRST = 16
+"""Epochs listed one by one from the run's start (``ConsumerRecord.epochs``): the start-up
+ones, whatever comes after them."""
+
+EPOCH_ROWS_LAST = 1024
+"""The most recent epochs listed one by one beside the first :data:`EPOCH_ROWS_FIRST`. An
+epoch that leaves both is added to the running sums (``ConsumerRecord.folded_epochs``) once it
+has ended, unless it is the run's first to deliver a batch (kept: the cold start of a run
+with persistent workers); so a run's epochs cost bounded memory and time however many there
+are (a few hundred bytes a listed epoch). pipecheck's choice: 1,040 rows still show a long
+run's recent trend epoch by epoch, in about 200 KB of JSON."""
+
+_ROW_BUFFER_ROWS = 256
+"""Timeline rows of small folds buffered flat before they are made into one array."""
+
+_ROW_ARRAYS = 64
+"""Timeline arrays kept apart before they are joined into one."""
 
 ObserverErrorHandler = Callable[[BatchObserver, Exception], None]
 """``(observer, exc)``: told when a batch observer raised and was dropped."""
@@ -213,7 +248,8 @@ class _Epoch:
 
     __slots__ = ("epoch", "started", "base_index", "batches", "samples", "wait", "compute",
                  "last", "first", "ended", "marks", "sizes", "fixed", "last_wait", "dropped_at",
-                 "pool", "run_pool", "untimed", "counted_to")
+                 "pool", "run_pool", "untimed", "counted_to", "released", "final", "evicted",
+                 "flagged")
 
     def __init__(self, epoch: int, started: float, base_index: int,
                  fixed: Optional[FixedBatches]) -> None:
@@ -237,6 +273,18 @@ class _Epoch:
         self.run_pool: Optional[list[float]] = None  # the probe's, over every epoch
         self.counted_to = started  # the end of the folded batches' last step, when known
         self.untimed = 0  # folded batches of sparse stretches (no clock read)
+        self.released = False  # its iterator is gone, or was never made (set without a lock)
+        self.final = False  # ended for good: its figures will not change any more
+        self.evicted = False  # neither among the run's first epochs nor its most recent
+        self.flagged = False  # opened with flagged=True (ConsumerRecord.flagged_batches)
+
+    def started_batch(self) -> bool:
+        """Whether it delivered a first batch (so has a first-batch wait); its buffered
+        batches not counted."""
+        return self.batches > 0 and self.first is not None
+
+    def wall_s(self, last: float) -> float:
+        return max(0.0, last - self.started)
 
     def chunk(self, next_entered: Optional[float]) -> _Chunk:
         return _Chunk(self.marks, self.sizes, next_entered, self.fixed, self.samples,
@@ -251,6 +299,64 @@ class _Epoch:
 
     def buffered(self) -> int:
         return len(self.marks) // 2
+
+
+_FOLDED_FIELDS = tuple(f.name for f in dataclasses.fields(FoldedEpochs))
+
+
+class _FoldedSums:
+    """The running sums of :class:`~pipecheck.records.FoldedEpochs`, added to one ended epoch
+    at a time (:meth:`add`), plus the flagged epochs' batches."""
+
+    __slots__ = _FOLDED_FIELDS + ("flagged_batches",)
+
+    def __init__(self) -> None:
+        self.epochs = self.batches = self.samples = 0
+        self.wait_s = self.compute_s = self.wall_s = 0.0
+        self.started = self.started_batches = 0
+        self.first_batch_s = self.started_wall_s = 0.0
+        self.exhausted = 0
+        self.exhausted_wall_s = 0.0
+        self.last_waits = 0
+        self.last_wait_s = 0.0
+        self.without_last_compute = self.errors = self.interrupted = self.untimed_batches = 0
+        self.flagged_batches = 0
+
+    def add(self, epoch: _Epoch) -> None:
+        """Fold in ``epoch``, ended for good (its buffer folded): the figures its
+        :class:`~pipecheck.records.EpochTiming` row would have held."""
+        wall = epoch.wall_s(epoch.last)
+        batches = epoch.batches
+        self.epochs += 1
+        self.batches += batches
+        self.samples += epoch.samples
+        self.wait_s += epoch.wait
+        self.compute_s += epoch.compute
+        self.wall_s += wall
+        self.untimed_batches += epoch.untimed
+        ended = epoch.ended
+        if epoch.started_batch():
+            self.started += 1
+            self.started_batches += batches
+            self.first_batch_s += epoch.first  # type: ignore[operator]  # started: not None
+            self.started_wall_s += wall
+            if ended == "exhausted":
+                self.exhausted += 1
+                self.exhausted_wall_s += wall
+        if batches and ended == "exhausted" and epoch.last_wait is not None:
+            self.last_waits += 1
+            self.last_wait_s += epoch.last_wait
+        if batches and ended in ("break", "running"):
+            self.without_last_compute += 1
+        if ended == "error":
+            self.errors += 1
+        elif ended == "interrupted":
+            self.interrupted += 1
+        if epoch.flagged:
+            self.flagged_batches += batches
+
+    def record(self) -> FoldedEpochs:
+        return FoldedEpochs(**{name: getattr(self, name) for name in _FOLDED_FIELDS})
 
 
 class ConsumerProbe:
@@ -304,14 +410,29 @@ class ConsumerProbe:
         # into records only when read (building a tuple per batch at each fold cost about
         # 0.3 us a batch while the stride is 1, benchmarks/first_epoch_cost.py).
         self._rows: list[np.ndarray] = []
+        self._row_buffer = array("d")  # rows of small folds (6 floats each), not yet in _rows
         self._row_count = 0
-        self._epochs: list[_Epoch] = []
+        # Epochs, in bounded memory: the first EPOCH_ROWS_FIRST and the most recent
+        # EPOCH_ROWS_LAST are listed, as are the run's first started epoch when it left both
+        # (_pinned) and every epoch not yet ended for good (_open, by number); the others are
+        # summed in _folded once ended.
+        self._epoch_count = 0
+        self._first_epochs: list[_Epoch] = []
+        self._last_epochs: deque[_Epoch] = deque()
+        self._pinned: Optional[_Epoch] = None
+        self._first_started_listed = False  # one of _first_epochs delivered a batch
+        self._open: dict[int, _Epoch] = {}
+        self._folded = _FoldedSums()
+        self._batches_folded = 0  # batches folded, every epoch's: the next epoch's first index
         self.tokens: Optional[int] = None
         self.batch_bytes: Optional[int] = None
         self.batch_tensors: Optional[int] = None
         # wait wall, wait cpu, compute wall, compute cpu, wait cpu of the calling thread,
         # compute cpu of the calling thread
         self._cpu = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        # When the last regular CPU sample was entered: the run's, so that short epochs do
+        # not each take one (CPU_SAMPLE_MIN_GAP_S).
+        self._cpu_sampled_at = -math.inf
         self._error: Optional[str] = None
         self.errors = 0  # next() calls that raised
         self._failed = False  # the run ended by an uncaught exception (mark_ended)
@@ -337,8 +458,10 @@ class ConsumerProbe:
                    fixed: Optional[FixedBatches] = None,
                    observers: Sequence[BatchObserver] = (),
                    on_observer_error: Optional[ObserverErrorHandler] = None,
-                   periodic: Optional[Callable[[Iterator[Any]], None]] = None) -> "EpochIterator":
+                   periodic: Optional[Callable[[Iterator[Any]], None]] = None,
+                   flagged: bool = False) -> "EpochIterator":
         """Like :meth:`iterate`, with ``open_iterator()`` making the epoch's iterator.
+        ``flagged``: count the epoch's batches in ``ConsumerRecord.flagged_batches`` too.
 
         ``periodic(iterator)``, when given, is called before the epoch's first ``next()`` and
         then before one in :data:`CPU_SAMPLE_EVERY` (on the calls that already read the CPU
@@ -351,9 +474,11 @@ class ConsumerProbe:
         ``on_observer_error(observer, exc)`` is called (the wrapper turns the probe off with a
         note); nothing reaches the training loop."""
         epoch = self._begin_epoch(fixed)
+        epoch.flagged = flagged
         try:
             iterator = open_iterator()
         except BaseException as exc:
+            epoch.released = True  # no iterator will go on with it
             self._record_raise(epoch, epoch.started, exc)
             raise
         active = []
@@ -374,23 +499,73 @@ class ConsumerProbe:
         return made
 
     def _begin_epoch(self, fixed: Optional[FixedBatches]) -> _Epoch:
+        """A new epoch, listed among the most recent; the one it pushes out of them is
+        folded into the sums once ended (:meth:`_retire`). O(1) however many came before:
+        only the epochs not yet ended for good are looked at."""
         if self._user_samples is not None:
             fixed = None
         with self._lock:
             self._close_dropped()
-            base = sum(e.batches + e.buffered() for e in self._epochs)
-            epoch = _Epoch(len(self._epochs), self._clock(), base, fixed)
+            base = self._batches_folded
+            for open_epoch in self._open.values():
+                base += open_epoch.buffered()
+            epoch = _Epoch(self._epoch_count, self._clock(), base, fixed)
+            self._epoch_count += 1
             epoch.run_pool = self._pool
-            self._epochs.append(epoch)
+            self._open[epoch.epoch] = epoch
+            if epoch.epoch < EPOCH_ROWS_FIRST:
+                self._first_epochs.append(epoch)
+            else:
+                self._last_epochs.append(epoch)
+                if len(self._last_epochs) > EPOCH_ROWS_LAST:
+                    old = self._last_epochs.popleft()
+                    old.evicted = True
+                    if old.final:
+                        self._retire(old)
         return epoch
 
     def _close_dropped(self) -> None:
         """Close every epoch whose iterator was dropped mid-epoch (``break``) since the last
-        look. Caller holds the lock. The iterator's ``__del__`` only notes the time: it may
-        run in any thread, even one inside this lock, so it takes none."""
-        for epoch in self._epochs:
-            if epoch.dropped_at is not None and epoch.ended == "running":
-                self._finish_locked(epoch, epoch.dropped_at, epoch.dropped_at, "break")
+        look, and retire the epochs ended for good (:meth:`_retire`). Caller holds the lock.
+        The iterator's ``__del__`` only notes the time: it may run in any thread, even one
+        inside this lock, so it takes none."""
+        ended = []
+        for epoch in self._open.values():
+            if epoch.ended == "running":
+                if epoch.dropped_at is not None:
+                    self._finish_locked(epoch, epoch.dropped_at, epoch.dropped_at, "break")
+            elif epoch.released:  # an error or Ctrl-C ended it, and no iterator goes on
+                epoch.final = True
+            if epoch.final:
+                ended.append(epoch)
+        for epoch in ended:
+            del self._open[epoch.epoch]
+            if epoch.evicted:
+                self._retire(epoch)
+
+    def _retire(self, epoch: _Epoch) -> None:
+        """``epoch`` (ended for good, no longer among the first or the most recent) leaves the
+        list: its figures go into the running sums, except for the run's first epoch to
+        deliver a batch, which stays listed (the cold start of persistent workers). Caller
+        holds the lock."""
+        if epoch.started_batch() and not self._first_started_listed:
+            self._first_started_listed = any(e.started_batch() for e in self._first_epochs)
+            pinned = self._pinned
+            if not self._first_started_listed and (pinned is None or epoch.epoch < pinned.epoch):
+                self._pinned = epoch
+                if pinned is None:
+                    return
+                epoch = pinned  # an earlier epoch started late: the later one is folded
+        self._folded.add(epoch)
+
+    def _listed(self) -> list[_Epoch]:
+        """The epochs listed one by one, in epoch order. Caller holds the lock (or its wait
+        timed out: a snapshot of lists a stopped holder may have been changing)."""
+        between = [e for e in list(self._open.values()) if e.evicted]
+        if self._pinned is not None:
+            between.append(self._pinned)
+        between.sort(key=lambda e: e.epoch)
+        return self._first_epochs + between + list(self._last_epochs)
 
     def _record_raise(self, epoch: _Epoch, entered: float, exc: BaseException) -> None:
         """A ``next()`` that began at ``entered`` raised ``exc``: its time is waiting that
@@ -428,29 +603,100 @@ class ConsumerProbe:
             self._fold_locked(epoch, next_entered)
 
     def _fold_locked(self, epoch: _Epoch, next_entered: float) -> None:
-        chunk = epoch.chunk(next_entered)
-        rows = self._rows_of(epoch, chunk)
-        if chunk.batches:
-            if epoch.first is None and epoch.batches == 0 and len(chunk.waits):
-                epoch.first = float(chunk.waits[0])
-            epoch.batches += chunk.batches
-            epoch.samples += chunk.samples
-            epoch.wait += chunk.wait
-            epoch.compute += chunk.compute
-            epoch.untimed += chunk.untimed
-            # both set when the chunk has batches
-            assert chunk.last_left is not None and chunk.counted_to is not None
-            epoch.last = chunk.last_left
-            epoch.counted_to = chunk.counted_to
+        marks = epoch.marks
+        if not marks:
+            return
+        if len(marks) >> 1 <= SMALL_FOLD_BATCHES and min(marks[0::2]) >= 0:
+            self._fold_small(epoch, next_entered)
+        else:
+            chunk = epoch.chunk(next_entered)
+            rows = self._rows_of(epoch, chunk)
+            if len(rows):
+                self._rows.append(rows)
+                self._row_count += len(rows)
+            if chunk.batches:
+                if epoch.first is None and epoch.batches == 0 and len(chunk.waits):
+                    epoch.first = float(chunk.waits[0])
+                epoch.batches += chunk.batches
+                epoch.samples += chunk.samples
+                epoch.wait += chunk.wait
+                epoch.compute += chunk.compute
+                epoch.untimed += chunk.untimed
+                # both set when the chunk has batches
+                assert chunk.last_left is not None and chunk.counted_to is not None
+                epoch.last = chunk.last_left
+                epoch.counted_to = chunk.counted_to
+                self._batches_folded += chunk.batches
         del epoch.sizes[:]
-        del epoch.marks[:]
-        if len(rows):
-            self._rows.append(rows)
-            self._row_count += len(rows)
+        del marks[:]
+        self._bound_timeline()
+
+    def _fold_small(self, epoch: _Epoch, next_entered: Optional[float]) -> None:
+        """:meth:`_fold_locked` for at most :data:`SMALL_FOLD_BATCHES` buffered batches, all
+        timed (no sparse stretch among them), in plain Python: the figures of a
+        :class:`_Chunk`, without numpy's fixed cost per fold. Timeline rows go to a flat
+        buffer, made into an array every :data:`_ROW_BUFFER_ROWS` rows."""
+        marks, fixed = epoch.marks, epoch.fixed
+        n = len(marks) >> 1
+        if fixed is None:
+            sizes = epoch.sizes.tolist()
+            n = min(n, len(sizes))
+        else:
+            size, room = fixed.batch_size, fixed.samples_per_epoch - epoch.samples
+        if not n:
+            return
+        first_index = epoch.base_index + epoch.batches
+        stride, buffer, run_start, number = (self._stride, self._row_buffer, self._run_start,
+                                             epoch.epoch)
+        wait = compute = 0.0
+        samples = rows = 0
+        for i in range(n):
+            entered, left = marks[2 * i], marks[2 * i + 1]
+            after = marks[2 * i + 2] if i + 1 < n else next_entered
+            # the step runs to the next call; the last one's is unknown until it happens
+            step = math.nan if after is None else after - left
+            if after is not None:
+                compute += step
+            batch = sizes[i] if fixed is None else min(max(room - i * size, 0), size)
+            samples += batch
+            wait += left - entered
+            if (first_index + i) % stride == 0:
+                buffer.extend((first_index + i, number, entered - run_start, left - entered,
+                               step, batch))
+                rows += 1
+        if epoch.first is None and epoch.batches == 0:
+            epoch.first = marks[1] - marks[0]
+        epoch.batches += n
+        epoch.samples += samples
+        epoch.wait += wait
+        epoch.compute += compute
+        epoch.last = marks[2 * n - 1]
+        epoch.counted_to = epoch.last if next_entered is None else next_entered
+        self._batches_folded += n
+        self._row_count += rows
+        if len(buffer) >= 6 * _ROW_BUFFER_ROWS:
+            self._flush_rows()
+
+    def _bound_timeline(self) -> None:
+        """Join the timeline's arrays every :data:`_ROW_ARRAYS` folds (a run of short epochs
+        keeps a short list), and double the stride while the timeline is full."""
+        if len(self._rows) >= _ROW_ARRAYS:
+            self._rows = [np.concatenate(self._rows)]
         while self._row_count >= self._capacity:
+            self._flush_rows()
             self._stride *= 2
-            self._rows = [r[r[:, 0] % self._stride == 0] for r in self._rows]
+            kept = (r[r[:, 0] % self._stride == 0] for r in self._rows)
+            self._rows = [r for r in kept if len(r)]
             self._row_count = sum(len(r) for r in self._rows)
+
+    def _flush_rows(self) -> None:
+        """Move the buffered small-fold rows into an array of ``_rows``."""
+        if self._row_buffer:
+            self._rows.append(self._buffered_rows())
+            del self._row_buffer[:]
+
+    def _buffered_rows(self) -> np.ndarray:
+        return np.array(self._row_buffer, dtype=np.float64).reshape(-1, 6)
 
     def _rows_of(self, epoch: _Epoch, chunk: _Chunk) -> np.ndarray:
         """Timeline rows (the timed batches whose run-wide index is a multiple of ``stride``)
@@ -483,6 +729,9 @@ class ConsumerProbe:
         epoch.last = end
         epoch.counted_to = end
         epoch.ended = how
+        # Exhausted or dropped, it takes no more batches; after an error the same iterator
+        # may go on (final once it is gone, see _close_dropped).
+        epoch.final = how in ("exhausted", "break")
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -498,49 +747,60 @@ class ConsumerProbe:
         """A consistent copy of everything measured so far (buffered batches included). When
         the lock is not free within :data:`~pipecheck._locks.SNAPSHOT_LOCK_TIMEOUT_S` (its
         holder was stopped by a signal whose handler is saving the report), the previous
-        snapshot, or without one the data as the stopped holder left it."""
+        snapshot, or without one the data as the stopped holder left it. Its cost is bounded
+        whatever the run's length: the listed epochs and the timeline are."""
         with bounded(self._lock) as held:
             if not held and self._last is not None:  # holder stopped by a signal: last copy
                 return self._last
             if held:
                 self._close_dropped()
             rows = list(self._rows)
+            if self._row_buffer:
+                rows.append(self._buffered_rows())
             stride = self._stride
             epoch_records = []
-            untimed = 0
-            for e in self._epochs:
-                chunk = e.chunk(None)
-                rows.append(self._rows_of(e, chunk))
-                n = chunk.batches
-                untimed += e.untimed + chunk.untimed
-                first = e.first
-                if first is None and e.batches == 0 and len(chunk.waits):
-                    first = float(chunk.waits[0])
-                last = chunk.last_left if (n and e.ended == "running") else e.last
-                assert last is not None  # chunk.last_left is set when n > 0
+            folded = self._folded
+            untimed = folded.untimed_batches
+            flagged = folded.flagged_batches
+            for e in self._listed():
+                n, samples, wait, compute, last, first = 0, 0, 0.0, 0.0, e.last, e.first
+                if e.marks:  # batches buffered since its last fold
+                    chunk = e.chunk(None)
+                    rows.append(self._rows_of(e, chunk))
+                    n, samples, wait, compute = (chunk.batches, chunk.samples, chunk.wait,
+                                                 chunk.compute)
+                    untimed += chunk.untimed
+                    if first is None and e.batches == 0 and len(chunk.waits):
+                        first = float(chunk.waits[0])
+                    if n and e.ended == "running":
+                        assert chunk.last_left is not None  # set when n > 0
+                        last = chunk.last_left
+                untimed += e.untimed
+                if e.flagged:
+                    flagged += e.batches + n
                 epoch_records.append(EpochTiming(
                     epoch=e.epoch, started_at_s=e.started - self._run_start,
-                    batches=e.batches + n, samples=e.samples + chunk.samples,
-                    wait_s=e.wait + chunk.wait,
-                    compute_s=e.compute + chunk.compute,
-                    wall_s=max(0.0, last - e.started), first_batch_s=first, ended=e.ended,
+                    batches=e.batches + n, samples=e.samples + samples,
+                    wait_s=e.wait + wait, compute_s=e.compute + compute,
+                    wall_s=e.wall_s(last), first_batch_s=first, ended=e.ended,
                     last_wait_s=e.last_wait))
+            folded_epochs = folded.record()
         table = np.concatenate(rows) if rows else np.empty((0, 6))
         table = table[np.argsort(table[:, 0], kind="stable")]
         timeline = [BatchTiming(index=int(r[0]), epoch=int(r[1]), start_at_s=r[2], wait_s=r[3],
                                 compute_s=None if r[4] != r[4] else r[4], samples=int(r[5]))
                     for r in table.tolist()]
         self._last = ConsumerRecord(
-            batches=sum(e.batches for e in epoch_records),
-            samples=sum(e.samples for e in epoch_records),
+            batches=folded_epochs.batches + sum(e.batches for e in epoch_records),
+            samples=folded_epochs.samples + sum(e.samples for e in epoch_records),
             tokens=self.tokens,
-            wait_s=sum(e.wait_s for e in epoch_records),
-            compute_s=sum(e.compute_s for e in epoch_records),
-            wall_s=sum(e.wall_s for e in epoch_records),
+            wait_s=folded_epochs.wait_s + sum(e.wait_s for e in epoch_records),
+            compute_s=folded_epochs.compute_s + sum(e.compute_s for e in epoch_records),
+            wall_s=folded_epochs.wall_s + sum(e.wall_s for e in epoch_records),
             epochs=epoch_records,
             timeline=timeline,
             timeline_stride=stride,
-            status=self._status(epoch_records),
+            status=self._status(epoch_records, folded_epochs),
             error=self._error,
             errors=self.errors,
             sampled_wait_wall_s=self._cpu[0],
@@ -553,6 +813,8 @@ class ConsumerProbe:
             batch_tensors=self.batch_tensors,
             untimed_batches=untimed,
             sigterms_continued=self.sigterms_continued,
+            folded_epochs=folded_epochs,
+            flagged_batches=flagged,
         )
         return self._last
 
@@ -584,16 +846,16 @@ class ConsumerProbe:
             self._terminated = False
             self.sigterms_continued += 1
 
-    def _status(self, epochs: list[EpochTiming]) -> ConsumerStatus:
+    def _status(self, epochs: list[EpochTiming], folded: FoldedEpochs) -> ConsumerStatus:
         # An error that the loop went on after (a skipped bad batch) does not make the run
         # an error; ``errors`` and ``error`` still tell of it.
-        if self._failed or any(e.ended == "error" for e in epochs):
+        if self._failed or folded.errors or any(e.ended == "error" for e in epochs):
             return ERROR
         if self._interrupted:
             return INTERRUPTED
         if self._terminated:
             return TERMINATED
-        if not epochs:
+        if not epochs and not folded.epochs:
             return NOT_STARTED
         if any(e.ended == "running" for e in epochs):
             return IN_PROGRESS
@@ -621,7 +883,7 @@ class EpochIterator:
     """
 
     __slots__ = ("_probe", "_epoch", "_iterator", "_clock", "_marks", "_sizes", "_hot",
-                 "_sample_due", "_regular_in", "_cpu_sampled_at", "_pending", "_done",
+                 "_sample_due", "_regular_in", "_pending", "_done",
                  "_raised", "_cpu_mark", "_skip_len", "_skip_next", "_block_entered", "_drawn",
                  "_observers", "_on_observer_error", "_periodic", "__weakref__")
 
@@ -638,7 +900,6 @@ class EpochIterator:
         self._sizes = epoch.sizes
         self._sample_due = True  # the next full call is a regular sample (the first is)
         self._regular_in = CPU_SAMPLE_EVERY  # full calls of a slow loop before the next one
-        self._cpu_sampled_at = -math.inf  # when the last regular CPU sample was entered
         self._pending: Optional[float] = epoch.started  # iter() is part of the first wait
         self._done = False
         self._raised = False
@@ -750,7 +1011,7 @@ class EpochIterator:
                 self._call_periodic()
         # Not the run's first batch: its wait and step hold start-up and lazy initialisation.
         # A regular call samples the CPU only CPU_SAMPLE_MIN_GAP_S after the last one did.
-        sample = (slow or (regular and entered - self._cpu_sampled_at >= CPU_SAMPLE_MIN_GAP_S)
+        sample = (slow or (regular and entered - probe._cpu_sampled_at >= CPU_SAMPLE_MIN_GAP_S)
                   ) and probe._primed
         if sample:
             before = cpu_clock()
@@ -776,7 +1037,7 @@ class EpochIterator:
             # a fast loop: the next regular call, no step to close
             self._open_block(CPU_SAMPLE_EVERY - 1, in_gap)
         elif regular:
-            self._cpu_sampled_at = entered
+            probe._cpu_sampled_at = entered
             self._sample_due = False
             self._regular_in = CPU_SAMPLE_EVERY - 1
             self._skip_next = in_gap
@@ -911,11 +1172,13 @@ class EpochIterator:
     def __del__(self) -> None:
         # Lock-free: may run in any thread (garbage collection), or at interpreter exit.
         try:
-            if not self._done and self._epoch.ended == "running":
+            epoch = self._epoch
+            if not self._done and epoch.ended == "running":
                 now = self._probe._clock()
                 if self._skip_len:  # the batches of an open sparse stretch were taken
                     self._close_gap(self._skip_len + min(0, self._hot[0]), now)
-                self._epoch.dropped_at = now
+                epoch.dropped_at = now
+            epoch.released = True  # no more batches: it may be folded once ended
         except BaseException:
             pass
 

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 from torch.utils.data import DataLoader
 
+from pipecheck.analysis.consumer import epoch_count
 from pipecheck.errors import BadInputError
 from pipecheck.report_sections import (
     ExpectedRate,
@@ -175,7 +176,7 @@ def run_sweep(source: Source, configs: Sequence[TrialConfig], limits: TrialLimit
 
 def _epochs(trial: TrialResult) -> int:
     """Epochs a trial ran (each after the first restarted its workers unless they persist)."""
-    return len(trial.record.consumer.epochs) if trial.record is not None else 0
+    return epoch_count(trial.record.consumer) if trial.record is not None else 0
 
 
 def _changes(before: TrialConfig, after: TrialConfig) -> dict[str, list[Any]]:

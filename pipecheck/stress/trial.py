@@ -16,9 +16,10 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, Optional
 
-from pipecheck.analysis.consumer import steady_stall_fraction, summarize_consumer
+from pipecheck.analysis.consumer import (cold_start_s, started_steady_s, steady_stall_fraction,
+                                         summarize_consumer)
 from pipecheck.records import RunRecord, from_jsonable, to_jsonable
 from pipecheck.report_sections import TrialEntry
 from pipecheck.stress.settings import StepTime, TrialConfig
@@ -185,9 +186,7 @@ def summarize(config: TrialConfig, record: RunRecord, wall_s: float,
     both the count and the time (``wall_s - first_batch_s`` per epoch); samples are taken at the
     run's mean batch size. ``None`` rates when no steady batch was seen."""
     consumer = record.consumer
-    epochs = [e for e in consumer.epochs if e.batches > 0 and e.first_batch_s is not None]
-    steady_batches = sum(e.batches - 1 for e in epochs)
-    steady_s = sum(max(e.wall_s - cast(float, e.first_batch_s), 0.0) for e in epochs)
+    steady_batches, steady_s = started_steady_s(consumer)
     rate = steady_batches / steady_s if steady_batches and steady_s > 0 else None
     per_batch = consumer.samples / consumer.batches if consumer.batches else None
     if rate is None and error is None:
@@ -199,7 +198,7 @@ def summarize(config: TrialConfig, record: RunRecord, wall_s: float,
         samples_per_s=rate * per_batch if rate is not None and per_batch is not None else None,
         batches_per_s=rate,
         stall_fraction=steady_stall_fraction(consumer) if rate is not None else None,
-        startup_s=epochs[0].first_batch_s if epochs else None,
+        startup_s=cold_start_s(consumer, persistent_workers=True),  # the first started one
         batches=consumer.batches,
         wall_s=wall_s,
         error=error,

@@ -220,15 +220,19 @@ def test_memory_stays_bounded_as_the_run_grows():
         tracemalloc.start()
         for _ in probe.iterate(itertools.repeat((1, 2), batches)):
             pass
+        _, looping = tracemalloc.get_traced_memory()
         record = probe.record()
         _, top = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         assert record.batches == batches
-        return top
+        return looping, top
 
-    short, long = peak(20_000), peak(200_000)
-    assert long < 4 * 2**20  # a few MB whatever the length: the timeline is decimated
-    assert long < short * 1.5 + 2**20  # ten times the batches, not ten times the memory
+    (short, _), (long, long_top) = peak(20_000), peak(200_000)
+    assert long_top < 4 * 2**20  # a few MB whatever the length: the timeline is decimated
+    # Ten times the batches, not ten times the probe's memory. (The record's peak is left out
+    # here: it grows with the timeline's rows, up to its capacity, and how many of a loop this
+    # fast are timed depends on the sparse blocks drawn and on the machine's speed.)
+    assert long < short * 1.5 + 2**20
 
 
 class _Observer:
