@@ -20,8 +20,12 @@ from paths import STRESS_TARGETS
 from pipecheck import _owned
 from pipecheck.probes import _ring, stacks, stages
 
+# Without memfd_create, so that worker timing takes its named-file fallback: the one way it
+# can leave a file behind (a memfd ring has no name and goes with its last descriptor). The
+# tmpfs below is 256 MiB so that the file keeps _ring.SHM_HEADROOM_BYTES free beside it.
 TRAIN = """
-import sys, time
+import os, sys, time
+del os.memfd_create
 import torch
 from torch.utils.data import DataLoader
 import pipecheck
@@ -95,7 +99,7 @@ def test_no_leftovers_after_sigterm_and_sigkill_leftovers_are_swept_by_the_next_
     (tmp_path / "train.py").write_text(TRAIN)
     (tmp_path / "driver.py").write_text(DRIVER)
     env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
-    command = (f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {sys.executable} "
+    command = (f"mount -t tmpfs -o size=256m tmpfs /dev/shm && exec {sys.executable} "
                f"{tmp_path / 'driver.py'} {tmp_path / 'train.py'} {tmp_path}")
     done = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True,
                           text=True, timeout=400, env=env)
