@@ -110,6 +110,19 @@ def has_persistent_iterator(loader: Any) -> bool:
 # -- iterator substitutes: `_get_iterator` ---------------------------------------------------------
 
 
+_this_pid = os.getpid()
+"""This process's pid, kept at fork (``os.getpid()`` is a system call, and
+:meth:`IteratorSubstitutes.take` asks at every epoch's start)."""
+
+
+def _refresh_pid() -> None:
+    global _this_pid
+    _this_pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_refresh_pid)
+
+
 class IteratorSubstitutes:
     """How a registered loader's iterators are built (:func:`register`).
 
@@ -143,7 +156,7 @@ class IteratorSubstitutes:
     def take(self) -> bool:
         """Whether the build happening now uses the substitutes (and, when armed for one
         build, disarm)."""
-        if self.owner_pid != os.getpid():
+        if self.owner_pid != _this_pid:
             return False
         if self.armed is None:
             return True

@@ -36,14 +36,24 @@ _groups: dict[int, tuple[Any, Any]] = {}
 
 
 def _dist() -> Any:
-    """``torch.distributed`` when it is usable and a process group is initialized, else None."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return None
-    if not dist.is_available() or not dist.is_initialized():
+    """``torch.distributed`` when it is usable and a process group is initialized, else None.
+    Called at every epoch's start: the module is looked up once."""
+    global _dist_module
+    dist: Any = _dist_module
+    if dist is None:
+        try:
+            import torch.distributed as found
+        except ImportError:
+            return None
+        if not found.is_available():
+            return None
+        _dist_module = dist = found
+    if not dist.is_initialized():
         return None
     return dist
+
+
+_dist_module: Any = None  # torch.distributed once found usable (is_available() is fixed at build)
 
 
 def current_rank() -> Optional[RankInfo]:

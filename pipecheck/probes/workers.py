@@ -288,7 +288,9 @@ os.register_at_fork(after_in_child=_forget_parent_state)
 def _register_stage_dataset(dataset: Any, collate: "InstrumentedCollate") -> None:
     """The fetcher factory's callback: time ``dataset``'s webdataset stages in this process
     when ``collate`` carries a stage folder (:mod:`pipecheck.probes.stages`)."""
-    if collate.stage_folder is not None:
+    # Only webdataset pipelines have stages (a ``pipeline`` list): others return at once,
+    # before the import, which would cost every epoch of a tiny loader a few microseconds.
+    if collate.stage_folder is not None and isinstance(getattr(dataset, "pipeline", None), list):
         from pipecheck.probes.stages import time_pipeline_stages
 
         time_pipeline_stages(dataset, collate.stage_folder, "workers")

@@ -89,6 +89,7 @@ def test_check_judges_the_merged_run_on_its_straggler(straggler_run, capsys):
     assert err.count("\n") == 1 and "on rank 1 (the straggler)" in err
 
 
+@pytest.mark.slow
 def test_a_killed_rank_leaves_the_survivors_report(tmp_path, capsys):
     done = _torchrun(tmp_path, "kill")
     assert done.returncode != 0  # the job failed: rank 1 died with SIGKILL

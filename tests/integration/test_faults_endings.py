@@ -105,6 +105,7 @@ def test_sigterm_the_program_handles_is_reported_as_received_and_the_run_going_o
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_sigterm_with_two_loaders_saves_both_and_leaves_no_files(tmp_path):
     child = _start(tmp_path, """
         import pipecheck
@@ -126,6 +127,7 @@ def test_sigterm_with_two_loaders_saves_both_and_leaves_no_files(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_loader_first_iterated_in_a_thread_is_saved_on_sigterm_under_run(tmp_path):
     script = _script(tmp_path, """
         def train():
@@ -151,6 +153,7 @@ def test_a_loader_first_iterated_in_a_thread_is_saved_on_sigterm_under_run(tmp_p
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_forked_child_iterating_its_parents_loader_counts_in_its_own_report_only(tmp_path):
     child = _start(tmp_path, """
         import pipecheck

@@ -99,6 +99,7 @@ def _run_in_small_shm(tmp_path, workers: int, leave_free_kib: int | None,
 BATCHES = 500
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_1mib_shm_filled_during_training_ends_normally_with_every_batch_timed(tmp_path,
                                                                                 workers):
@@ -125,6 +126,7 @@ def test_a_nearly_full_shm_trains_wrapped_as_unwrapped_with_workers_timed(tmp_pa
     assert not [f for f in report.diagnosis.findings if f.kind == "probe-off"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_without_memfd_a_nearly_full_shm_turns_the_worker_probe_off_with_a_finding(tmp_path,
                                                                                   workers):

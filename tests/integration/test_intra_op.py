@@ -113,6 +113,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
 def test_a_pool_starved_of_cores_gets_workers_proposed_without_a_prediction():
     # A real num_workers=0 loader of torch ops whose process has 2 intra-op threads and one

@@ -152,6 +152,7 @@ def test_memory_that_rose_and_levelled_off_inside_the_window_is_not_growth():
     assert process_growth(1, _series([int(v * mib) for v in steady], step_s=2.0)).significant
 
 
+@pytest.mark.slow
 def test_host_probe_reads_memory_faster_in_its_early_window():
     probe = HostProbe(run_start=time.monotonic(), interval_s=0.05, pss_interval_s=1.0,
                       early_pss_interval_s=0.1, early_pss_window_s=1.5)

@@ -146,6 +146,7 @@ DIST_TRAIN = textwrap.dedent("""
 
 @pytest.mark.skipif(shutil.which("torchrun") is None and not os.path.exists(
     os.path.join(os.path.dirname(sys.executable), "torchrun")), reason="torchrun not installed")
+@pytest.mark.slow
 def test_torchrun_ranks_write_their_own_files_and_are_merged(tmp_path):
     (tmp_path / "dist_train.py").write_text(DIST_TRAIN)
     torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable),

@@ -109,6 +109,7 @@ CLASS_HOOKS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_an_unmodified_script_over_hooked_classes_runs_and_exits_as_unmeasured(tmp_path):
     script = tmp_path / "hooks.py"
     script.write_text(CLASS_HOOKS)

@@ -122,7 +122,7 @@ def _record_worker(sample):
     return get_worker_info().id, sample["__url__"]
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_the_replayed_split_is_what_real_workers_read(tmp_path, context):
     urls = _write_shards(tmp_path, [6, 9, 4, 7, 5])
     dataset = wds.WebDataset(urls, shardshuffle=False, nodesplitter=wds.split_by_node,

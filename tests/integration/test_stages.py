@@ -69,7 +69,7 @@ def test_stage_names_are_the_ones_users_wrote(tmp_path):
             "to_tuple"} <= set(names)
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_the_slow_stage_comes_first_with_its_true_time(tmp_path, context):
     urls = _shards(tmp_path)
     folder = tmp_path / "stages"

@@ -77,7 +77,7 @@ def assert_same_value(left, right) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("context", ["fork", "spawn", pytest.param("forkserver", marks=pytest.mark.slow)])
 def test_fetch_time_and_exact_counts_per_worker(context, make_probe):
     sleep_s, samples, batch_size = 0.02, 24, 4
     loader = DataLoader(
@@ -182,7 +182,7 @@ def _len_or_error(loader):
         return TypeError
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_workers_fetch_from_the_users_own_dataset_object(context, make_probe):
     # No twin, no proxy: the dataset a worker's fetcher reads, and get_worker_info().dataset,
     # are the user's object of the user's exact class (a copy of it in a spawned worker).
