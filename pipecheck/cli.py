@@ -587,6 +587,9 @@ class StressCommand(Command):
         if args.quiet:  # otherwise the summary lists failed and skipped trials itself
             for line in progress.problems(report.stress):
                 _say(f"{PROG}: {line}", sys.stderr)
+        note = progress.budget_note(report.stress, args.budget)
+        if note is not None:
+            _say(f"{PROG}: {note}", sys.stderr)
         return EXIT_OK
 
 
