@@ -1,8 +1,10 @@
 """README.md against the project: its install lines name only this project's distribution (PyPI's
-``pipecheck`` is another project)."""
+``pipecheck`` is another project), its prose lines render, and every command that takes the
+output options is listed with them."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 import sys
@@ -76,3 +78,46 @@ def test_the_install_check_catches_the_other_projects_name():
     bad = 'Run `pip install "pipecheck[integrations]"` then `python -m pip install -U pipecheck`.'
     found = [r for c in _install_commands(bad) for r in _requirements(c)]
     assert found and not any(_names_this_project(r) for r in found)
+
+
+def _prose_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks and outside tables (a markdown table row
+    cannot be broken)."""
+    lines, fenced = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced and not line.startswith("|"):
+            lines.append((number, line))
+    return lines
+
+
+def test_prose_lines_render():
+    long = [(n, len(line)) for n, line in _prose_lines(README) if len(line) > 120]
+    assert long == [], f"README lines over 120 characters (line, length): {long}"
+
+
+def test_table_cells_stay_readable():
+    """Table rows cannot be wrapped; none is a paragraph pasted into a cell (one was 2,283
+    characters)."""
+    rows = [(n, len(line)) for n, line in enumerate(README.splitlines(), 1)
+            if line.startswith("|") and len(line) > 600]
+    assert rows == [], f"table rows over 600 characters (line, length): {rows}"
+
+
+def test_every_command_with_output_options_is_listed_with_them():
+    from pipecheck.cli import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    takes = sorted(name for name, sub in subparsers.choices.items()
+                   if any("--html" in action.option_strings for action in sub._actions))
+    assert {"run", "attach", "stress", "demo", "report"} <= set(takes)
+    section = README.split("## HTML, trace timeline and markdown", 1)[1].split("\n## ", 1)[0]
+    intro = section.split("|", 1)[0]
+    missing = [name for name in takes if f"`pipecheck {name}`" not in intro]
+    assert missing == [], f"commands with output options the README does not list: {missing}"
+    for option in ("--json FILE", "--html FILE", "--trace FILE", "--markdown", "--quiet",
+                   "--width N"):
+        assert f"`{option}`" in section, option
