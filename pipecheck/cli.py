@@ -69,9 +69,8 @@ class _SubcommandParser(_Parser):
     help (argparse would hand it up to the top-level parser, whose error points to
     ``pipecheck --help``: ``pipecheck demo --wokers 2``)."""
 
-    def parse_known_args(self, args: Optional[Sequence[str]] = None,
-                         namespace: Optional[argparse.Namespace] = None
-                         ) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # Any: typeshed types this method as overloads on the namespace's type.
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
