@@ -64,6 +64,19 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
+class _SubcommandParser(_Parser):
+    """A subcommand's parser: an option it does not know is its error, pointing to its own
+    help (argparse would hand it up to the top-level parser, whose error points to
+    ``pipecheck --help``: ``pipecheck demo --wokers 2``)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # Any: typeshed types this method as overloads on the namespace's type.
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 # -- option types --------------------------------------------------------------------------------
 #
 # Every numeric option goes through _number: a finite value in a stated range, checked when the
@@ -537,17 +550,17 @@ class StressCommand(Command):
                             help="emulated step per batch in seconds, e.g. 0.05 or 0.05+-0.01")
         parser.add_argument("--budget", metavar="S", type=_seconds, default=60.0,
                             help="seconds the whole run may take, every trial included "
-                            f"(default 60, at most {MAX_SECONDS:,.0f})")
+                            f"(default 60 s, at most {MAX_SECONDS:,.0f} s)")
         parser.add_argument("--timeout", metavar="S", type=_seconds, default=30.0,
-                            help="fail a trial silent for S seconds (default 30, at most "
-                            f"{MAX_SECONDS:,.0f})")
+                            help="fail a trial silent for S seconds (default 30 s, at most "
+                            f"{MAX_SECONDS:,.0f} s)")
         parser.add_argument("--batches", metavar="N", type=_count(2, MAX_BATCH_SIZE, "batches"),
                             default=None,
                             help="batches per trial at most, across epochs (default: no limit)")
         parser.add_argument("--trial-seconds", metavar="S", type=_seconds, default=None,
                             help="wall-clock seconds each trial runs, epochs following one "
-                            "another (default 3: pipecheck.stress.settings.DEFAULT_TRIAL_S; at "
-                            f"most {MAX_SECONDS:,.0f})")
+                            "another (default 3 s, at most "
+                            f"{MAX_SECONDS:,.0f} s)")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -573,6 +586,9 @@ class StressCommand(Command):
         if args.quiet:  # otherwise the summary lists failed and skipped trials itself
             for line in progress.problems(report.stress):
                 _say(f"{PROG}: {line}", sys.stderr)
+        note = progress.budget_note(report.stress, args.budget)
+        if note is not None:
+            _say(f"{PROG}: {note}", sys.stderr)
         return EXIT_OK
 
 
@@ -681,8 +697,7 @@ class RunCommand(Command):
         parser.add_argument("--grace", metavar="S", type=_seconds,
                             help="seconds the program's processes have to end after SIGTERM "
                             "or SIGHUP is passed on, or after its first process ended for "
-                            "those it left running, before SIGKILL (default 45: "
-                            "pipecheck.run_process.GRACE_S)")
+                            "those it left running, before SIGKILL (default 45 s)")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -832,11 +847,10 @@ class AttachCommand(Command):
         parser.add_argument("pid", metavar="PID", type=_count(1, MAX_PID),
                             help="process id of the training script")
         parser.add_argument("--duration", metavar="S", type=_seconds,
-                            help=f"seconds to sample, at most {MAX_SECONDS:,.0f} (default 10: "
-                            "pipecheck.attach.DEFAULT_DURATION_S)")
+                            help=f"seconds to sample (default 10 s, at most {MAX_SECONDS:,.0f} s)")
         parser.add_argument("--rate", metavar="HZ", type=_count(1, MAX_RATE_HZ, "Hz"),
                             help=f"samples per second and process, 1 to {MAX_RATE_HZ:,} "
-                            "(default 50: pipecheck.attach.ATTACH_RATE_HZ)")
+                            "(default 50 Hz)")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -916,7 +930,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(dest="command_name", metavar="COMMAND", required=True,
+                                       parser_class=_SubcommandParser)
     for command_class in COMMANDS:
         command = command_class()
         doc = inspect.cleandoc(command_class.__doc__ or "")

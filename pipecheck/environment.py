@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 from typing import Any, Optional
@@ -117,10 +116,10 @@ def _as_text(name: Any) -> str:
 
 
 def _pipecheck_version() -> Optional[str]:
-    try:
-        return importlib.metadata.version("pipecheck")
-    except importlib.metadata.PackageNotFoundError:  # running from a source tree
-        return __version__
+    """This package's own version (``pipecheck/_version.py``, which the distribution
+    ``torch-pipecheck`` takes its version from). Never the installed metadata of a distribution
+    named ``pipecheck``: on PyPI that is another project, which may be installed beside this one."""
+    return __version__
 
 
 def torch_has_in_order() -> bool:

@@ -307,6 +307,14 @@ class StressSection:
     profile: Optional[ProfileOutcome] = None
     headline: Optional[StressHeadline] = None
 
+    def budget_skipped_all_but_baseline(self) -> int:
+        """How many configurations the budget kept from running when it held the baseline
+        trial only (nothing else measured); 0 when anything else was measured or nothing was
+        skipped for the budget."""
+        if sum(1 for trial in self.trials if trial.measured) > 1:
+            return 0
+        return sum(1 for entry in self.skipped if entry.reason.startswith("budget"))
+
     def json_keys(self) -> tuple[str, ...]:
         """The sweep's keys, then those of the later trials that are set."""
         return ("trials", "best", "recommended", "skipped", "search") + tuple(

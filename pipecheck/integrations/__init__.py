@@ -7,7 +7,8 @@ framework rather than a bare loop:
   ``Trainer``.
 
 Each module imports its framework when it is imported itself; ``import pipecheck`` imports
-neither. Install both with ``pip install "pipecheck[integrations]"``.
+neither. Install both with ``pip install -e ".[integrations]"`` in a checkout (the distribution
+is ``torch-pipecheck``; PyPI's ``pipecheck`` is another project).
 """
 
 from __future__ import annotations

@@ -192,6 +192,12 @@ def why_no_recommendations(report: "Report") -> str:
     consumer, diagnosis = report.consumer, report.diagnosis
     recommended = (report.stress.recommended
                    if report.kind == "stress" and report.stress is not None else None)
+    if recommended is not None and report.stress is not None and (
+            report.stress.budget_skipped_all_but_baseline()):
+        return ("No recommendations: the budget held only the baseline "
+                f"({config_text(recommended.baseline)}, "
+                f"{fmt.rate(recommended.expected.samples_per_s, 'samples')}); no other "
+                "configuration was tried. Raise --budget to compare configurations.")
     if recommended is not None:
         return ("No recommendations: the baseline was the fastest configuration measured "
                 f"({config_text(recommended.baseline)}, "

@@ -168,6 +168,7 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
                          epoch=persistent_workers is None and with_workers,
                          profile=unprofiled is None, limits=limits)
     tracker = Tracker(len(configs), budget_s, progress, reserve=later.reserve, started=started)
+    tracker.later_trials = later.count()
     sweep = run(runnable, configs, limits, step=step, budget_s=budget_s, timeout_s=timeout_s,
                 tracker=tracker)
     best = sweep.best()
@@ -243,6 +244,10 @@ class _LaterTrials:
 
     def __init__(self, *, pin: bool, epoch: bool, profile: bool, limits: TrialLimits) -> None:
         self.pin, self.epoch, self.profile, self._limits = pin, epoch, profile, limits
+
+    def count(self) -> int:
+        """How many trials may follow the sweep (those :meth:`reserve` holds time for)."""
+        return int(self.pin) + int(self.profile) + 2 * int(self.epoch)
 
     def reserve(self, tracker: Tracker) -> float:
         measured = [r for r in tracker.results if r.ok]

@@ -22,7 +22,10 @@ class ProgressEvent:
     ``done`` (``result`` holds the trial), ``skipped`` (the budget ran out before ``config``).
     ``done`` trials finished of at most ``total`` candidates; ``elapsed_s`` since the sweep
     began, ``budget_s`` its budget, ``mean_trial_s`` the mean finished trial's wall time
-    (``None`` before the first), all in seconds.
+    (``None`` before the first), all in seconds. ``finished`` and ``planned`` count the whole
+    run's trials, the sweep's and those after it (:meth:`Tracker.planned`): trials finished, and
+    trials the run plans in all, the finished ones included, as many as the budget left is
+    expected to hold (``None``: not known, and a display counts ``done`` of ``total``).
     """
 
     event: str
@@ -35,6 +38,8 @@ class ProgressEvent:
     batches: int = 0
     trial_elapsed_s: float = 0.0
     result: Optional[TrialResult] = None
+    finished: Optional[int] = None
+    planned: Optional[int] = None
 
     @property
     def batches_per_s(self) -> Optional[float]:
@@ -50,7 +55,11 @@ class ProgressEvent:
         budget_left = max(self.budget_s - self.elapsed_s, 0.0)
         if self.mean_trial_s is None:
             return budget_left
-        left = max(self.total - self.done, 0) * self.mean_trial_s - self.trial_elapsed_s
+        if self.planned is not None and self.finished is not None:
+            trials_left = max(self.planned - self.finished, 0)
+        else:
+            trials_left = max(self.total - self.done, 0)
+        left = trials_left * self.mean_trial_s - self.trial_elapsed_s
         return min(budget_left, max(left, 0.0))
 
 
@@ -92,12 +101,23 @@ class Tracker:
         self._progress = progress
         self._trial_walls: list[float] = []
         self._overheads: list[float] = []
+        self.later_trials = 0
+        """Trials planned after this tracker's own (the follow-on trials the reserve holds time
+        for), counted in :meth:`planned`."""
+        self._offset = 0  # trials finished before this tracker's first (a follow-on's)
+        self._limits: Optional[TrialLimits] = None  # the last trial's
+        self._planned: Optional[int] = None
+        # Before a trial has measured the overhead, plans take it as the time the run took
+        # before this tracker (checking a TARGET starts the same child process a trial does).
+        self._prior_overhead_s = max(clock() - self.started, 0.0)
 
     def follow_on(self, total: int, progress: Optional[ProgressCallback] = None) -> "Tracker":
         """A tracker for ``total`` further trials on the same clock and budget (the trials after
         the sweep), sharing the measured overheads and results; it holds nothing in reserve."""
         other = Tracker(total, self.budget_s, progress, clock=self._clock, runner=self._runner)
         other.started, other.results, other._overheads = self.started, self.results, self._overheads
+        other._trial_walls = self._trial_walls
+        other._offset = len(self.results)
         return other
 
     def elapsed_s(self) -> float:
@@ -130,10 +150,31 @@ class Tracker:
         return (f"budget: about {needed:.1f} s needed, {left:.1f} s of the {self.budget_s:g} s "
                 f"left{kept}")
 
+    def planned(self, done: int, running: bool = False) -> int:
+        """Trials the run plans in all (:attr:`ProgressEvent.planned`), with ``done`` of this
+        tracker's finished and one more ``running``: those finished, the running one, as many
+        of the candidates left as the budget left is expected to hold at the last trial's
+        expected wall time with the :attr:`reserve` held back (before any trial ended, the
+        overhead is taken as the time the run spent before this tracker: checking the target),
+        and :attr:`later_trials`."""
+        left = max(self.total - done - int(running), 0)
+        if self._limits is not None and left:
+            per_trial = self.expected_wall_s(self._limits)
+            if not self._overheads:
+                per_trial += self._prior_overhead_s
+            room = self.budget_s - self.elapsed_s() - self.reserve(self)
+            if running:
+                room -= per_trial
+            if per_trial > 0:
+                left = min(left, max(int(room // per_trial), 0))
+        return self._offset + done + int(running) + left + self.later_trials
+
     def run(self, source: Source, config: TrialConfig, limits: TrialLimits, *,
             step: Optional[StepTime], timeout_s: float, done: int) -> TrialResult:
         """Run one trial with ``start``, ``batch`` and ``done`` events around it."""
         trial_started = self._clock()
+        self._limits = limits
+        self._planned = self.planned(done, running=True)
         self._send("start", config, done)
 
         def on_batches(count: int) -> None:
@@ -146,10 +187,14 @@ class Tracker:
         self._trial_walls.append(wall_s)
         self._overheads.append(max(wall_s - min(limits.seconds, result.wall_s), 0.0))
         self.results.append(result)
+        self._planned = self.planned(done + 1)
         self._send("done", config, done + 1, result=result)
         return result
 
     def skipped(self, configs: Sequence[TrialConfig], done: int) -> None:
+        """Send ``skipped`` for ``configs``: the budget holds none of them (the run's planned
+        trials are then those finished and the later ones)."""
+        self._planned = self._offset + done + self.later_trials
         for config in configs:
             self._send("skipped", config, done)
 
@@ -157,6 +202,8 @@ class Tracker:
         if self._progress is None:
             return
         walls = self._trial_walls
+        planned = self._planned if self._planned is not None else self.planned(done)
         self._progress(ProgressEvent(
             event, config, done, self.total, self.elapsed_s(), self.budget_s,
-            sum(walls) / len(walls) if walls else None, **extra))
+            sum(walls) / len(walls) if walls else None, finished=self._offset + done,
+            planned=max(planned, self._offset + done), **extra))

@@ -237,8 +237,8 @@ def test_the_help_states_the_defaults_attach_uses(capsys):
 
     assert main(["attach", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert f"default {attach_module.DEFAULT_DURATION_S:g}:" in text
-    assert f"default {attach_module.ATTACH_RATE_HZ}:" in text
+    assert f"default {attach_module.DEFAULT_DURATION_S:g} s" in text
+    assert f"default {attach_module.ATTACH_RATE_HZ} Hz" in text
 
 
 # -- signals, PID reuse and hostile names ------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -226,3 +227,54 @@ def test_python_dash_m_pipecheck_report(saved):
     )
     assert missing.returncode == 2
     assert missing.stderr == "pipecheck: error: no such report file: missing.json\n"
+
+
+# -- usage errors and help, through real subprocesses -----------------------------------------
+
+SUBCOMMANDS = ("demo", "report", "check", "stress", "shards", "run", "attach")
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p), "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-m", "pipecheck", *argv], capture_output=True,
+                          text=True, env=env, timeout=120, cwd=str(REPO_ROOT))
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_a_mistyped_option_points_to_the_subcommands_help(command):
+    """``pipecheck demo --wokers 2`` pointed to ``pipecheck --help``."""
+    # Each command's required arguments, whose absence would be the first error.
+    extra = {"report": ["run.json"], "check": ["run.json"], "stress": ["target.py:make"],
+             "shards": ["a.tar", "--workers", "1"], "attach": ["1"],
+             "run": ["--", "true"]}.get(command, [])
+    done = _cli(command, "--wokers=2", *extra)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == (f"pipecheck: error: unrecognized arguments: --wokers=2 "
+                           f"(see 'pipecheck {command} --help')\n")
+
+
+def test_a_mistyped_option_before_the_subcommand_points_to_the_top_help():
+    done = _cli("--wokers", "demo")
+    assert done.returncode == 2
+    assert done.stderr.endswith("(see 'pipecheck --help')\n")
+
+
+def test_help_shows_plain_defaults_with_units():
+    """Help showed internal names ("default 10: pipecheck.attach.DEFAULT_DURATION_S")."""
+    from pipecheck.attach import ATTACH_RATE_HZ, DEFAULT_DURATION_S
+    from pipecheck.run_process import GRACE_S
+    from pipecheck.stress.settings import DEFAULT_TRIAL_S
+
+    texts = {}
+    for command in SUBCOMMANDS:
+        done = _cli(command, "--help")
+        assert done.returncode == 0, done.stderr
+        texts[command] = " ".join(done.stdout.split())
+        assert not re.search(r"pipecheck\.[\w.]*[A-Z_]{3,}", texts[command]), texts[command]
+    assert f"(default {DEFAULT_DURATION_S:g} s," in texts["attach"]
+    assert f"(default {ATTACH_RATE_HZ} Hz)" in texts["attach"]
+    assert f"(default {GRACE_S:g} s)" in texts["run"]
+    assert f"(default {DEFAULT_TRIAL_S:g} s," in texts["stress"]
+    assert "(default 60 s," in texts["stress"] and "(default 30 s," in texts["stress"]
