@@ -525,11 +525,8 @@ class ThroughputModel:
         ``others_cpus`` (cores; default as measured): the step's own ceiling ``1 /``
         :meth:`step_s` and the producer's capacity (:meth:`capacity`), each finite and > 0.
         :meth:`predict` and :meth:`interval` hold every figure to them."""
-        step_s = self.step_s(settings.num_workers, others_cpus)
         capacity, _ = self.capacity(settings.num_workers, others_cpus)
-        step_rate = 1.0 / step_s if step_s > 0 else math.inf
-        return Bounds(step_batches_per_s=_finite_bound(step_rate),
-                      producer_batches_per_s=_finite_bound(capacity))
+        return _bounds(self.step_s(settings.num_workers, others_cpus), capacity)
 
     def capacity(self, num_workers: int, others_cpus: Optional[float] = None
                  ) -> tuple[float, str]:
@@ -634,7 +631,7 @@ class ThroughputModel:
         total_s = (batches - epochs) * steady_s + epochs * step_s + start_s
         # The single clamp every prediction passes (see bounds()): the loop never outruns its
         # step nor its producer, whatever the terms above gave.
-        bound = self.bounds(settings, others_cpus).batches_per_s
+        bound = _bounds(step_s, capacity).batches_per_s  # = self.bounds(settings, others_cpus)
         batches_per_s = bounded_rate(batches / total_s if total_s > 0 else math.inf, bound)
         steady_batches_per_s = bounded_rate(1.0 / steady_s if steady_s > 0 else math.inf,
                                             bound)
@@ -687,6 +684,13 @@ class ThroughputModel:
         low = min(rates) / (1.0 + spread) * (1.0 - error)
         high = max(rates) / (1.0 - min(spread, MAX_NOISE_FRACTION)) * (1.0 + error)
         return bounded_rate(min(low, point), point), bounded_rate(max(high, point), ceiling)
+
+
+def _bounds(step_s: float, capacity_batches_per_s: float) -> Bounds:
+    """:class:`Bounds` from a step time in seconds and a capacity in batches/s."""
+    step_rate = 1.0 / step_s if step_s > 0 else math.inf
+    return Bounds(step_batches_per_s=_finite_bound(step_rate),
+                  producer_batches_per_s=_finite_bound(capacity_batches_per_s))
 
 
 def _stall(step_s: float, batches_per_s: float) -> float:
