@@ -3,7 +3,9 @@
 Rules run in order (``num_workers`` up or down, ``prefetch_factor``, ``persistent_workers``,
 ``pin_memory``) and are cumulative: each rule's expected figures assume the changes proposed
 before it are applied. ``current`` is always the measured loader's value. Expected figures come
-from the what-if model (:mod:`pipecheck.analysis.model`); a rule that the model cannot back with
+from the what-if model (:mod:`pipecheck.analysis.model`), which holds every one, cumulative
+ones included, to the step's own ceiling and the producer's capacity for the settings proposed
+(:meth:`~pipecheck.analysis.model.ThroughputModel.bounds`); a rule that the model cannot back with
 a gain proposes nothing, and no proposal is kept whose expected samples/s is below the
 measured rate or below the proposal before it (the model can be biased low on a run: a change
 shown slower than what it replaces would contradict its own reason). Every kept proposal states
