@@ -255,3 +255,36 @@ def test_reports_carry_the_bounded_figures_and_say_uncertain_instead_of_a_wide_r
             assert f"({low:,.0f}-{high:,.0f})" not in text
         else:
             assert f"({low:,.0f}-{high:,.0f})" in text
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(measured_runs(), st.floats(0.3, 4.0))
+def test_stress_search_predictions_stay_within_the_bounds_whatever_the_anchor(run, miss):
+    # The search anchors the model to its best measured trial (measured / predicted): a model
+    # that under-predicted that trial by ``miss`` scales every prediction up by it, which
+    # must still stop at each candidate's bounds.
+    from pipecheck.stress.runner import Sweep
+    from pipecheck.stress.search import _predict, _settings
+    from pipecheck.stress.settings import TrialConfig
+    from pipecheck.stress.trial import TrialResult
+
+    model = analyze(run).model
+    if model is None:
+        return
+    measured = model.measured
+    config = TrialConfig(num_workers=measured.num_workers,
+                         prefetch_factor=measured.prefetch_factor if measured.num_workers
+                         else None, persistent_workers=measured.persistent_workers)
+    rate = model.predict(measured).steady_batches_per_s * miss
+    per_batch = model.samples_per_batch or 1.0
+    best = TrialResult(config=config, samples_per_s=rate * per_batch, batches_per_s=rate,
+                       stall_fraction=0.0, startup_s=0.0, batches=run.consumer.batches,
+                       wall_s=1.0, record=run)
+    candidates = [TrialConfig(num_workers=n, prefetch_factor=None if n == 0 else 2)
+                  for n in (0, 1, 3, 16)]
+    sweep = Sweep(trials=[best])
+    assert _predict(sweep, candidates, []) == set(candidates)
+    for candidate in candidates:
+        predicted = sweep.predicted[candidate]["batches_per_s"]
+        assert predicted is not None and math.isfinite(predicted) and predicted > 0
+        assert _within(predicted, model.bounds(_settings(candidate)).batches_per_s)
