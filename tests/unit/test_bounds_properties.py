@@ -46,7 +46,7 @@ test covers the counts the rules pick)."""
 
 MODEL_SETTINGS = ("num_workers", "prefetch_factor", "persistent_workers", "in_order")
 
-FAST = settings(max_examples=30, deadline=None,
+FAST = settings(max_examples=25, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 

@@ -592,3 +592,14 @@ def test_a_step_on_a_gpu_leaves_the_pool_out_of_the_workers_way():
         idle_fraction=0.5))
     assert analyze(run).model.pool_threads == 2
     assert analyze(on_gpu).model.pool_threads == 0
+
+
+def test_a_reason_names_an_interval_too_wide_to_bound_anything_in_words():
+    # Production alternating 30 and 120 ms in blocks of 40 batches: even the run's own noise
+    # spans over 3x, so the reason says "uncertain" and names the stress run, not a range.
+    run = simulate(dataclasses.replace(
+        NOISY, production_s=lambda i: 0.12 if (i // 40) % 2 else 0.03))
+    rec = next(r for r in recommend(run, analyze(run)) if r.setting == "num_workers")
+    assert "The interval from this run's noise is over 3x wide (uncertain)" in rec.reason
+    assert "'pipecheck stress FILE.py:make_loader --workers 0,1,2'" in rec.reason
+    assert " to " not in rec.reason.split("The interval from this run's noise")[1].split(":")[0]
