@@ -44,7 +44,9 @@ WHAT_IF = (
 costs ~10 ms a prediction on a contended run, so the grid is kept small; the recommendation
 test covers the counts the rules pick)."""
 
-MODEL_SETTINGS = ("num_workers", "prefetch_factor", "persistent_workers", "in_order")
+MODEL_SETTINGS = ("num_workers", "prefetch_factor", "persistent_workers")
+"""Settings the model's rules propose (``in_order`` comes from the head-of-line rule, with its
+own upper bound from the measured waits; ``pin_memory`` has no expected rate)."""
 
 FAST = settings(max_examples=25, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -217,6 +219,15 @@ def test_every_recommendation_stays_within_the_bounds_of_its_cumulative_settings
     if model is None:
         assert not [r for r in recommendations if r.setting in MODEL_SETTINGS]
         return
+    consumer = run.consumer
+    for rec in recommendations:
+        rate = rec.expected.samples_per_s
+        if rate is not None and consumer.compute_s > 0:
+            # Whatever its source, no expected rate outruns the measured steps.
+            assert math.isfinite(rate) and rate > 0, rec
+            step_ceiling = consumer.samples / consumer.compute_s
+            if model.measured.num_workers == 0 or rec.setting not in MODEL_SETTINGS:
+                assert _within(rate, step_ceiling), (rec, step_ceiling)
     for rec, setting in _cumulative(model, recommendations):
         expected = rec.expected
         if expected.samples_per_s is None:
