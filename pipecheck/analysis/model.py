@@ -220,7 +220,7 @@ class Bounds:
 
 def bounded_rate(rate: float, bound: float) -> float:
     """``rate`` (batches/s) held to ``(0, bound]``: a NaN or infinite rate, or one above
-    ``bound``, becomes ``bound``; a rate at or below 0 becomes the smallest positive float
+    ``bound``, becomes ``bound``; a rate below :data:`_TINY_RATE` (1e-12) becomes that floor
     (a prediction is never 0, negative or NaN). ``bound`` must be finite and > 0."""
     if not math.isfinite(rate) or rate > bound:
         return bound
