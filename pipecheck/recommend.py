@@ -3,7 +3,9 @@
 Rules run in order (``num_workers`` up or down, ``prefetch_factor``, ``persistent_workers``,
 ``pin_memory``) and are cumulative: each rule's expected figures assume the changes proposed
 before it are applied. ``current`` is always the measured loader's value. Expected figures come
-from the what-if model (:mod:`pipecheck.analysis.model`); a rule that the model cannot back with
+from the what-if model (:mod:`pipecheck.analysis.model`), which holds every one, cumulative
+ones included, to the step's own ceiling and the producer's capacity for the settings proposed
+(:meth:`~pipecheck.analysis.model.ThroughputModel.bounds`); a rule that the model cannot back with
 a gain proposes nothing, and no proposal is kept whose expected samples/s is below the
 measured rate or below the proposal before it (the model can be biased low on a run: a change
 shown slower than what it replaces would contradict its own reason). Every kept proposal states
@@ -41,7 +43,14 @@ from pipecheck.kinds import (
     FindingKind,
 )
 from pipecheck.units import batch_rate, count, percent, seconds, size
-from pipecheck.records import ConsumerSummary, Expected, Recommendation, RunRecord
+from pipecheck.records import (
+    ConsumerSummary,
+    Expected,
+    Recommendation,
+    UNCERTAIN_WIDTH,
+    RunRecord,
+    interval_uncertain,
+)
 
 MIN_GAIN_FRACTION = 0.05
 """A change must be predicted to raise steady throughput by at least 5%; the model sees no IPC
@@ -240,8 +249,10 @@ def _expected(prediction: Prediction, note: Optional[str] = None,
               model: Optional[ThroughputModel] = None,
               settings: Optional[LoaderSettings] = None,
               epochs: Optional[int] = None) -> Expected:
-    """The expected figures of a prediction, with its interval
-    (:meth:`~pipecheck.analysis.model.ThroughputModel.interval`) when ``model`` and
+    """The expected figures of a prediction (its batches/s as predicted, bounded by the
+    step's ceiling and the producer, :meth:`~pipecheck.analysis.model.ThroughputModel.bounds`),
+    with its interval (:meth:`~pipecheck.analysis.model.ThroughputModel.interval`) and the
+    ``uncertain`` flag (:func:`~pipecheck.records.interval_uncertain`) when ``model`` and
     ``settings`` are given and the run counted samples."""
     low = high = None
     if model is not None and settings is not None and model.samples_per_batch is not None:
@@ -251,8 +262,10 @@ def _expected(prediction: Prediction, note: Optional[str] = None,
         samples_per_s=prediction.samples_per_s,
         stall_fraction=prediction.stall_fraction,
         note=note,
+        batches_per_s=prediction.batches_per_s,
         samples_per_s_low=low,
         samples_per_s_high=high,
+        uncertain=interval_uncertain(low, high),
     )
 
 
@@ -409,7 +422,11 @@ def _settle_with_stress(
     if low > current and not rivals:
         return ""
     counts = sorted({settings.num_workers, proposed.num_workers, *rivals})
-    return (f" The interval from this run's noise ({batch_rate(low)} to {batch_rate(high)}) "
+    # An interval too wide to bound anything is named in words, not printed as a range.
+    span = (f"is over {UNCERTAIN_WIDTH:g}x wide (uncertain) and"
+            if interval_uncertain(low, high)
+            else f"({batch_rate(low)} to {batch_rate(high)})")
+    return (f" The interval from this run's noise {span} "
             f"{'reaches below the current rate' if low <= current else 'overlaps that of '}"
             f"{'' if low <= current else count(fewer, 'worker')}: "
             f"'pipecheck stress FILE.py:make_loader --workers {','.join(map(str, counts))}' "
@@ -549,15 +566,18 @@ def _more_workers_reason(
 
 def _starved_step_words(model: ThroughputModel) -> str:
     """A sentence on a step measured with its intra-op pool starved
-    (:attr:`~pipecheck.analysis.model.ThroughputModel.unstarved_step_s`); empty otherwise."""
+    (:attr:`~pipecheck.analysis.model.ThroughputModel.unstarved_step_s`), which predictions
+    do not use (the step's own ceiling bounds them); empty otherwise."""
     if model.unstarved_step_s is None:
         return ""
     step_s = 1.0 / model.demand_batches_per_s
     return (f" The step took {seconds(step_s)} with num_workers=0, its calling thread on a "
             f"core {percent(model.unstarved_step_s / step_s)} of it while the intra-op threads "
-            "ran (it waited for a core): beside workers it is taken at that thread's CPU time, "
-            f"{seconds(model.unstarved_step_s)}, and the interval's low end keeps the measured "
-            "step.")
+            "ran (it waited for a core): beside workers it may run faster, down to that "
+            f"thread's CPU time, {seconds(model.unstarved_step_s)}, but the prediction keeps "
+            f"the measured step, the most the step is known to allow ({batch_rate(1.0 / step_s)}"
+            "); 'pipecheck stress FILE.py:make_loader' (a function that builds your "
+            "DataLoader) measures the faster step.")
 
 
 def _fewer_workers(context: _Context, settings: LoaderSettings) -> _Outcome:

@@ -795,6 +795,26 @@ busy process) measured achieved / predicted - 1 from -31% to +20% on the project
 machine; rounded up (pipecheck's choice). The run's own noise alone left 3 of 5 outside."""
 
 
+UNCERTAIN_WIDTH = 3.0
+"""Width of a 90% interval (``high / low``) above which it bounds nothing worth printing: the
+expected figure is then marked ``uncertain`` (:attr:`Expected.uncertain`) and outputs say so
+in words, with the measurement that settles it (a short ``pipecheck stress`` run), instead of
+the range. Why 3: at 3x the interval's ends lie a factor sqrt(3) = 1.73 either side of its
+middle, so it cannot tell whether a proposal pays at all (pipecheck proposes from a 5% gain,
+:data:`pipecheck.recommend.MIN_GAIN_FRACTION`), while the quietest run's interval is already
+2.08x wide from the model's own error alone (:data:`MODEL_ERROR_FRACTION`: 1.35 / 0.65), so
+a lower threshold would flag every figure; 3x leaves room for the run's own noise up to about
++-18% of loop time on top. pipecheck's choice."""
+
+
+def interval_uncertain(low: Optional[float], high: Optional[float]) -> Optional[bool]:
+    """Whether the interval ``[low, high]`` (any one unit, > 0) is wider than
+    :data:`UNCERTAIN_WIDTH` (``high / low``); ``None`` when either end is unknown."""
+    if low is None or high is None:
+        return None
+    return not (low > 0 and high <= UNCERTAIN_WIDTH * low)
+
+
 @dataclass(frozen=True)
 class Expected:
     """Predicted effect of a change; ``None`` fields could not be predicted.
@@ -822,6 +842,12 @@ class Expected:
     :data:`MODEL_ERROR_FRACTION`; ``None`` when not derived."""
     samples_per_s_high: Optional[float] = None
     """High end of the same interval."""
+    uncertain: Optional[bool] = None
+    """``True`` when the interval is wider than :data:`UNCERTAIN_WIDTH` (``high / low``): it
+    bounds nothing, and outputs say "uncertain" with the measurement that settles it instead
+    of printing the range; ``False`` when it is narrower; ``None`` when there is no interval,
+    and in reports written before the flag existed (readers then judge the range themselves,
+    :func:`interval_uncertain`)."""
 
 
 @dataclass(frozen=True)

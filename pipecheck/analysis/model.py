@@ -45,6 +45,13 @@ The model, per steady batch (every batch but each epoch's first):
 ``batches/s = batches / total time`` and ``stall = 1 - (1 / D) / (1 / batches/s)``, over a run
 shaped like the measured one (same batches per epoch, same epoch count unless told otherwise).
 
+Hard bounds (:meth:`ThroughputModel.bounds`), applied where every prediction is produced
+(:meth:`ThroughputModel.predict` and :meth:`ThroughputModel.interval`), so no rule, what-if or
+stress search can bypass them: a predicted rate never exceeds the step's own ceiling (1 / the
+step time predicted for that setting, which is never shorter than the step beside the other
+processes alone, with no loader work: for a ``num_workers=0`` run, the measured steady step,
+i.e. the demand) nor the producer's capacity for that setting, and is always finite and > 0.
+
 :meth:`ThroughputModel.interval` gives each prediction a 90% interval from the run's own noise:
 the prediction at the other processes' low and high load (10th and 90th percentiles of the host
 ticks), widened on each side by the batch-means spread of the loop time per batch
@@ -191,6 +198,49 @@ class Prediction:
     limit: str
     steady_batches_per_s: float
     steady_stall_fraction: float
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Hard upper bounds, in batches/s (finite, > 0), on any rate predicted for one setting at
+    one load of the other processes (:meth:`ThroughputModel.bounds`): ``step_batches_per_s``
+    the step's own ceiling (1 / :meth:`ThroughputModel.step_s`, the steady step under the
+    contention predicted for that setting: no loader setting makes the loop faster than its
+    step) and ``producer_batches_per_s`` the producer's capacity
+    (:meth:`ThroughputModel.capacity`: no loop consumes batches faster than they are made)."""
+
+    step_batches_per_s: float
+    producer_batches_per_s: float
+
+    @property
+    def batches_per_s(self) -> float:
+        """The tighter of the two bounds."""
+        return min(self.step_batches_per_s, self.producer_batches_per_s)
+
+
+def bounded_rate(rate: float, bound: float) -> float:
+    """``rate`` (batches/s) held to ``(0, bound]``: a NaN or infinite rate, or one above
+    ``bound``, becomes ``bound``; a rate below :data:`_TINY_RATE` (1e-12) becomes that floor
+    (a prediction is never 0, negative or NaN). ``bound`` must be finite and > 0."""
+    if not math.isfinite(rate) or rate > bound:
+        return bound
+    return max(rate, _TINY_RATE)
+
+
+_TINY_RATE = 1e-12
+"""Least rate in batches/s any prediction or interval end takes (one batch in ~30,000 years):
+a floor that keeps every figure > 0 and every ratio finite, never reached by a real run."""
+
+_HUGE_RATE = 1e12
+"""Largest rate in batches/s a bound takes: free production (no CPU, no waiting: a worker's
+time per batch 0) has no finite capacity, and a bound must be finite."""
+
+
+def _finite_bound(rate: float) -> float:
+    """``rate`` as a bound: finite, within ``[_TINY_RATE, _HUGE_RATE]``."""
+    if math.isnan(rate):
+        return _TINY_RATE
+    return min(max(rate, _TINY_RATE), _HUGE_RATE)
 
 
 @dataclass(frozen=True)
@@ -361,14 +411,16 @@ class ThroughputModel:
     unstarved_step_s: Optional[float] = None
     """With ``num_workers=0`` measured and the step's intra-op pool starved of cores
     (:func:`starved_step_on_cpu`): the steady step's time had its calling thread not waited
-    for a core (its CPU time over the sampled steps, scaled to the mean step), taken as the
-    step beside any number of workers, unscaled by the shares the model computes: how the
-    pool's waits change with workers cannot be told from the run (on
-    ``benchmarks/prediction.py``'s latency pipeline beside a busy process the step took 88 ms
-    at ``num_workers=0``, 43 ms of it on the calling thread's CPU, and 35 ms beside 4 workers;
-    quiet, 8.4, 5.3 and 2.8 ms; ``python benchmarks/step_threads.py --busy --workers 0,4``
-    printed 91, 44 and 46 ms). The interval keeps the measured step at its low end.
-    ``None`` otherwise."""
+    for a core (its CPU time over the sampled steps, scaled to the mean step): how far the
+    step could speed up beside workers, named in the reasons as what a ``pipecheck stress``
+    run would measure. No prediction uses it: the step's own ceiling (:meth:`step_s`, the
+    measured step at ``num_workers=0``) bounds every prediction, and how the pool's waits
+    change with workers cannot be told from the run (on ``benchmarks/prediction.py``'s
+    latency pipeline beside a busy process the step took 88 ms at ``num_workers=0``, 43 ms of
+    it on the calling thread's CPU, and 35 ms beside 4 workers; quiet, 8.4, 5.3 and 2.8 ms;
+    ``python benchmarks/step_threads.py --busy --workers 0,4`` printed 91, 44 and 46 ms; but
+    taken as the step beside workers it gave predictions up to twice the measured demand,
+    issue 26). ``None`` otherwise."""
 
     @property
     def pool_starved(self) -> bool:
@@ -432,9 +484,6 @@ class ThroughputModel:
             reference_share = at_measured.step_share
             solo_s = self.worker_cpu_per_batch_s / at_measured.worker_share + self.worker_off_s
             scale = (1.0 / self.per_worker_batches_per_s) / solo_s if solo_s > 0 else 1.0
-        if self.unstarved_step_s is not None:
-            # Unscaled (reference None): see unstarved_step_s.
-            step_meas_s, reference_share = self.unstarved_step_s, None
         return _cycle(num_workers, step_meas_s, reference_share, self.worker_cpu_per_batch_s,
                       self.worker_off_s, scale, self.receive_s, step_threads, others, cpus,
                       pool_threads=self.pool_threads)
@@ -442,7 +491,20 @@ class ThroughputModel:
     def step_s(self, num_workers: int, others_cpus: Optional[float] = None) -> float:
         """Predicted step time in seconds with ``num_workers`` workers: the measured one,
         slowed or sped up by the share of a core the step's threads get beside the workers and
-        the other processes (as measured without host data)."""
+        the other processes (as measured without host data), and never shorter than the step
+        with no loader work beside it at the same load of the other processes (its time with
+        ``num_workers=0``; for a ``num_workers=0`` run at its measured load, the measured
+        steady step, ``1 / demand``). Workers only take cores from the step, so a step
+        predicted faster than that could only come from a term that overreaches (the fixed
+        point, a step measured with its intra-op pool starved): the step's own ceiling,
+        ``1 / step_s``, bounds every prediction (:meth:`bounds`)."""
+        contended_s = self._contended_step_s(num_workers, others_cpus)
+        if num_workers == 0:
+            return contended_s
+        return max(contended_s, self._contended_step_s(0, others_cpus))
+
+    def _contended_step_s(self, num_workers: int, others_cpus: Optional[float] = None) -> float:
+        """The step's time in seconds under the fair shares alone (see :meth:`step_s`)."""
         step_meas_s = 1.0 / self.demand_batches_per_s
         if self.load is None:
             return step_meas_s
@@ -457,6 +519,14 @@ class ThroughputModel:
             now = step_alone_share(threads, load.group_runnable(), load.cores_left(others_cpus))
             return scaled_step_s(step_meas_s, threads, reference / now)
         return self.shares(num_workers, others_cpus).step_s
+
+    def bounds(self, settings: LoaderSettings, others_cpus: Optional[float] = None) -> Bounds:
+        """The hard bounds on any rate predicted for ``settings`` at the other processes' load
+        ``others_cpus`` (cores; default as measured): the step's own ceiling ``1 /``
+        :meth:`step_s` and the producer's capacity (:meth:`capacity`), each finite and > 0.
+        :meth:`predict` and :meth:`interval` hold every figure to them."""
+        capacity, _ = self.capacity(settings.num_workers, others_cpus)
+        return _bounds(self.step_s(settings.num_workers, others_cpus), capacity)
 
     def capacity(self, num_workers: int, others_cpus: Optional[float] = None
                  ) -> tuple[float, str]:
@@ -559,48 +629,74 @@ class ThroughputModel:
         if settings.num_workers > 0 and not persistent:
             start_s += epochs * self.shutdown_s
         total_s = (batches - epochs) * steady_s + epochs * step_s + start_s
-        batches_per_s = batches / total_s
+        # The single clamp every prediction passes (see bounds()): the loop never outruns its
+        # step nor its producer, whatever the terms above gave.
+        bound = _bounds(step_s, capacity).batches_per_s  # = self.bounds(settings, others_cpus)
+        batches_per_s = bounded_rate(batches / total_s if total_s > 0 else math.inf, bound)
+        steady_batches_per_s = bounded_rate(1.0 / steady_s if steady_s > 0 else math.inf,
+                                            bound)
         return Prediction(
             batches_per_s=batches_per_s,
             samples_per_s=None
             if self.samples_per_batch is None
             else batches_per_s * self.samples_per_batch,
-            stall_fraction=max(1.0 - batches * step_s / total_s, 0.0),
-            capacity_batches_per_s=capacity,
+            stall_fraction=_stall(step_s, batches_per_s),
+            capacity_batches_per_s=_finite_bound(capacity),
             limit=limit,
-            steady_batches_per_s=1.0 / steady_s,
-            steady_stall_fraction=max(1.0 - step_s / steady_s, 0.0),
+            steady_batches_per_s=steady_batches_per_s,
+            steady_stall_fraction=_stall(step_s, steady_batches_per_s),
         )
 
     def interval(self, settings: LoaderSettings, *, epochs: Optional[int] = None,
                  model_error: bool = True) -> tuple[float, float]:
-        """90% interval of the predicted batches/s from the run's own noise: the prediction
-        at the other processes' low and high load (:data:`contention.OTHERS_PERCENTILES` of
-        the host ticks) and, with workers, at both ends of :attr:`worker_cpu_range_s` when
-        set and with the measured step when :attr:`unstarved_step_s` is, widened by
-        :attr:`noise_fraction` (batch means of loop time per batch, so
-        ``r / (1 + h)`` to ``r / (1 - h)``, ``h`` at most :data:`MAX_NOISE_FRACTION`), and
-        with ``model_error`` by :data:`MODEL_ERROR_FRACTION` on each side. The low end is
-        never 0."""
+        """90% interval ``(low, high)`` of the predicted batches/s from the run's own noise:
+        the prediction at the other processes' low and high load
+        (:data:`contention.OTHERS_PERCENTILES` of the host ticks) and, with workers, at both
+        ends of :attr:`worker_cpu_range_s` when set, widened by :attr:`noise_fraction` (batch
+        means of loop time per batch, so ``r / (1 + h)`` to ``r / (1 - h)``, ``h`` at most
+        :data:`MAX_NOISE_FRACTION`), and with ``model_error`` by :data:`MODEL_ERROR_FRACTION`
+        on each side.
+
+        Bounded like every prediction: ``0 < low <= predict(settings).batches_per_s <= high``
+        always holds (the point is one of the predictions spanned), and the high end never
+        exceeds the step's own ceiling with no loader work beside it (``1 / step_s(0)``) at the
+        lowest load spanned: noise in loop time cannot make the loop outrun its measured step.
+        The producer's capacity and the step's slowdown beside workers bound the point but not
+        the high end: they are the model's estimates, whose error the interval is there to
+        show."""
         loads: list[Optional[float]] = [None]
         if self.load is not None:
             loads = [self.load.others_low, self.load.others_high]
-        rates = [self.predict(settings, epochs=epochs, others_cpus=k).batches_per_s
-                 for k in loads]
-        rates.append(self.predict(settings, epochs=epochs).batches_per_s)
+        variants: list[tuple[ThroughputModel, Optional[float]]] = [(self, k) for k in loads]
         if self.worker_cpu_range_s is not None and settings.num_workers > 0:
-            rates.extend(replace(self, worker_cpu_per_batch_s=cpu_s, worker_cpu_range_s=None)
-                         .predict(settings, epochs=epochs).batches_per_s
-                         for cpu_s in self.worker_cpu_range_s)
-        if self.unstarved_step_s is not None and settings.num_workers > 0:
-            rates.append(replace(self, unstarved_step_s=None)
-                         .predict(settings, epochs=epochs).batches_per_s)
+            variants.extend((replace(self, worker_cpu_per_batch_s=cpu_s,
+                                     worker_cpu_range_s=None), None)
+                            for cpu_s in self.worker_cpu_range_s)
+        point = self.predict(settings, epochs=epochs).batches_per_s
+        rates = [point] + [m.predict(settings, epochs=epochs, others_cpus=k).batches_per_s
+                           for m, k in variants]
+        ceiling = max(self.bounds(settings).batches_per_s,
+                      *(_finite_bound(1.0 / max(self.step_s(0, k), 1e-300)) for k in loads))
         # The noise is a relative half-width of loop time per batch: time t(1 - h)..t(1 + h)
         # is rate r/(1 + h)..r/(1 - h); h held below 1 (a spread that wide bounds nothing).
-        spread = self.noise_fraction
+        spread = max(self.noise_fraction, 0.0) if math.isfinite(self.noise_fraction) else 0.0
         error = MODEL_ERROR_FRACTION if model_error else 0.0
-        return (min(rates) / (1.0 + spread) * (1.0 - error),
-                max(rates) / (1.0 - min(spread, MAX_NOISE_FRACTION)) * (1.0 + error))
+        low = min(rates) / (1.0 + spread) * (1.0 - error)
+        high = max(rates) / (1.0 - min(spread, MAX_NOISE_FRACTION)) * (1.0 + error)
+        return bounded_rate(min(low, point), point), bounded_rate(max(high, point), ceiling)
+
+
+def _bounds(step_s: float, capacity_batches_per_s: float) -> Bounds:
+    """:class:`Bounds` from a step time in seconds and a capacity in batches/s."""
+    step_rate = 1.0 / step_s if step_s > 0 else math.inf
+    return Bounds(step_batches_per_s=_finite_bound(step_rate),
+                  producer_batches_per_s=_finite_bound(capacity_batches_per_s))
+
+
+def _stall(step_s: float, batches_per_s: float) -> float:
+    """The share of loop time (0-1) not spent stepping at ``batches_per_s``, ``step_s``
+    seconds a step."""
+    return min(max(1.0 - step_s * batches_per_s, 0.0), 1.0)
 
 
 def measured_settings(run: RunRecord) -> LoaderSettings:
@@ -719,8 +815,8 @@ def build_model(
     if on_cpu is not None and load is not None:
         model = replace(model, unstarved_step_s=on_cpu / demand, assumptions=model.assumptions + (
             f"the step's calling thread ran {on_cpu:.0%} of the step while its torch intra-op "
-            "threads ran beside it (it waited for a core): beside workers the step is taken "
-            "at that thread's CPU time, and the interval's low end keeps the measured step",))
+            "threads ran beside it (it waited for a core): beside workers it may run faster, "
+            "but predictions keep the measured step, the step's own ceiling",))
     pool = active_pool_threads(run, inflation, load)
     if pool:
         model = replace(model, pool_threads=pool, assumptions=model.assumptions + (

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pipecheck import units as fmt
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND, NO_DATA, FindingKind, Verdict
-from pipecheck.records import MODEL_ERROR_FRACTION
+from pipecheck.records import MODEL_ERROR_FRACTION, UNCERTAIN_WIDTH, interval_uncertain
 
 if TYPE_CHECKING:
     from pipecheck.records import Recommendation
@@ -138,14 +138,25 @@ def capacity_phrase(report: "Report") -> Optional[str]:
     return f"{ratio:.2f}x ({conclusion})"
 
 
+UNCERTAIN_WORDS = (f"uncertain: its 90% interval is over {UNCERTAIN_WIDTH:g}x wide; a short "
+                   "'pipecheck stress' run measures it")
+"""What an expected rate says instead of its interval when that is too wide to bound anything
+(:data:`~pipecheck.records.UNCERTAIN_WIDTH`)."""
+
+
 def expected_rate_text(rec: "Recommendation") -> str:
     """The expected samples/s with its 90% interval beside it when the report gives one, e.g.
-    ``1,200 samples/s (1,050-1,330)``."""
+    ``1,200 samples/s (1,050-1,330)``, or with :data:`UNCERTAIN_WORDS` instead of an interval
+    wider than :data:`~pipecheck.records.UNCERTAIN_WIDTH` (the report's ``uncertain`` flag;
+    in reports written before it, judged from the range)."""
     expected = rec.expected
     text = fmt.rate(expected.samples_per_s, "samples")
     low, high = expected.samples_per_s_low, expected.samples_per_s_high
     if expected.samples_per_s is not None and low is not None and high is not None:
-        text += f" ({low:,.0f}-{high:,.0f})"
+        uncertain = expected.uncertain
+        if uncertain is None:
+            uncertain = interval_uncertain(low, high)
+        text += f" ({UNCERTAIN_WORDS})" if uncertain else f" ({low:,.0f}-{high:,.0f})"
     return text
 
 
@@ -181,7 +192,8 @@ def recommendations_caption(report: "Report") -> str:
     if any(r.expected.samples_per_s_low is not None for r in report.recommendations):
         caption += (" In brackets: the 90% interval from this run's own noise (other processes'"
                     " load, batch-to-batch variation), widened by the model's error measured on"
-                    f" real pipelines (+-{MODEL_ERROR_FRACTION:.0%}).")
+                    f" real pipelines (+-{MODEL_ERROR_FRACTION:.0%}); \"uncertain\" where it is"
+                    f" over {UNCERTAIN_WIDTH:g}x wide and bounds nothing.")
     return caption
 
 

@@ -50,6 +50,7 @@ import dataclasses
 from typing import Any, Optional, Sequence, cast
 
 from pipecheck.analysis import analyze
+from pipecheck.analysis.model import bounded_rate
 from pipecheck.environment import torch_has_in_order
 from pipecheck.kinds import FindingKind
 from pipecheck.report_sections import SearchSummary
@@ -262,7 +263,10 @@ def _predict(sweep: Sweep, remaining: Sequence[TrialConfig],
     """Fill ``sweep.predicted`` for ``remaining`` from each batch size's best measured trial;
     returns the configurations that could be predicted.
 
-    Predictions are anchored to that trial (``measured x model(c) / model(its config)``). The
+    Predictions are anchored to that trial (``measured x model(c) / model(its config)``),
+    then held to the model's hard bounds for ``c``
+    (:meth:`~pipecheck.analysis.model.ThroughputModel.bounds`: the step's own ceiling and the
+    producer's capacity), like every model prediction. The
     per-worker rate is the larger of the trial's own and the 1-worker calibration trial's: a
     trial with more CPU-bound workers than cores measures each worker slowed by the others,
     and would under-predict fewer workers."""
@@ -288,8 +292,12 @@ def _predict(sweep: Sweep, remaining: Sequence[TrialConfig],
         scale = best.batches_per_s / reference
         per_batch = best.samples_per_s / best.batches_per_s
         for config in group:
-            guess = model.predict(_settings(config))
-            rate = guess.steady_batches_per_s * scale
+            settings = _settings(config)
+            guess = model.predict(settings)
+            # Anchoring scales the model by its miss on the best trial; the result is held to
+            # the same hard bounds as every prediction (the step's ceiling, the producer).
+            rate = bounded_rate(guess.steady_batches_per_s * scale,
+                                model.bounds(settings).batches_per_s)
             sweep.predicted[config] = {"samples_per_s": rate * per_batch,
                                        "batches_per_s": rate,
                                        "stall_fraction": guess.steady_stall_fraction}

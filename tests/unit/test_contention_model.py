@@ -6,6 +6,7 @@ proposal the model cannot be sure of."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 
 import pytest
@@ -98,16 +99,20 @@ def test_batch_means_spread_follows_the_blocks():
 
 NOISY = dataclasses.replace(
     SERIAL, production_s=lambda i: 0.05 if (i // 40) % 2 else 0.03, batches_per_epoch=400)
+# Noisy, but less: an interval about 2.5x wide, under UNCERTAIN_WIDTH, so it is printed.
+MILD = dataclasses.replace(NOISY, production_s=lambda i: 0.04 if (i // 40) % 2 else 0.03)
 
 
 def test_recommendations_carry_an_interval_from_the_runs_noise_in_json_and_terminal():
-    run = simulate(NOISY)
+    run = simulate(MILD)
     report = build_report(run)
     rec = next(r for r in report.recommendations if r.setting == "num_workers")
     expected = rec.expected
     assert expected.samples_per_s_low < expected.samples_per_s < expected.samples_per_s_high
+    assert expected.uncertain is False
     assert report.to_dict()["recommendations"][0]["expected"]["samples_per_s_low"] == \
         pytest.approx(expected.samples_per_s_low)
+    assert report.to_dict()["recommendations"][0]["expected"]["uncertain"] is False
     text = report.render(width=200)
     assert f"{expected.samples_per_s_low:,.0f}-{expected.samples_per_s_high:,.0f}" in text
     # The run's own noise sets the inner interval; the model's measured error widens it.
@@ -118,8 +123,10 @@ def test_recommendations_carry_an_interval_from_the_runs_noise_in_json_and_termi
     low, high = model.interval(proposed, model_error=False)
     samples = model.samples_per_batch
     assert expected.samples_per_s_low == pytest.approx(low * samples * (1 - MODEL_ERROR_FRACTION))
+    # ... up to the step's own ceiling (a 20 ms step: 50 batches/s), which no noise outruns.
+    assert high <= 50.0 * (1 + 1e-9)
     assert expected.samples_per_s_high == pytest.approx(
-        high * samples * (1 + MODEL_ERROR_FRACTION))
+        min(high * (1 + MODEL_ERROR_FRACTION), 50.0) * samples)
     quiet = analyze(simulate(SERIAL)).model
     quiet_low, quiet_high = quiet.interval(LoaderSettings(num_workers=1), model_error=False)
     assert quiet_high - quiet_low < 0.2 * (high - low)
@@ -130,9 +137,38 @@ def test_saved_reports_without_the_interval_still_load(tmp_path):
     data = build_report(simulate(SERIAL)).to_dict()
     for rec in data["recommendations"]:
         del rec["expected"]["samples_per_s_low"], rec["expected"]["samples_per_s_high"]
+        del rec["expected"]["uncertain"]
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
     assert load(str(path)).recommendations[0].expected.samples_per_s_low is None
+    assert load(str(path)).recommendations[0].expected.uncertain is None
+
+
+def test_an_interval_too_wide_to_bound_anything_is_called_uncertain_in_every_output(tmp_path):
+    from pipecheck.records import UNCERTAIN_WIDTH
+
+    report = build_report(simulate(NOISY))
+    expected = report.recommendations[0].expected
+    assert expected.samples_per_s_high / expected.samples_per_s_low > UNCERTAIN_WIDTH
+    assert expected.uncertain is True
+    assert report.to_dict()["recommendations"][0]["expected"]["uncertain"] is True
+    interval = f"({expected.samples_per_s_low:,.0f}-{expected.samples_per_s_high:,.0f})"
+    for text in (report.render(width=200), render_markdown(report), render_html(report)):
+        flat = html.unescape(" ".join(text.split()))
+        assert "uncertain: its 90% interval is over 3x wide" in flat
+        assert "'pipecheck stress' run measures it" in flat
+        assert interval not in flat
+    # The reason names the stress command (with the run's noise alone, its interval is
+    # under 3x wide and printed).
+    assert "--workers 0,1,2'" in report.recommendations[0].reason
+    # A report written before the flag: the reader judges the range itself.
+    data = report.to_dict()
+    del data["recommendations"][0]["expected"]["uncertain"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    old = load(str(path))
+    assert old.recommendations[0].expected.uncertain is None
+    assert "uncertain: its 90% interval" in " ".join(old.render(width=200).split())
 
 
 def test_an_uncertain_proposal_names_the_stress_command_that_settles_it():
@@ -213,7 +249,7 @@ def test_the_contended_host_finding_names_the_part_in_the_runs_group():
 
 
 def test_markdown_and_html_show_the_interval_beside_the_figure():
-    report = build_report(simulate(NOISY))
+    report = build_report(simulate(MILD))
     expected = report.recommendations[0].expected
     interval = f"({expected.samples_per_s_low:,.0f}-{expected.samples_per_s_high:,.0f})"
     assert interval in render_markdown(report)
@@ -556,3 +592,14 @@ def test_a_step_on_a_gpu_leaves_the_pool_out_of_the_workers_way():
         idle_fraction=0.5))
     assert analyze(run).model.pool_threads == 2
     assert analyze(on_gpu).model.pool_threads == 0
+
+
+def test_a_reason_names_an_interval_too_wide_to_bound_anything_in_words():
+    # Production alternating 30 and 120 ms in blocks of 40 batches: even the run's own noise
+    # spans over 3x, so the reason says "uncertain" and names the stress run, not a range.
+    run = simulate(dataclasses.replace(
+        NOISY, production_s=lambda i: 0.12 if (i // 40) % 2 else 0.03))
+    rec = next(r for r in recommend(run, analyze(run)) if r.setting == "num_workers")
+    assert "The interval from this run's noise is over 3x wide (uncertain)" in rec.reason
+    assert "'pipecheck stress FILE.py:make_loader --workers 0,1,2'" in rec.reason
+    assert " to " not in rec.reason.split("The interval from this run's noise")[1].split(":")[0]
