@@ -27,6 +27,7 @@ from pipecheck.errors import BadInputError
 from pipecheck.probes._ring import AREA_PREFIX, shared_dir
 from pipecheck.probes.stages import FOLDER_PREFIX
 from pipecheck.stress.settings import StepTime, TrialConfig
+from pipecheck.stress.target import is_file_target, split_target
 from pipecheck.stress.trial import TrialLimits, TrialResult, failed, result_from_json
 
 POLL_S = 0.05
@@ -152,6 +153,10 @@ def check_target(target: str, config: TrialConfig, *, baseline: Optional[dict],
     silent for ``timeout_s`` seconds after start-up (start-up: up to
     ``max(timeout_s, STARTUP_TIMEOUT_S)``), is killed by a signal or exits without a result.
     """
+    # What can be told without the user's code is told at once (no child, no torch import).
+    where, _ = split_target(target)
+    if is_file_target(where) and not os.path.isfile(where):
+        raise BadInputError(f"no such target file: {where}")
     request = {"target": target, "config": config.to_dict(), "baseline": baseline,
                "derive_baseline": derive_baseline}
     outcome = run_child("pipecheck.stress.target_child", request, timeout_s)

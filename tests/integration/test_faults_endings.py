@@ -59,7 +59,7 @@ def _run_measured(tmp_path, body: str, *args: str) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=300, env=_env(tmp_path))
 
 
-@pytest.mark.parametrize("ending", ["os._exit", "execv"])
+@pytest.mark.parametrize("ending", ["os._exit", pytest.param("execv", marks=pytest.mark.slow)])
 def test_a_program_leaving_python_without_exit_hooks_still_leaves_its_report(tmp_path, ending):
     leave = ("os._exit(3)" if ending == "os._exit"
              else "os.execv('/bin/sh', ['sh', '-c', 'exit 3'])")

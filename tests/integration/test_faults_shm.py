@@ -114,7 +114,7 @@ def test_a_1mib_shm_filled_during_training_ends_normally_with_every_batch_timed(
     assert sum(w.batches for w in report.producer.workers) == BATCHES
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [pytest.param(0, marks=pytest.mark.slow), 2])
 def test_a_nearly_full_shm_trains_wrapped_as_unwrapped_with_workers_timed(tmp_path, workers):
     # 128 KiB free of 64 MiB: the unwrapped loader trains (its queues and its batches' shared
     # tensors fit), so the wrapped one must too; pipecheck's memory is not in /dev/shm.

@@ -76,7 +76,7 @@ def _terminate_and_check(child: subprocess.Popen, path) -> float:
     return took
 
 
-@pytest.mark.parametrize("hold", ["workers", "consumer"])
+@pytest.mark.parametrize("hold", [pytest.param("workers", marks=pytest.mark.slow), "consumer"])
 def test_sigterm_while_the_interrupted_frame_holds_a_probe_lock(tmp_path, hold):
     child = _start(tmp_path, hold)
     assert child.stdout.readline().strip() == "ready"

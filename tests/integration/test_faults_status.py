@@ -35,8 +35,9 @@ for i, batch in enumerate(loader):
 
 
 @pytest.mark.parametrize("mode, status, error", [
-    ("raise", "error", "RuntimeError: the training step failed"),
-    ("ctrl-c", "interrupted", None),
+    pytest.param("raise", "error", "RuntimeError: the training step failed",
+                 marks=pytest.mark.slow),
+    pytest.param("ctrl-c", "interrupted", None, marks=pytest.mark.slow),
     ("sigterm-handler", "terminated", None),
 ])
 def test_the_saved_status_says_how_the_run_ended(tmp_path, mode, status, error):

@@ -166,6 +166,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
 def test_a_step_whose_pool_waits_for_a_core_is_measured_at_its_calling_threads_cpu():
     # A real num_workers=0 loader with a step of torch ops on 2 intra-op threads and one CPU:

@@ -86,6 +86,7 @@ def test_an_unmodified_script_is_measured_with_its_own_exit_code(program, worker
     assert val.consumer.batches == 8 and val.loader.batch_size == 16
 
 
+@pytest.mark.slow
 def test_an_exception_in_the_script_still_gives_the_report(program):
     result = _pipecheck("run", "--json", "run.json", "--", "train.py", "2", "fork", "raise",
                         cwd=program)

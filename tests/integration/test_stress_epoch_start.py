@@ -65,6 +65,7 @@ def test_a_costly_worker_start_makes_persistent_workers_the_recommendation():
     assert json.loads(report.to_json())["stress"]["epoch_start"]["matters"] is True
 
 
+@pytest.mark.slow
 def test_a_long_epoch_keeps_the_recommendation_unchanged():
     report = _stress(long_epoch_loader)
     entry = report.stress.epoch_start

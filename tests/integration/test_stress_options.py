@@ -278,6 +278,7 @@ def test_live_display_shows_the_running_config_its_rate_and_time_left():
     assert "60.0 batches/s" in text and "1/5" in text and "at most 10.00 s left" in text
 
 
+@pytest.mark.slow
 def test_a_profiling_trial_adds_hot_stacks_to_the_stress_report():
     from pipecheck.stress import stacks_unavailable
 

@@ -192,6 +192,7 @@ def _on_a_terminal(argv: list[str], columns: int) -> tuple[int, str, str]:
     return proc.returncode, stdout.decode(), b"".join(chunks).decode("utf-8", "replace")
 
 
+@pytest.mark.slow
 def test_a_run_on_an_80_column_terminal_shows_the_plan_and_a_too_small_budget():
     """The progress line fits 80 columns with the time left, counts the trials the budget
     holds, and a budget that held the baseline only ends with a line that says so."""
@@ -212,6 +213,7 @@ def test_a_run_on_an_80_column_terminal_shows_the_plan_and_a_too_small_budget():
     assert "the baseline was the fastest configuration measured" not in stdout
 
 
+@pytest.mark.slow
 def test_no_blank_line_on_stderr_errors_included():
     done = subprocess.run(
         [sys.executable, "-m", "pipecheck", "stress", "no/such/target.py:make"],
