@@ -25,6 +25,7 @@ from pipecheck.kinds import REPORT_KINDS, ReportKind
 from pipecheck.rank_files import rank_path
 from pipecheck.report_sections import AttachSection, StressSection
 from pipecheck.records import (
+    Comparison,
     ConsumerSummary,
     DeviceRecord,
     Diagnosis,
@@ -70,6 +71,7 @@ KEY_ORDER = (
     "recommendations",
     "stress",
     "attach",
+    "comparison",
     "timeline",
 )
 """Top-level JSON keys in the order they are written (the large timeline last)."""
@@ -91,6 +93,9 @@ class Report:
     (:mod:`pipecheck.analysis.ranks`); ``None`` otherwise. ``attach``: for ``kind="attach"``,
     the stall estimate from stack samples with its interval, the workers seen and what cannot
     be known without wrapping (:mod:`pipecheck.analysis.attach`); ``None`` otherwise.
+    ``comparison``: this run compared with an earlier report
+    (:class:`~pipecheck.records.Comparison`: ``pipecheck report --compare``, or the report
+    ``wrap(save=PATH)`` / ``pipecheck run --json PATH`` replaced); ``None`` otherwise.
     """
 
     kind: ReportKind
@@ -110,6 +115,7 @@ class Report:
     ranks: Optional[RanksSummary] = None
     sharding: Optional[ShardingSection] = None
     attach: Optional[AttachSection] = None
+    comparison: Optional[Comparison] = None
     schema: str = SCHEMA
 
     def __post_init__(self) -> None:
