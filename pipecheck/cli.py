@@ -755,12 +755,14 @@ class RunCommand(Command):
         from pipecheck.launch import GRACE_S, run_and_collect
 
         on_stdout = _run_outputs_on_stdout(args)
+        earlier = _earlier_report(args.json)  # read once, before the program runs
         outcome = run_and_collect(
             args.program, grace_s=args.grace or GRACE_S,
             stdout=_stderr_fd() if on_stdout else None)  # keep stdout for the report alone
         # From here on the exit code is the program's, whatever happens to the reports.
         try:
-            _report_run(outcome, args, summary=sys.stderr if on_stdout else sys.stdout)
+            _report_run(outcome, args, summary=sys.stderr if on_stdout else sys.stdout,
+                        earlier=earlier)
         except BrokenPipeError:
             _silence_stdout()
             _say(f"{PROG}: stdout was closed; the reports were not all written", sys.stderr)
@@ -825,12 +827,35 @@ def _save_run_output(save: Callable[[], Any], what: str, path: str, quiet: bool)
         _say(f"{PROG}: {what} saved to {saved}", sys.stderr)
 
 
-def _report_run(outcome: Any, args: argparse.Namespace, summary: TextIO) -> None:
+def _earlier_report(path: Optional[str]) -> Any:
+    """The report ``pipecheck run --json PATH`` is about to replace, read once before the
+    program starts (:func:`pipecheck.report.read_earlier`), or ``None``: no ``--json``, a
+    device, pipe or stdout, no file there, or any failure (never an error: the exit code is
+    the program's)."""
+    if not path or _takes_one_report(path):
+        return None
+    try:
+        from pipecheck.report import read_earlier
+
+        return read_earlier(path)
+    except Exception:
+        return None
+
+
+def _report_run(outcome: Any, args: argparse.Namespace, summary: TextIO,
+                earlier: Any = None) -> None:
     """Write ``pipecheck run``'s outputs: the first loader's report to each output option,
     the others' JSON beside ``--json`` (numbered), and each loader's summary on ``summary``
-    (stdout, or stderr when a report goes to stdout). Each failed write is one line on stderr;
+    (stdout, or stderr when a report goes to stdout). The first loader's report holds its
+    comparison with ``earlier``, the report ``--json`` replaces (:func:`_earlier_report`), and
+    its summary shows the comparison's verdict line. Each failed write is one line on stderr;
     the rest goes on."""
-    loaders = outcome.loaders
+    loaders = list(outcome.loaders)
+    if loaders and earlier is not None:
+        from pipecheck.report import compared_with_earlier
+
+        loaders[0] = dataclasses.replace(
+            loaders[0], report=compared_with_earlier(loaders[0].report, earlier))
     if not loaders:
         why = ("no measured process saved one (above)" if outcome.missing else
                "the program iterated no DataLoader, or ended before pipecheck could save")
