@@ -393,11 +393,18 @@ MACHINE_NOTE = "the comparison may not hold"
 DATA_NOTE = "perhaps not the same script or data; compare with care"
 
 
+CHANGED_NAMED = 8
+"""Differences named in one caveat (pipecheck finds at most a dozen); the rest are counted."""
+
+
 def changed_text(changes: Any) -> str:
     """``cpu_count 16 -> 2, torch '2.5.0' -> '2.6.0'`` from :class:`pipecheck.records
-    .ChangedValue` entries."""
-    return ", ".join(f"{c.name} {fmt.setting_value(c.old)} -> {fmt.setting_value(c.new)}"
-                     for c in changes)
+    .ChangedValue` entries; beyond :data:`CHANGED_NAMED`, how many more."""
+    text = ", ".join(f"{c.name} {fmt.setting_value(c.old)} -> {fmt.setting_value(c.new)}"
+                     for c in itertools.islice(changes, CHANGED_NAMED))
+    if len(changes) > CHANGED_NAMED:
+        text += f" and {len(changes) - CHANGED_NAMED:,} more"
+    return text
 
 
 def comparison_notes(comparison: Any) -> list[str]:
@@ -407,7 +414,8 @@ def comparison_notes(comparison: Any) -> list[str]:
     if comparison.machine:
         notes.append(f"the runs were on different machines or software "
                      f"({changed_text(comparison.machine)}): {MACHINE_NOTE}")
-    data = list(comparison.data) + [c for c in comparison.settings if c.name == "batch_size"]
+    batch = next((c for c in comparison.settings if c.name == "batch_size"), None)
+    data = list(comparison.data) + ([batch] if batch is not None else [])
     if data:
         notes.append(f"the runs differ in what they read ({changed_text(data)}): {DATA_NOTE}")
     return notes

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 CHANGED_ROWS = 20
 """Changed settings shown (a DataLoader has about ten; the JSON has them all)."""
 
+FIGURE_ROWS = 20
+"""Compared figures shown (pipecheck writes seven; the JSON has them all)."""
+
 
 def comparison(report: "Report") -> Optional[Section]:
     """The comparison section of a report compared with an earlier one (its one-line verdict
@@ -37,12 +40,15 @@ def comparison_section(found: "Comparison", verdict: bool) -> Section:
         blocks.append(Note(comparison_line(found), "alert" if fell else "bold"))
     if found.status != "compared":
         return Section("comparison", "Compared with the earlier report", tuple(blocks))
+    figures, hidden = capped(found.figures, FIGURE_ROWS)
     blocks.append(table(
         ["", "earlier", "this run", "change"],
         [[FIGURE_LABELS.get(f.name, f.name), figure_value(f.name, f.old),
           figure_value(f.name, f.new), figure_change(f.name, f.old, f.new)]
-         for f in found.figures],
+         for f in figures],
         right={1, 2, 3}, no_wrap={1, 2, 3}))
+    if hidden:
+        blocks.append(more(hidden, "compared figures"))
     shown, hidden = capped(found.settings, CHANGED_ROWS)
     if shown:
         blocks.append(table(["setting changed", "earlier", "this run"],
