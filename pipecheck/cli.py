@@ -454,6 +454,11 @@ class ReportCommand(Command):
             if report.ranks is not None:
                 raise BadInputError(f"{path} is a merged multi-rank report; --compare takes "
                                     "one rank's file of each run (run.rank0.json)")
+        if old.rank is not None and new.rank is not None and old.created == new.created \
+                and old.rank.rank != new.rank.rank:
+            raise BadInputError(f"{old_path} and {new_path} are two ranks of one "
+                                "torch.distributed run (pipecheck report merges them); "
+                                "--compare takes one rank's file of each of two runs")
         compared = dataclasses.replace(new, comparison=compare_reports(old, new, old_path))
         stdout_taken = any(getattr(args, name) and is_stdout(getattr(args, name))
                            for name in _OUTPUT_OPTIONS)

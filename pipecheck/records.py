@@ -1001,8 +1001,9 @@ class Comparison:
     ``verdict``: what happened to throughput (samples/s): ``rose``, ``fell``,
     ``no-measurable-change`` or ``unknown`` (:data:`pipecheck.kinds.COMPARISON_VERDICTS`).
     ``samples_per_s_ratio``: new / old samples/s. ``old_noise_fraction`` /
-    ``new_noise_fraction``: each run's own noise, the relative half-width of the 90% interval
-    of its loop time per batch (batch means over its timeline's steady batches,
+    ``new_noise_fraction``: each run's own noise, the relative half-width (0 or more) of the
+    90% prediction interval of its mean loop time per batch over a tenth of the run (batch
+    means over its timeline's steady batches,
     :func:`pipecheck.analysis.stats.batch_means_spread`; a stress report's search noise
     without a timeline), ``None`` when it cannot be told (fewer than 20 steady batches);
     ``noise_fraction``: the two combined, ``sqrt(old^2 + new^2)``, ``None`` unless both are

@@ -187,3 +187,14 @@ def test_compare_with_a_merged_rank_report(two, tmp_path, capsys):
     assert main(["report", "--compare", str(path), str(two[1])]) == 2
     assert error_line(capsys) == (f"pipecheck: error: {path} is a merged multi-rank report; "
                                   "--compare takes one rank's file of each run (run.rank0.json)")
+
+
+def test_compare_of_two_ranks_of_one_run(tmp_path, capsys):
+    paths = [sample_report(rank=RankInfo(rank=r, world_size=2)).save(tmp_path / "run.json")
+             for r in (0, 1)]
+    assert [p.name for p in paths] == ["run.rank0.json", "run.rank1.json"]
+    assert main(["report", "--compare", *map(str, paths)]) == 2
+    assert error_line(capsys) == (
+        f"pipecheck: error: {paths[0]} and {paths[1]} are two ranks of one torch.distributed "
+        "run (pipecheck report merges them); --compare takes one rank's file of each of two "
+        "runs")

@@ -197,3 +197,44 @@ def test_a_report_without_a_comparison_writes_null_and_old_reports_load():
     assert data["comparison"] is None
     del data["comparison"]
     assert Report.from_dict(data).comparison is None
+
+
+# -- the automatic comparison: the report a save replaces ------------------------------------
+
+
+def test_nothing_to_compare_with_where_no_report_was(tmp_path):
+    from pipecheck.report import compared_with_earlier, read_earlier
+
+    assert read_earlier(tmp_path / "missing.json") is None
+    (tmp_path / "empty.json").write_text("")  # pipecheck run's placeholder
+    assert read_earlier(tmp_path / "empty.json") is None
+    assert read_earlier("-") is None and read_earlier("/dev/null") is None
+    report = _run(325.0, 0.12, 0.07)
+    assert compared_with_earlier(report, None) is report
+
+
+def test_an_unreadable_earlier_file_is_a_note(tmp_path):
+    from pipecheck.report import compared_with_earlier, read_earlier
+
+    path = tmp_path / "run.json"
+    path.write_text('{"schema": "something/else"}')
+    earlier = read_earlier(path)
+    assert earlier.report is None and "is not supported" in earlier.note
+    found = compared_with_earlier(_run(325.0, 0.12, 0.07), earlier).comparison
+    assert found.status == "not-compared" and found.verdict is None
+    assert comparison_line(found).startswith(f"not compared with the earlier report {path}: "
+                                             "the earlier file could not be read")
+
+
+def test_an_earlier_report_of_another_dataset_is_not_compared(tmp_path):
+    from pipecheck.report import compared_with_earlier, read_earlier
+
+    path = _run(325.0, 0.12, 0.07).save(tmp_path / "run.json")
+    earlier = read_earlier(path)
+    assert earlier.report is not None and earlier.report.timeline.host == []
+    same = compared_with_earlier(_run(259.0, 0.04, 0.1), earlier).comparison
+    assert same.status == "compared" and same.verdict == "fell"
+    other = compared_with_earlier(_run(259.0, 0.04, 0.1, dataset_type="iterable"),
+                                  earlier).comparison
+    assert other.status == "not-compared"
+    assert other.note == "the earlier report is of another dataset (map before, iterable now)"

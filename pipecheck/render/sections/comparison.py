@@ -61,6 +61,7 @@ def comparison_section(found: "Comparison", verdict: bool) -> Section:
     blocks.append(line(
         ("earlier report", f"{found.old_path} ({found.old_created or 'time unknown'})"),
         ("noise", f"earlier +-{fmt.percent(found.old_noise_fraction)}, this run "
-                  f"+-{fmt.percent(found.new_noise_fraction)} (90% of loop time per batch)")))
+                  f"+-{fmt.percent(found.new_noise_fraction)} (90% interval of loop time per "
+                  "batch, batch means)")))
     blocks += [Note(text, "warning") for text in comparison_notes(found)]
     return Section("comparison", "Compared with the earlier report", tuple(blocks))
