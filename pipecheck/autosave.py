@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import pathlib
 import select
 import signal
 import sys
@@ -69,6 +70,11 @@ class AutoSave:
     reference. Errors while saving are printed as one line on stderr, never raised: the
     program's own exit must not change.
 
+    A report already at ``path`` is read once, when saving is armed (before this run can
+    overwrite it; :func:`pipecheck.report.read_earlier`), and every report saved, or taken with
+    ``report()``, holds its comparison with it (:meth:`compared`); a file that cannot be read
+    is a note in that comparison, never an error.
+
     Arming builds one report (a warm-up: it imports everything saving needs), starts the saver
     thread ``pipecheck-autosave`` once per process and, from the main thread, installs the
     SIGTERM handler (:func:`install`). Raises ``ValueError`` (one line naming ``path``) when
@@ -81,6 +87,8 @@ class AutoSave:
         self.path = os.fspath(path)
         self._owner = os.getpid()
         self._lock = threading.Lock()
+        self._earlier: dict[str, Any] = {}
+        self._earlier_at(self.path)  # read once, now: before this run can overwrite it
         self._warm_up()
         atexit.register(self._at_exit)
         _ARMED.add(self)
@@ -99,7 +107,8 @@ class AutoSave:
         """Build one report now so that every module the saver needs (numpy's lazily loaded
         parts included) is imported before a signal can interrupt an import."""
         try:
-            self._measurement.final_report().to_json()
+            self.compared(self._measurement.final_report()).to_json()
+            import pipecheck.analysis.compare  # noqa: F401  # what a comparison needs
         except Exception:  # the real save reports its own errors
             pass
 
@@ -109,12 +118,44 @@ class AutoSave:
         if os.getpid() != self._owner or not self._lock.acquire(blocking=False):
             return
         try:
-            self._measurement.final_report().save(self.path)
+            self.compared(self._measurement.final_report()).save(self.path)
         except Exception as err:  # one line, never a traceback at exit
             print(f"pipecheck: could not save the report to {self.path}: "
                   f"{type(err).__name__}: {err}", file=sys.stderr)
         finally:
             self._lock.release()
+
+    def compared(self, report: Any) -> Any:
+        """``report`` with its comparison against the report its save replaces
+        (:func:`pipecheck.report.compared_with_earlier`): the file at ``path`` read when saving
+        was armed, or, for a report saved to its rank's file (``run.rank{N}.json``), that file
+        read the first time it is needed. Each file is read at most once, so a later save never
+        compares the run with its own earlier save. A merged multi-rank report (rank 0's
+        gathered one), or one compared already, is left as it is. Raises nothing."""
+        try:
+            if report.ranks is not None or report.comparison is not None:
+                return report
+            from pipecheck.rank_files import rank_path
+            from pipecheck.report import compared_with_earlier
+
+            target = self.path
+            if report.rank is not None and not _atomic.is_stdout(self.path):
+                target = os.fspath(rank_path(pathlib.Path(self.path), report.rank.rank))
+            return compared_with_earlier(report, self._earlier_at(target))
+        except Exception:
+            return report
+
+    def _earlier_at(self, path: str) -> Any:
+        """The report at ``path`` before this run saved there, read once
+        (:func:`pipecheck.report.read_earlier`; ``None``: nothing there)."""
+        if path not in self._earlier:
+            from pipecheck.report import read_earlier
+
+            try:
+                self._earlier[path] = read_earlier(path)
+            except Exception:
+                self._earlier[path] = None
+        return self._earlier[path]
 
     def saving(self) -> bool:
         """Whether a save is under way now (no lock taken)."""

@@ -24,6 +24,7 @@ Exit codes:
 from __future__ import annotations
 
 import abc
+import dataclasses
 import argparse
 import inspect
 import os
@@ -399,15 +400,27 @@ class ReportCommand(Command):
     (whose data wait sets every rank's pace) and its full report; --json saves the merged
     report. Other files are rendered in turn under a header naming each; --json then takes
     a single report.
+
+    --compare OLD.json NEW.json compares a later run with an earlier report of the same
+    script: a verdict line first that says whether throughput (samples/s) rose or fell, by
+    how much and whether beyond the runs' own noise (judged by samples/s, never by the
+    stall), then throughput, steady step, data wait, stall and goodput side by side, the
+    loader settings that changed, and a note when the runs were on different machines or
+    read other data. --json saves NEW's report with the comparison in it.
     """
 
     name = "report"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("runs", metavar="RUN.json", nargs="+", help="saved report file(s)")
+        parser.add_argument("--compare", action="store_true",
+                            help="compare two reports of the same script, RUN.json OLD NEW: "
+                            "did throughput rise or fall, and what changed")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.compare:
+            return self._compare(args)
         # Load every file before printing anything: a bad file fails the command up front.
         reports = _load_reports(args.runs)
         if len(reports) > 1 and any(report.rank is not None for _, report in reports):
@@ -424,6 +437,49 @@ class ReportCommand(Command):
             if i and (args.markdown or not args.quiet):
                 print()
             _emit(report, args, title=path if several else None)
+        return EXIT_OK
+
+
+    def _compare(self, args: argparse.Namespace) -> int:
+        """``--compare OLD NEW``: NEW's report with its comparison against OLD, to every output
+        asked for; the terminal and markdown show the comparison alone."""
+        from pipecheck.analysis.compare import compare_reports
+        from pipecheck.render.sections import build_comparison_document
+
+        if len(args.runs) != 2:
+            raise UsageError(f"--compare takes two reports, OLD.json NEW.json; got "
+                             f"{len(args.runs)}")
+        (old_path, old), (new_path, new) = _load_reports(args.runs)
+        for path, report in ((old_path, old), (new_path, new)):
+            if report.ranks is not None:
+                raise BadInputError(f"{path} is a merged multi-rank report; --compare takes "
+                                    "one rank's file of each run (run.rank0.json)")
+        if old.rank is not None and new.rank is not None and old.created == new.created \
+                and old.rank.rank != new.rank.rank:
+            raise BadInputError(f"{old_path} and {new_path} are two ranks of one "
+                                "torch.distributed run (pipecheck report merges them); "
+                                "--compare takes one rank's file of each of two runs")
+        compared = dataclasses.replace(new, comparison=compare_reports(old, new, old_path))
+        stdout_taken = any(getattr(args, name) and is_stdout(getattr(args, name))
+                           for name in _OUTPUT_OPTIONS)
+        quiet = args.quiet or stdout_taken
+        if args.json:
+            saved = compared.save(args.json, per_rank=False)
+            if not quiet:
+                _say(f"{PROG}: report with the comparison saved to {saved}", sys.stderr)
+        for renderer in FILE_FORMATS:
+            path = getattr(args, renderer.name)
+            if path:
+                saved = renderer().save(compared, path)
+                if not quiet:
+                    _say(f"{PROG}: {renderer.what} saved to {saved}", sys.stderr)
+        document = build_comparison_document(compared, new_path)
+        if args.markdown:
+            sys.stdout.write(MarkdownRenderer().render_document(document))
+        elif not quiet:
+            sys.stdout.write(TerminalRenderer(width=args.width, color=_use_color(sys.stdout))
+                             .render_document(document))
+        sys.stdout.flush()
         return EXIT_OK
 
 
@@ -704,12 +760,14 @@ class RunCommand(Command):
         from pipecheck.launch import GRACE_S, run_and_collect
 
         on_stdout = _run_outputs_on_stdout(args)
+        earlier = _earlier_report(args.json)  # read once, before the program runs
         outcome = run_and_collect(
             args.program, grace_s=args.grace or GRACE_S,
             stdout=_stderr_fd() if on_stdout else None)  # keep stdout for the report alone
         # From here on the exit code is the program's, whatever happens to the reports.
         try:
-            _report_run(outcome, args, summary=sys.stderr if on_stdout else sys.stdout)
+            _report_run(outcome, args, summary=sys.stderr if on_stdout else sys.stdout,
+                        earlier=earlier)
         except BrokenPipeError:
             _silence_stdout()
             _say(f"{PROG}: stdout was closed; the reports were not all written", sys.stderr)
@@ -774,12 +832,35 @@ def _save_run_output(save: Callable[[], Any], what: str, path: str, quiet: bool)
         _say(f"{PROG}: {what} saved to {saved}", sys.stderr)
 
 
-def _report_run(outcome: Any, args: argparse.Namespace, summary: TextIO) -> None:
+def _earlier_report(path: Optional[str]) -> Any:
+    """The report ``pipecheck run --json PATH`` is about to replace, read once before the
+    program starts (:func:`pipecheck.report.read_earlier`), or ``None``: no ``--json``, a
+    device, pipe or stdout, no file there, or any failure (never an error: the exit code is
+    the program's)."""
+    if not path or _takes_one_report(path):
+        return None
+    try:
+        from pipecheck.report import read_earlier
+
+        return read_earlier(path)
+    except Exception:
+        return None
+
+
+def _report_run(outcome: Any, args: argparse.Namespace, summary: TextIO,
+                earlier: Any = None) -> None:
     """Write ``pipecheck run``'s outputs: the first loader's report to each output option,
     the others' JSON beside ``--json`` (numbered), and each loader's summary on ``summary``
-    (stdout, or stderr when a report goes to stdout). Each failed write is one line on stderr;
+    (stdout, or stderr when a report goes to stdout). The first loader's report holds its
+    comparison with ``earlier``, the report ``--json`` replaces (:func:`_earlier_report`), and
+    its summary shows the comparison's verdict line. Each failed write is one line on stderr;
     the rest goes on."""
-    loaders = outcome.loaders
+    loaders = list(outcome.loaders)
+    if loaders and earlier is not None:
+        from pipecheck.report import compared_with_earlier
+
+        loaders[0] = dataclasses.replace(
+            loaders[0], report=compared_with_earlier(loaders[0].report, earlier))
     if not loaders:
         why = ("no measured process saved one (above)" if outcome.missing else
                "the program iterated no DataLoader, or ended before pipecheck could save")

@@ -95,6 +95,31 @@ ATTACH: Final = "attach"
 REPORT_KINDS: Final[tuple[ReportKind, ...]] = (WRAP, STRESS, ATTACH)
 
 # ---------------------------------------------------------------------------------------------
+# Comparison with an earlier report (``Comparison.status``, ``Comparison.verdict``)
+# ---------------------------------------------------------------------------------------------
+
+ComparisonStatus = Literal["compared", "not-compared"]
+"""``compared``: the figures of both reports are side by side; ``not-compared``: the earlier
+report could not be read or is of another loader (``Comparison.note`` says which)."""
+
+COMPARED: Final = "compared"
+NOT_COMPARED: Final = "not-compared"
+COMPARISON_STATUSES: Final[tuple[ComparisonStatus, ...]] = (COMPARED, NOT_COMPARED)
+
+ComparisonVerdict = Literal["rose", "fell", "no-measurable-change", "unknown"]
+"""What happened to throughput (samples/s) from the earlier report to the later one:
+``rose`` / ``fell`` (beyond the runs' own noise, or with that noise unknown),
+``no-measurable-change`` (within it, or exactly equal), ``unknown`` (either run has no
+samples/s)."""
+
+ROSE: Final = "rose"
+FELL: Final = "fell"
+NO_MEASURABLE_CHANGE: Final = "no-measurable-change"
+UNKNOWN_CHANGE: Final = "unknown"
+COMPARISON_VERDICTS: Final[tuple[ComparisonVerdict, ...]] = (
+    ROSE, FELL, NO_MEASURABLE_CHANGE, UNKNOWN_CHANGE)
+
+# ---------------------------------------------------------------------------------------------
 # Where a pipeline stage ran (``StageRow.where``)
 # ---------------------------------------------------------------------------------------------
 

@@ -468,6 +468,8 @@ class Measurement:
         from .report import build_report
 
         report = build_report(self.record())
+        if self._autosave is not None:  # wrap(save=PATH): against the report PATH held
+            report = self._autosave.compared(report)
         if gather is False or report.rank is None or report.rank.world_size < 2:
             return report
         from .distributed import gather_report

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from pipecheck.kinds import (
+    ComparisonStatus,
+    ComparisonVerdict,
     ConsumerStatus,
     FindingKindName,
     HeadOfLineStatus,
@@ -958,6 +960,77 @@ class ShardingSection:
 
 
 @dataclass(frozen=True)
+class ComparedFigure:
+    """One figure of two reports side by side (:mod:`pipecheck.analysis.compare`).
+
+    ``name`` is the figure's name with its unit in it, as everywhere in a report:
+    ``samples_per_s``, ``tokens_per_s``, ``batches_per_s``, ``steady_step_s`` (seconds per
+    steady step, ``1 / consumer.demand_batches_per_s``), ``wait_per_batch_s`` (mean data wait
+    per batch, seconds), ``stall_fraction`` (the stall the verdict was judged on, 0-1),
+    ``goodput_fraction`` (``1 - stall_fraction``). ``old`` / ``new``: the earlier and the
+    later report's value (``None``: not measured); ``ratio``: ``new / old`` (``None`` when
+    either is missing or ``old`` is 0)."""
+
+    name: str
+    old: Optional[float]
+    new: Optional[float]
+    ratio: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ChangedValue:
+    """A setting or a fact of the run that differs between two reports: ``name`` is its key in
+    the report (``num_workers``, ``intra_op_threads``, ``cpu_count``, ``dataset_len``, ...),
+    ``old`` / ``new`` its two values as the reports hold them."""
+
+    name: str
+    old: Any
+    new: Any
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A report compared with an earlier report (``pipecheck report --compare OLD NEW``, or
+    the report that ``wrap(save=PATH)`` / ``pipecheck run --json PATH`` found at PATH before
+    overwriting it), built by :func:`pipecheck.analysis.compare.compare_reports`.
+
+    ``old_path``: the earlier report's file, as given; ``old_created``: its ``created`` time
+    (``None`` when it could not be read). ``status``: ``compared``, or ``not-compared`` with
+    ``note`` saying why (the file could not be read, is of another loader, is a merged
+    multi-rank report); nothing else is set then.
+    ``verdict``: what happened to throughput (samples/s): ``rose``, ``fell``,
+    ``no-measurable-change`` or ``unknown`` (:data:`pipecheck.kinds.COMPARISON_VERDICTS`).
+    ``samples_per_s_ratio``: new / old samples/s. ``old_noise_fraction`` /
+    ``new_noise_fraction``: each run's own noise, the relative half-width (0 or more) of the
+    90% prediction interval of its mean loop time per batch over a tenth of the run (batch
+    means over its timeline's steady batches,
+    :func:`pipecheck.analysis.stats.batch_means_spread`; a stress report's search noise
+    without a timeline), ``None`` when it cannot be told (fewer than 20 steady batches);
+    ``noise_fraction``: the two combined, ``sqrt(old^2 + new^2)``, ``None`` unless both are
+    known; ``beyond_noise``: whether ``|samples_per_s_ratio - 1|`` exceeds it (``None``: cannot
+    be told). ``figures``: the throughput, step, wait, stall and goodput figures side by side;
+    ``settings``: the loader settings (and torch's intra-op threads) that changed;
+    ``machine``: the facts of the machine and software that differ (CPUs, torch, Python, ...:
+    the comparison may not hold); ``data``: the facts of the data and loop that differ
+    (loader and dataset type, dataset length, report kind: perhaps not the same script)."""
+
+    old_path: str
+    status: ComparisonStatus
+    note: Optional[str] = None
+    old_created: Optional[str] = None
+    verdict: Optional[ComparisonVerdict] = None
+    samples_per_s_ratio: Optional[float] = None
+    old_noise_fraction: Optional[float] = None
+    new_noise_fraction: Optional[float] = None
+    noise_fraction: Optional[float] = None
+    beyond_noise: Optional[bool] = None
+    figures: list[ComparedFigure] = field(default_factory=list)
+    settings: list[ChangedValue] = field(default_factory=list)
+    machine: list[ChangedValue] = field(default_factory=list)
+    data: list[ChangedValue] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Timeline:
     """Bounded per-event detail for charts and traces."""
 
@@ -1145,11 +1218,12 @@ SIGNED_FIELDS = frozenset({"worker_id", "id", "memory_growth_bytes_per_s",
 
 
 PER_SECOND_FRACTIONS = frozenset({"cpu_fraction", "runqueue_fraction", "noise_fraction",
-                                  "threshold_fraction", "tolerance_fraction"})
+                                  "threshold_fraction", "tolerance_fraction",
+                                  "old_noise_fraction", "new_noise_fraction"})
 """``*_fraction`` fields that are not shares of a whole, so only >= 0: seconds per busy second
 (a worker whose dataset runs several threads, NumPy, OpenCV, torch ops, uses more than one CPU
-second per busy second) and the stress search's relative spreads of a rate (noise, and the
-thresholds derived from it)."""
+second per busy second) and the relative spreads of a rate (the stress search's noise and
+the thresholds derived from it; a comparison's noise of each run and of both)."""
 
 
 MAX_INTEGER = 2**63 - 1

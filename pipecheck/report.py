@@ -25,6 +25,7 @@ from pipecheck.kinds import REPORT_KINDS, ReportKind
 from pipecheck.rank_files import rank_path
 from pipecheck.report_sections import AttachSection, StressSection
 from pipecheck.records import (
+    Comparison,
     ConsumerSummary,
     DeviceRecord,
     Diagnosis,
@@ -70,6 +71,7 @@ KEY_ORDER = (
     "recommendations",
     "stress",
     "attach",
+    "comparison",
     "timeline",
 )
 """Top-level JSON keys in the order they are written (the large timeline last)."""
@@ -91,6 +93,9 @@ class Report:
     (:mod:`pipecheck.analysis.ranks`); ``None`` otherwise. ``attach``: for ``kind="attach"``,
     the stall estimate from stack samples with its interval, the workers seen and what cannot
     be known without wrapping (:mod:`pipecheck.analysis.attach`); ``None`` otherwise.
+    ``comparison``: this run compared with an earlier report
+    (:class:`~pipecheck.records.Comparison`: ``pipecheck report --compare``, or the report
+    ``wrap(save=PATH)`` / ``pipecheck run --json PATH`` replaced); ``None`` otherwise.
     """
 
     kind: ReportKind
@@ -110,6 +115,7 @@ class Report:
     ranks: Optional[RanksSummary] = None
     sharding: Optional[ShardingSection] = None
     attach: Optional[AttachSection] = None
+    comparison: Optional[Comparison] = None
     schema: str = SCHEMA
 
     def __post_init__(self) -> None:
@@ -265,6 +271,69 @@ def load(path: str | os.PathLike[str]) -> Report:
         return Report.from_dict(data)
     except ReportFormatError as err:
         raise ReportFormatError(f"{source}: {err}") from err
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """The report found at a path before a new one replaces it (:func:`read_earlier`):
+    ``path`` as given, ``report`` (its timeline cut to the consumer's batches, all a comparison
+    reads) or ``None`` with ``note`` saying in one line why it could not be read."""
+
+    path: str
+    report: Optional[Report] = None
+    note: Optional[str] = None
+
+
+def read_earlier(path: str | os.PathLike[str]) -> Optional[Earlier]:
+    """The report at ``path`` that a save is about to replace, read once (:func:`load`:
+    a regular file of at most :data:`MAX_REPORT_BYTES`), for :func:`compared_with_earlier`.
+
+    ``None`` when there is nothing to compare with: no file there, an empty file (``pipecheck
+    run``'s placeholders), ``-`` (stdout), or not a regular file (a device or pipe is written
+    through, never replaced). A file that cannot be
+    read or is not a pipecheck report gives an :class:`Earlier` with a ``note``, never an
+    exception: a comparison must never fail the save or the program."""
+    from pipecheck._atomic import is_stdout
+
+    name = os.fspath(path)
+    if is_stdout(path):
+        return None
+    try:
+        found = os.stat(name)
+        if not stat.S_ISREG(found.st_mode) or found.st_size == 0:
+            return None  # an empty file is a placeholder (pipecheck run's), not a report
+    except OSError:  # no file there (a first run), or an unreadable folder: nothing to compare
+        return None
+    try:
+        old = load(name)
+    except Exception as err:  # one line in the new report, never an error
+        text = str(err) if isinstance(err, ReportFormatError) else f"{type(err).__name__}: {err}"
+        return Earlier(name, note=f"the earlier file could not be read ({text})")
+    timeline = Timeline(batches=old.timeline.batches, epochs=[], worker_batches=[], host=[])
+    return Earlier(name, report=dataclasses.replace(old, timeline=timeline))
+
+
+def compared_with_earlier(report: Report, earlier: Optional[Earlier]) -> Report:
+    """``report`` with its ``comparison`` against ``earlier`` (:func:`read_earlier`): the
+    figures side by side (:func:`pipecheck.analysis.compare.compare_reports`), or a
+    ``not-compared`` entry saying why (the earlier file could not be read, is of another
+    loader or dataset, or either report is a merged multi-rank one). ``report`` unchanged when
+    ``earlier`` is ``None``. Raises nothing: a comparison that fails is left out."""
+    if earlier is None:
+        return report
+    try:
+        from pipecheck.analysis.compare import compare_reports, not_compared, other_loader
+
+        if earlier.report is None:
+            found = not_compared(earlier.path, earlier.note or "the earlier file could not "
+                                 "be read")
+        else:
+            why = other_loader(earlier.report, report)
+            found = (not_compared(earlier.path, f"the earlier report is of {why}") if why
+                     else compare_reports(earlier.report, report, earlier.path))
+        return dataclasses.replace(report, comparison=found)
+    except Exception:  # never let a comparison cost the report
+        return report
 
 
 def _read_regular(source: pathlib.Path, limit: int) -> bytes:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pipecheck.render.base import Renderer
 from pipecheck.render.inert import one_line, visible
-from pipecheck.render.model import Block, Chart, Facts, Items, Note, Table
+from pipecheck.render.model import Block, Chart, Document, Facts, Items, Note, Table
 from pipecheck.render.sections import build_document
 
 if TYPE_CHECKING:
@@ -47,7 +47,11 @@ class MarkdownRenderer(Renderer):
         self.title = title
 
     def render(self, report: "Report") -> str:
-        document = build_document(report)
+        return self.render_document(build_document(report))
+
+    def render_document(self, document: Document) -> str:
+        """A built document (``pipecheck report --compare``'s) as markdown; the key-numbers
+        table only when the document has key numbers."""
         lines: list[str] = []
         if self.title is not None:
             lines += [f"## {inline(self.title)}", ""]
@@ -55,9 +59,10 @@ class MarkdownRenderer(Renderer):
         lines += [f"<sub>{inline(document.context)}</sub>", ""]
         for note in document.notes:
             lines += [_note(note), ""]
-        lines += _table(Table(("metric", "value"),
-                              tuple((f.label, f.value) for f in document.headline),
-                              right=frozenset({1})))
+        if document.headline:
+            lines += _table(Table(("metric", "value"),
+                                  tuple((f.label, f.value) for f in document.headline),
+                                  right=frozenset({1})))
         for section in document.sections:
             lines += ["", f"### {inline(section.title)}"]
             for block in section.blocks:

@@ -302,3 +302,120 @@ def _short_percent(fraction: float) -> str:
     as_percent = fraction * 100
     decimals = 0 if abs(as_percent - round(as_percent)) < 1e-9 else 1
     return f"{as_percent:.{decimals}f}%"
+
+
+# -- a report compared with an earlier one (records.Comparison) ---------------------------------
+
+FIGURE_LABELS = {"samples_per_s": "throughput", "tokens_per_s": "tokens",
+                 "batches_per_s": "batches", "steady_step_s": "steady step",
+                 "wait_per_batch_s": "data wait per batch", "stall_fraction": "data stall",
+                 "goodput_fraction": "data goodput"}
+"""A compared figure's label, by its name (:class:`pipecheck.records.ComparedFigure`)."""
+
+
+def figure_value(name: str, value: Optional[float]) -> str:
+    """A compared figure's value with its unit, by the figure's name."""
+    if name.endswith("_fraction"):
+        return fmt.percent(value)
+    if name.endswith("_s") and not name.endswith("_per_s"):
+        return fmt.seconds(value)
+    unit = name[:-len("_per_s")] if name.endswith("_per_s") else ""
+    return fmt.rate(value, unit) if unit else fmt.significant(value)
+
+
+def figure_change(name: str, old: Optional[float], new: Optional[float]) -> str:
+    """The change from ``old`` to ``new``: percentage points for a fraction (``-8.0 points``),
+    else percent (``-20.3%``); ``n/a`` when either is missing or a relative change is
+    undefined."""
+    if old is None or new is None:
+        return fmt.NOT_MEASURED
+    if name.endswith("_fraction"):
+        return f"{(new - old) * 100:+.1f} points"
+    if old <= 0:
+        return fmt.NOT_MEASURED
+    return f"{(new / old - 1) * 100:+.1f}%"
+
+
+def _figure(comparison: Any, name: str) -> Any:
+    return next((f for f in comparison.figures if f.name == name), None)
+
+
+def comparison_line(comparison: Any) -> str:
+    """One sentence on a :class:`pipecheck.records.Comparison`: whether throughput rose or fell
+    and by how much, the samples/s (and tokens/s) behind it, whether that is beyond the runs'
+    own noise or cannot be told, and, where throughput fell while the data stall fell too, that
+    the stall fell because the step slowed. Judged by samples/s alone, never by the stall."""
+    if comparison.status != "compared":
+        return (f"not compared with the earlier report {comparison.old_path}: "
+                f"{comparison.note or 'no reason recorded'}")
+    rates = _figure(comparison, "samples_per_s")
+    old, new = (rates.old, rates.new) if rates is not None else (None, None)
+    if comparison.verdict == "unknown" or old is None or new is None:
+        which = "the earlier report" if old is None else "this report"
+        return (f"THROUGHPUT CANNOT BE COMPARED with {comparison.old_path}: {which} measured "
+                "no samples/s")
+    numbers = f"{fmt.rate(old, 'samples')} -> {fmt.rate(new, 'samples')}"
+    tokens = _figure(comparison, "tokens_per_s")
+    if tokens is not None:
+        numbers += f", {fmt.rate(tokens.old, 'tokens')} -> {fmt.rate(tokens.new, 'tokens')}"
+    change = figure_change("samples_per_s", old, new)
+    noise = comparison.noise_fraction
+    if comparison.verdict == "no-measurable-change":
+        if old == new:
+            head = f"NO MEASURABLE CHANGE in throughput: {fmt.rate(new, 'samples')} in both runs"
+        else:
+            head = f"NO MEASURABLE CHANGE in throughput: {numbers} ({change})"
+        if noise is not None:
+            head += f", within the runs' own noise (+-{fmt.percent(noise)})"
+        return head
+    word = "ROSE" if comparison.verdict == "rose" else "FELL"
+    size = fmt.percent(abs(new / old - 1)) if old > 0 else fmt.NOT_MEASURED
+    head = f"THROUGHPUT {word} {size}: {numbers}"
+    if comparison.beyond_noise:
+        head += f", beyond the runs' own noise (+-{fmt.percent(noise)})"
+    else:
+        head += (", whether beyond the runs' own noise cannot be told (a run with fewer "
+                 "than 20 steady batches in its timeline)")
+    stall, step = _figure(comparison, "stall_fraction"), _figure(comparison, "steady_step_s")
+    if word == "FELL" and stall is not None and stall.old is not None \
+            and stall.new is not None and stall.new < stall.old:
+        head += (f"; the data stall fell ({fmt.percent(stall.old)} -> "
+                 f"{fmt.percent(stall.new)})")
+        if step is not None and step.old is not None and step.new is not None \
+                and step.new > step.old:
+            head += (f" only because the step slowed ({fmt.seconds(step.old)} -> "
+                     f"{fmt.seconds(step.new)} per batch)")
+        head += ": not a gain"
+    return head
+
+
+MACHINE_NOTE = "the comparison may not hold"
+DATA_NOTE = "perhaps not the same script or data; compare with care"
+
+
+CHANGED_NAMED = 8
+"""Differences named in one caveat (pipecheck finds at most a dozen); the rest are counted."""
+
+
+def changed_text(changes: Any) -> str:
+    """``cpu_count 16 -> 2, torch '2.5.0' -> '2.6.0'`` from :class:`pipecheck.records
+    .ChangedValue` entries; beyond :data:`CHANGED_NAMED`, how many more."""
+    text = ", ".join(f"{c.name} {fmt.setting_value(c.old)} -> {fmt.setting_value(c.new)}"
+                     for c in itertools.islice(changes, CHANGED_NAMED))
+    if len(changes) > CHANGED_NAMED:
+        text += f" and {len(changes) - CHANGED_NAMED:,} more"
+    return text
+
+
+def comparison_notes(comparison: Any) -> list[str]:
+    """The caveats of a comparison, one sentence each: the runs were on different machines or
+    software; they differ in data, script or batch size; the report kinds differ."""
+    notes = []
+    if comparison.machine:
+        notes.append(f"the runs were on different machines or software "
+                     f"({changed_text(comparison.machine)}): {MACHINE_NOTE}")
+    batch = next((c for c in comparison.settings if c.name == "batch_size"), None)
+    data = list(comparison.data) + ([batch] if batch is not None else [])
+    if data:
+        notes.append(f"the runs differ in what they read ({changed_text(data)}): {DATA_NOTE}")
+    return notes

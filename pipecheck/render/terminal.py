@@ -29,7 +29,7 @@ from rich.text import Text
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, CRITICAL, INFO, INPUT_BOUND, NO_DATA, WARNING
 from pipecheck.render.base import Renderer
 from pipecheck.render.inert import Inert, fields
-from pipecheck.render.model import Block, Chart, Facts, Items, Note, Section, Table
+from pipecheck.render.model import Block, Chart, Document, Facts, Items, Note, Section, Table
 from pipecheck.render.phrases import verdict_line
 from pipecheck.render.sections import build_document
 
@@ -75,6 +75,10 @@ class TerminalRenderer(Renderer):
     def render(self, report: "Report") -> str:
         return _print(renderables(report), self.width, self.color)
 
+    def render_document(self, document: Document) -> str:
+        """A built document (``pipecheck report --compare``'s) as this summary's text."""
+        return _print(document_renderables(document), self.width, self.color)
+
 
 def render_terminal(report: "Report", width: Optional[int] = None, color: bool = False) -> str:
     """The report's terminal summary as a string (:class:`TerminalRenderer`)."""
@@ -85,7 +89,12 @@ def renderables(report: "Report") -> list[RenderableType]:
     """The summary as one rich renderable in a list: :class:`~pipecheck.render.inert.Inert`
     over the lines and sections (verdict line first), so any console shows the report's strings
     literally."""
-    document = build_document(report)
+    return document_renderables(build_document(report))
+
+
+def document_renderables(document: Document) -> list[RenderableType]:
+    """A built document (:func:`renderables`' body; ``pipecheck report --compare`` builds its
+    own) as one inert rich renderable in a list."""
     parts: list[RenderableType] = [
         Hanging(Text(document.verdict, style=_VERDICT_STYLES.get(document.verdict_kind, "bold"))),
         Hanging(Text(document.context, style=_DIM)),

@@ -213,6 +213,20 @@ def test_reading_commands_import_no_torch(saved_report, command, expected):
     assert not torch_modules, f"pipecheck {command[0]} imported {torch_modules[:5]}"
 
 
+def test_report_compare_imports_no_torch(saved_report):
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pipecheck", "report", "--compare",
+         str(saved_report), str(saved_report)], capture_output=True, text=True, timeout=120,
+        env=_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "NO MEASURABLE CHANGE" in proc.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line]
+    assert "pipecheck.analysis.compare" in imported
+    torch_modules = [m for m in imported if m == "torch" or m.startswith("torch.")]
+    assert not torch_modules, f"pipecheck report --compare imported {torch_modules[:5]}"
+
+
 def test_load_imports_no_torch(saved_report):
     script = (
         "import json, sys, pipecheck\n"

@@ -11,8 +11,9 @@ from typing import Any, Callable, Iterator
 
 from pipecheck.render.inert import CONTROL
 
-from pipecheck.records import (DeviceRecord, HeadOfLineSummary, HotFunction, RankInfo,
-                               RankSummary, RanksSummary, StacksRecord, StageRow)
+from pipecheck.records import (ChangedValue, ComparedFigure, Comparison, DeviceRecord,
+                               HeadOfLineSummary, HotFunction, RankInfo, RankSummary,
+                               RanksSummary, StacksRecord, StageRow)
 from pipecheck.report import Report, load
 from paths import SUPPORT
 from render_fixtures import stress_section
@@ -25,8 +26,9 @@ NOT_PLANTED = {"report.kind", "report.schema"}
 def every_section_report() -> Report:
     """A stress report (sweep, findings with evidence, recommendations) that also has pipeline
     stages, head-of-line blocking, hot stacks, a GPU section, its rank, every rank side by side
-    (two more than reported: missing ranks), a shard assignment and a run that ended in an
-    error: every section the terminal, markdown and HTML show."""
+    (two more than reported: missing ranks), a shard assignment, a comparison with an earlier
+    run and a run that ended in an error: every section the terminal, markdown and HTML
+    show."""
     report = replace_consumer(sample_report(kind="stress", stress=stress_section()),
                               status="error", error="ValueError: bad sample 7")
     stages = [StageRow(name=f"decode{i}", where="workers", exclusive_s=1.0 / (i + 1),
@@ -60,7 +62,24 @@ def every_section_report() -> Report:
         rank=RankInfo(rank=1, world_size=4, hostname="node1", backend="gloo",
                       shards=[["a.tar"], ["b.tar"]]),
         ranks=RanksSummary(world_size=4, ranks=summaries, straggler=1, missing=[2, 3]),
-        sharding=sharding)
+        sharding=sharding, comparison=comparison())
+
+
+def comparison() -> Comparison:
+    """A comparison with an earlier run: throughput fell although the stall fell, on another
+    machine, with other data and changed settings."""
+    figures = [ComparedFigure(name, old, new, new / old) for name, old, new in (
+        ("samples_per_s", 325.0, 259.0), ("tokens_per_s", 5e4, 4e4),
+        ("batches_per_s", 10.2, 8.1), ("steady_step_s", 0.072, 0.102),
+        ("wait_per_batch_s", 0.0099, 0.0043), ("stall_fraction", 0.12, 0.04),
+        ("goodput_fraction", 0.88, 0.96))]
+    return Comparison(
+        old_path="earlier/run.json", status="compared", old_created="2024-04-30T12:00:00+00:00",
+        verdict="fell", samples_per_s_ratio=259 / 325, old_noise_fraction=0.02,
+        new_noise_fraction=0.03, noise_fraction=0.036, beyond_noise=True, figures=figures,
+        settings=[ChangedValue("num_workers", 0, 2), ChangedValue("batch_size", 32, 64)],
+        machine=[ChangedValue("cpu_count", 16, 2), ChangedValue("torch", "2.5.0", "2.6.0")],
+        data=[ChangedValue("dataset_len", 3200, 1600)])
 
 
 def attach_report() -> Report:

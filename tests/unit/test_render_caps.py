@@ -22,7 +22,9 @@ SAID = ["... and 1,950 more findings (see the JSON)",
         "... and 1,995 more functions (see the JSON)",
         "... and 1,980 more sharding findings (see the JSON)",
         "... and 1,980 more sharding recommendations (see the JSON)",
-        "... and 1,800 more measured configurations (see the JSON)"]
+        "... and 1,800 more measured configurations (see the JSON)",
+        "... and 1,980 more compared figures (see the JSON)",
+        "... and 1,980 more changed settings (see the JSON)"]
 """What the capped lists of :func:`every_section_report` say at :data:`COUNT` entries."""
 
 

@@ -18,9 +18,13 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from pipecheck import units as fmt
 from pipecheck.render.inert import fields
+from pipecheck.kinds import COMPUTE_BOUND, INPUT_BOUND, NO_DATA
 from pipecheck.render.model import Document, Fact, Note, Section
-from pipecheck.render.phrases import capacity_phrase, context_line, ended_line, verdict_line
-from pipecheck.render.sections import advice, attach, probes, ranks, run, sharding, stress
+from pipecheck.render.phrases import (capacity_phrase, comparison_line, context_line,
+                                      ended_line, verdict_line)
+from pipecheck.render.sections import (advice, attach, comparison, probes, ranks, run, sharding,
+                                      stress)
+from pipecheck.render.sections.comparison import comparison_section
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -32,6 +36,7 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("attach", attach.attach),  # pipecheck attach: stands in for the three below
     ("throughput", run.throughput),
     ("stall", run.stall),
+    ("comparison", comparison.comparison),  # this run against an earlier report of it
     ("producer", run.producer),
     ("host", run.host),
     ("stages", probes.stages),
@@ -51,7 +56,7 @@ NEED_BATCH_TIMING = frozenset({"throughput", "stall", "producer"})
 RENDERED_FIELDS = frozenset({
     "kind", "created", "environment", "loader", "consumer", "producer", "host", "diagnosis",
     "recommendations", "timeline", "stress", "schema", "rank", "ranks", "sharding", "stacks",
-    "device", "attach",
+    "device", "attach", "comparison",
 })
 """Report fields the document shows; HTML renders any other non-empty field generically."""
 
@@ -67,6 +72,9 @@ def build_document(report: "Report") -> Document:
     ended = ended_line(report) if report.attach is None else None
     if ended is not None:
         notes.append(Note(ended, "alert"))
+    if report.comparison is not None:  # the one-line verdict against the earlier report
+        notes.append(Note(comparison_line(report.comparison),
+                          "alert" if report.comparison.verdict == "fell" else "bold"))
     skipped = NEED_BATCH_TIMING if report.attach is not None else frozenset()
     sections = tuple(section for key, build in SECTIONS
                      if key not in skipped and (section := build(report)) is not None)
@@ -77,6 +85,25 @@ def build_document(report: "Report") -> Document:
         sections=sections,
         footer=f"pipecheck {version} · schema {report.schema}",
     ))
+
+
+def build_comparison_document(report: "Report", path: str) -> Document:
+    """The document ``pipecheck report --compare OLD NEW`` shows for ``report`` (NEW, read
+    from ``path``, with its ``comparison`` against OLD): the comparison's verdict line first,
+    the two files and times as the context, the caveats, then the comparison section alone.
+    Every string one inert line, as in :func:`build_document`. Raises ``ValueError`` when the
+    report has no comparison."""
+    found = report.comparison
+    if found is None:
+        raise ValueError("the report has no comparison")
+    verdict_kind = {"fell": INPUT_BOUND, "rose": COMPUTE_BOUND}.get(found.verdict or "", NO_DATA)
+    version = report.environment.pipecheck or "unknown version"
+    context = (f"earlier {found.old_path} ({found.old_created or 'time unknown'}) · "
+               f"this run {path} ({report.created})")
+    return fields(Document(
+        verdict=comparison_line(found), verdict_kind=verdict_kind, context=context, notes=(),
+        headline=(), sections=(comparison_section(found, verdict=False),),
+        footer=f"pipecheck {version} · schema {report.schema}"))
 
 
 def headline(report: "Report") -> tuple[Fact, ...]:
