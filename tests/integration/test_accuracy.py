@@ -41,6 +41,7 @@ def test_input_bound_pipeline():
     assert report.diagnosis.verdict == "input-bound"
 
 
+@pytest.mark.slow
 def test_compute_bound_pipeline():
     # 2 workers, 4 samples x 1 ms = 4 ms per batch per worker vs a 300 ms step: the queue stays
     # full; the step is long enough that the batch hand-over on a 2-core machine running two

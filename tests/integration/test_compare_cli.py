@@ -125,6 +125,7 @@ def test_wrap_save_keeps_the_comparison_with_the_report_it_replaced(runs):
     assert summary.index("THROUGHPUT FELL ") < summary.index("Throughput\n")
 
 
+@pytest.mark.slow
 def test_an_unreadable_earlier_file_is_a_note_never_an_error(runs, tmp_path):
     shutil.copy(runs / "train.py", tmp_path / "train.py")
     (tmp_path / "garbage.json").write_text("not a report\n")
@@ -136,6 +137,7 @@ def test_an_unreadable_earlier_file_is_a_note_never_an_error(runs, tmp_path):
     assert "not compared with the earlier report garbage.json" in done.stdout
 
 
+@pytest.mark.slow
 def test_pipecheck_run_json_compares_with_the_report_it_replaces(runs, tmp_path):
     shutil.copy(runs / "train.py", tmp_path / "train.py")
     shutil.copy(runs / "old.json", tmp_path / "run.json")

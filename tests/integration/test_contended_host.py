@@ -45,6 +45,7 @@ def _burn(seconds: float) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_busy_neighbours_of_a_real_run_are_seen():
     context = multiprocessing.get_context("fork")
     cpus = multiprocessing.cpu_count()

@@ -193,6 +193,7 @@ def test_run_demo_with_workers_measures_them(run_dir):
     assert {w.id for w in report.producer.workers} == {0, 1}
 
 
+@pytest.mark.slow
 def test_epochs_hint_caps_the_passes(run_dir):
     report = demo.run_demo(data_dir=run_dir, workers=0, steps=100, epochs_hint=1, **RUN)
     assert report.consumer.batches == 8

@@ -80,6 +80,7 @@ def _start(tmp_path, body: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
 
 
+@pytest.mark.slow
 def test_sigterm_the_program_handles_is_reported_as_received_and_the_run_going_on(tmp_path):
     child = _start(tmp_path, """
         import pipecheck

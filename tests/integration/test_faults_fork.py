@@ -54,7 +54,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("mode", ["fork", pytest.param("pool", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("mode", [pytest.param("fork", marks=pytest.mark.slow), pytest.param("pool", marks=pytest.mark.slow)])
 def test_a_forked_child_does_not_overwrite_the_parents_report(tmp_path, mode):
     script = tmp_path / "train.py"
     script.write_text(TRAIN)

@@ -91,6 +91,7 @@ def _trainer(pl, callbacks, **options):
     return pl.Trainer(**settings)
 
 
+@pytest.mark.slow
 def test_lightning_callback_measures_the_train_dataloader(tmp_path):
     pl = pytest.importorskip("lightning.pytorch")
     from pipecheck.integrations.lightning import PipecheckCallback

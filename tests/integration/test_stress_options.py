@@ -88,6 +88,7 @@ def test_given_config_comes_from_a_loader_or_the_factory_defaults():
     assert given_config(lambda **kw: None) is None
 
 
+@pytest.mark.slow
 def test_a_loaders_own_settings_are_the_baseline_measured_first_and_the_gain_is_against_them():
     loader = DataLoader(SleepPerSample(n=400, sleep_s=0.003), batch_size=4, num_workers=1)
     report = pipecheck.stress(loader, trial_batches=25, trial_s=1.5, budget_s=8)

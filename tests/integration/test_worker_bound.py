@@ -71,6 +71,7 @@ def test_busy_loop_is_cpu_bound_and_sleep_is_latency_bound_with_different_advice
     assert all("latency-bound" in reason for reason in reasons)
 
 
+@pytest.mark.slow
 def test_cpu_burnt_in_a_subprocess_the_worker_started_counts_for_the_worker():
     report = _wrapped_run(SubprocessDecodeDataset)
     (worker,) = report.producer.workers
