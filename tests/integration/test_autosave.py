@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from pipecheck.report import load
 
 SCRIPT = """
@@ -40,6 +42,7 @@ def test_report_is_saved_at_normal_exit(tmp_path):
     assert load(tmp_path / "run.json").consumer.batches == 16
 
 
+@pytest.mark.slow
 def test_report_is_saved_when_the_program_raises(tmp_path):
     child = _start(tmp_path, "raise")
     _, err = child.communicate(timeout=60)
@@ -47,6 +50,7 @@ def test_report_is_saved_when_the_program_raises(tmp_path):
     assert load(tmp_path / "run.json").consumer.batches == 4
 
 
+@pytest.mark.slow
 def test_report_is_saved_on_sigterm_and_the_process_still_terminates(tmp_path):
     child = _start(tmp_path, "sigterm")
     assert child.stdout.readline().strip() == "ready"

@@ -137,6 +137,7 @@ def test_bad_shard_patterns_are_bad_input(url, fragment):
     _one_error(*_pipecheck("shards", url, "--workers", "2"), fragment)
 
 
+@pytest.mark.slow
 def test_demo_data_pointing_at_a_file_is_bad_input(tmp_path):
     path = tmp_path / "not-a-folder"
     path.write_text("x")

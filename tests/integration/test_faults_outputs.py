@@ -84,6 +84,7 @@ def test_json_to_dev_stdout_reaches_stdout(saved, dev_stdout):
     assert os.readlink(dev_stdout) == "/proc/self/fd/1"
 
 
+@pytest.mark.slow
 def test_html_to_dev_stdout_reaches_stdout(saved, dev_stdout):
     done = _cli("report", str(saved), "--html", str(dev_stdout), "--quiet")
     assert done.returncode == 0, done.stderr

@@ -38,7 +38,7 @@ for i, batch in enumerate(loader):
     pytest.param("raise", "error", "RuntimeError: the training step failed",
                  marks=pytest.mark.slow),
     pytest.param("ctrl-c", "interrupted", None, marks=pytest.mark.slow),
-    ("sigterm-handler", "terminated", None),
+    pytest.param("sigterm-handler", "terminated", None, marks=pytest.mark.slow),
 ])
 def test_the_saved_status_says_how_the_run_ended(tmp_path, mode, status, error):
     path = tmp_path / "run.json"

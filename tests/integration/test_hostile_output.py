@@ -139,6 +139,7 @@ def test_colour_output_has_only_rich_own_escape_codes(tmp_path):
     _assert_inert(SGR.sub("", buffer.getvalue()))
 
 
+@pytest.mark.slow
 def test_html_shows_control_and_bidi_characters_as_escapes(tmp_path):
     """A right-to-left override in a string would reverse the page's text (the verdict, the
     context line) in a browser: the page shows it as an escape, like the terminal does."""

@@ -183,6 +183,7 @@ def test_the_budget_bounds_the_whole_run_later_trials_included():
             assert entry.reason
 
 
+@pytest.mark.slow
 def test_the_headline_is_the_recommended_sweep_trials_never_the_profiling_trials():
     # A guard for the "414 against 712": the report's figures are the recommended
     # sweep trial's own record (whole run, its first batch included), the profiling trial

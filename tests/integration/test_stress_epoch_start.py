@@ -34,6 +34,7 @@ def _text(report) -> str:
     return " ".join(report.render(width=120).split())
 
 
+@pytest.mark.slow
 def test_a_costly_worker_start_makes_persistent_workers_the_recommendation():
     events = []
     report = _stress(slow_start_loader, progress=events.append)

@@ -45,7 +45,7 @@ def _stress(tmp_path, name: str, *options: str) -> tuple[subprocess.CompletedPro
                  marks=pytest.mark.slow),
     pytest.param("kills_itself", "killed by signal SIGKILL while importing it and calling it once",
                  marks=pytest.mark.slow),
-    ("segfaults", "killed by signal SIGSEGV"),
+    pytest.param("segfaults", "killed by signal SIGSEGV", marks=pytest.mark.slow),
 ])
 def test_a_target_that_hangs_or_dies_is_exit_2_with_one_line(tmp_path, name, what):
     done, _ = _stress(tmp_path, name)

@@ -109,6 +109,7 @@ def _direct_io_file(directory) -> str:
     return path
 
 
+@pytest.mark.slow
 def test_reads_that_hit_storage_are_io_bound(tmp_path):
     path = _direct_io_file(tmp_path)
     loader = DataLoader(DirectReadDataset(path, 200, 4 * 2**20, 16), batch_size=4, num_workers=1)

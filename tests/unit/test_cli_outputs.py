@@ -61,6 +61,7 @@ def test_several_reports_refuse_files_and_get_markdown_headings(saved, tmp_path,
     assert headings == [f"## {saved}", f"## {other}"]
 
 
+@pytest.mark.slow
 def test_demo_and_stress_take_the_output_options(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(pipecheck.demo, "run_demo", lambda **kwargs: sample_report())
     monkeypatch.setattr(sys.modules["pipecheck.stress"], "stress",
