@@ -244,6 +244,7 @@ class Measurement:
         self._shared_memory = shared_memory_record()
         self._containers = largest_containers(inner.dataset) if inner is not None else []
         self._epochs = 0
+        self._started = False  # the probes' start(), at the first open_epoch()
         self._probed_epochs = 0  # epochs whose production the main process timed
         self._host: Optional[HostProbe] = None
         if host:
@@ -332,20 +333,25 @@ class Measurement:
         ``open_target(loader)`` (``iter`` by default; ``pipecheck run`` passes torch's own
         ``DataLoader.__iter__``). Raises what ``open_target`` raises (worker start-up, a
         dataset's ``__iter__``), as unwrapped."""
-        for probe in self._probes():
-            try:
-                probe.start()
-            except Exception as err:
-                self._turn_off(probe, err)
-        timed = False
+        if not self._started:  # once: every probe's start() is idempotent, and costs a call
+            self._started = True
+            for probe in self._probes():
+                try:
+                    probe.start()
+                except Exception as err:
+                    self._turn_off(probe, err)
+        timed = paused = False
         if self._config.num_workers == 0 and self._workers is not None:
             timed = self._time_production_this_epoch()
-            self._workers.pause(not timed)
+            paused = not timed
+            self._workers.pause(paused)
             if timed:
                 self._probed_epochs += 1
         self._epochs += 1
         self._current_rank()
-        if self._substitutes is not None:
+        # A paused epoch's iterator is torch's own, built as unwrapped: nothing of pipecheck
+        # runs inside it (an epoch of one tiny batch pays only the consumer probe).
+        if self._substitutes is not None and not paused:
             self._substitutes.arm()  # this epoch's iterator, when torch builds it
         # One iterator between the loop and the loader: the consumer probe's, which calls the
         # head-of-line and device probes around each next() (probes/base.BatchObserver).
@@ -353,12 +359,13 @@ class Measurement:
         # to which record() scales the sampled production.
         return self._consumer.open_epoch(lambda: open_target(loader), fixed_batches(loader),
                                          tuple(self._observers), self._turn_off,
-                                         self._between_batches(), flagged=timed)
+                                         self._between_batches(timed), flagged=timed)
 
-    def _between_batches(self) -> Optional[Callable[[Any], None]]:
-        """Main-process sampling of fast batches (``num_workers=0``), driven by the consumer
-        probe's iterator: :meth:`pipecheck.probes.workers.WorkerProbe.between_batches`."""
-        if self._config.num_workers == 0 and self._workers is not None:
+    def _between_batches(self, timed: bool) -> Optional[Callable[[Any], None]]:
+        """Main-process sampling of fast batches (``num_workers=0``) in an epoch whose
+        production is ``timed``, driven by the consumer probe's iterator:
+        :meth:`pipecheck.probes.workers.WorkerProbe.between_batches`."""
+        if timed and self._workers is not None:
             return self._workers.between_batches
         return None
 
