@@ -297,23 +297,31 @@ def _use_color(stream: TextIO) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = None) -> None:
-    """Save (``--json``) first, so a rendering problem cannot lose the measurements; then write
-    each file format asked for (``--html``, ``--trace``: :data:`FILE_FORMATS`, each atomically)
-    and print the markdown or terminal summary."""
+def _save_outputs(report: "Report", args: argparse.Namespace, what: str) -> bool:
+    """Write ``--json`` first (so a rendering problem cannot lose the measurements), then each
+    file format asked for (:data:`FILE_FORMATS`), each atomically, saying where on stderr
+    (``what`` names the JSON: "report"). Returns whether stdout is to stay quiet (``--quiet``,
+    or an output went to stdout)."""
     stdout_taken = any(getattr(args, name) and is_stdout(getattr(args, name))
                        for name in _OUTPUT_OPTIONS)
-    quiet = args.quiet or stdout_taken  # nothing else on stdout when an output goes there
+    quiet = bool(args.quiet or stdout_taken)  # nothing else on stdout when an output goes there
     if args.json:
         saved = report.save(args.json, per_rank=False)  # --json FILE writes FILE exactly
         if not quiet:
-            _say(f"{PROG}: report saved to {saved}", sys.stderr)
+            _say(f"{PROG}: {what} saved to {saved}", sys.stderr)
     for renderer in FILE_FORMATS:
         path = getattr(args, renderer.name)
         if path:
             saved = renderer().save(report, path)
             if not quiet:
                 _say(f"{PROG}: {renderer.what} saved to {saved}", sys.stderr)
+    return quiet
+
+
+def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = None) -> None:
+    """Save the outputs asked for (:func:`_save_outputs`), then print the markdown or terminal
+    summary."""
+    quiet = _save_outputs(report, args, "report")
     if args.markdown:
         MarkdownRenderer(title=title).write(report, sys.stdout)
         return
@@ -460,19 +468,7 @@ class ReportCommand(Command):
                                 "torch.distributed run (pipecheck report merges them); "
                                 "--compare takes one rank's file of each of two runs")
         compared = dataclasses.replace(new, comparison=compare_reports(old, new, old_path))
-        stdout_taken = any(getattr(args, name) and is_stdout(getattr(args, name))
-                           for name in _OUTPUT_OPTIONS)
-        quiet = args.quiet or stdout_taken
-        if args.json:
-            saved = compared.save(args.json, per_rank=False)
-            if not quiet:
-                _say(f"{PROG}: report with the comparison saved to {saved}", sys.stderr)
-        for renderer in FILE_FORMATS:
-            path = getattr(args, renderer.name)
-            if path:
-                saved = renderer().save(compared, path)
-                if not quiet:
-                    _say(f"{PROG}: {renderer.what} saved to {saved}", sys.stderr)
+        quiet = _save_outputs(compared, args, "report with the comparison")
         document = build_comparison_document(compared, new_path)
         if args.markdown:
             sys.stdout.write(MarkdownRenderer().render_document(document))
