@@ -600,6 +600,14 @@ class StressCommand(Command):
                             "(default: when py-spy is installed and permitted)")
         parser.add_argument("--step-time", metavar="S[+-J]", type=_step_time,
                             help="emulated step per batch in seconds, e.g. 0.05 or 0.05+-0.01")
+        parser.add_argument("--step-cpu", metavar="F",
+                            type=_number(float, 0.0, 1.0, what="a share from 0 to 1"), default=0.0,
+                            help="share of each emulated step spent busy on the CPU, the rest "
+                            "asleep: 0 (default) for a GPU step, up to 1 for a CPU step; a "
+                            "wrapped run's report gives the step's measured share")
+        parser.add_argument("--step", metavar="FILE:FN",
+                            help="your own training step instead, called with each batch "
+                            "(file.py:function or package.module:function)")
         parser.add_argument("--budget", metavar="S", type=_seconds, default=60.0,
                             help="seconds the whole run may take, every trial included "
                             f"(default 60 s, at most {MAX_SECONDS:,.0f} s)")
@@ -628,6 +636,7 @@ class StressCommand(Command):
             report = stress(args.target, workers=workers, prefetch_factors=args.prefetch_factor,
                             persistent_workers=args.persistent_workers,
                             in_order=orders, step_time_s=args.step_time,
+                            step_cpu_share=args.step_cpu, step=args.step,
                             batch_size=args.batch_size, baseline=args.baseline,
                             stacks=args.stacks,
                             budget_s=args.budget, timeout_s=args.timeout,
