@@ -114,6 +114,30 @@ class TuneLimits:
             raise ValueError(f"warmup_batches must be >= 0, got {self.warmup_batches!r}")
 
 
+def limits_from_text(text: str) -> TuneLimits:
+    """:class:`TuneLimits` from ``pipecheck run --tune``'s environment value: ``1`` (or empty)
+    for the defaults, else ``name=value`` pairs separated by commas (``min_batches=8,
+    min_seconds=0.5``; for experiments and tests).
+
+    Raises:
+        ValueError: an unknown name, a value that is not a number, or one out of range.
+    """
+    text = text.strip()
+    if text in ("", "1"):
+        return TuneLimits()
+    fields = {f.name: f.type for f in dataclasses.fields(TuneLimits)}
+    values: dict[str, object] = {}
+    for pair in text.split(","):
+        name, _, value = pair.partition("=")
+        name = name.strip()
+        if name not in fields:
+            raise ValueError(f"unknown tune limit {name!r} (known: {', '.join(fields)})")
+        number = float(value)
+        values[name] = int(number) if name in ("min_batches", "max_blocks",
+                                                 "warmup_batches") else number
+    return TuneLimits(**values)  # type: ignore[arg-type]
+
+
 def warmup_for(settings: TuneSettings, limits: TuneLimits) -> int:
     """Batches after a switch to ``settings`` left out of the trial's window."""
     if limits.warmup_batches is not None:

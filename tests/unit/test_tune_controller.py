@@ -178,3 +178,15 @@ def test_memory_refusal():
     assert memory_refusal(4, 2**30, available=lambda: 4 * 2**30) is not None
     assert memory_refusal(1, 2**30, available=lambda: 4 * 2**30) is None
     assert memory_refusal(4, None) is None
+
+
+def test_limits_from_the_run_environment():
+    from pipecheck.tune.controller import limits_from_text
+
+    assert limits_from_text("1") == TuneLimits()
+    assert limits_from_text("min_batches=4,min_seconds=0.5") == TuneLimits(min_batches=4,
+                                                                           min_seconds=0.5)
+    with pytest.raises(ValueError, match="unknown tune limit"):
+        limits_from_text("speed=3")
+    with pytest.raises(ValueError):
+        limits_from_text("min_batches=lots")
