@@ -391,6 +391,15 @@ class TuneController:
         """``settled`` once the kept settings are chosen, else ``tuning``."""
         return "settled" if self.settled else "tuning"
 
+    def settle_reason(self) -> Optional[str]:
+        """One line when the trials ended with fewer than two settings measured (nothing
+        compared), else ``None``."""
+        if not self.settled or len({t.settings for t in self.trials}) >= 2:
+            return None
+        return (f"the budget ({self.limits.budget_s:g} s of loop time or "
+                f"{self.limits.budget_fraction:.0%} of the epoch's batches) ended before two "
+                "settings were measured: the start was kept")
+
     def speedup(self) -> Optional[float]:
         """The kept settings' measured samples/s over the start's (``None`` unless both
         were measured)."""

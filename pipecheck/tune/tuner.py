@@ -260,7 +260,8 @@ class Tuner:
             return TuneSection(status=self.status, reason=self.reason)
         chosen = controller.chosen
         return TuneSection(
-            status=self.status, reason=self.reason, start=self.start, chosen=chosen,
+            status=self.status, reason=self.reason or controller.settle_reason(),
+            start=self.start, chosen=chosen,
             trials=list(controller.trials), speedup=controller.speedup(),
             tuning_s=controller.tuning_s(), cost_s=controller.cost_s(),
             pin_line=pin_line(chosen) if chosen is not None else None,

@@ -190,3 +190,13 @@ def test_limits_from_the_run_environment():
         limits_from_text("speed=3")
     with pytest.raises(ValueError):
         limits_from_text("min_batches=lots")
+
+
+def test_a_budget_too_short_for_two_windows_keeps_the_start_and_says_why():
+    limits = TuneLimits(min_batches=32, min_seconds=0.0, warmup_batches=0,
+                        budget_fraction=0.1)
+    controller = TuneController(START, limits, max_workers=2, change_workers=True,
+                                cuda=False, epoch_batches=100)
+    drive(controller, lambda s: 0.01)
+    assert controller.settled and controller.chosen == START
+    assert "ended before two settings were measured" in controller.settle_reason()
