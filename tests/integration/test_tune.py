@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 import pipecheck
 from pipecheck.tune import TuneLimits
 from pipecheck.tune.tuner import Tuner
-from tune_datasets import NoSplitStream, PidSquares
+from tune_datasets import FlakyPidSquares, NoSplitStream, PidSquares
 from wrap_datasets import RangeStream
 
 SHORT = TuneLimits(min_batches=4, min_seconds=0.0, warmup_batches=1, budget_fraction=1.0)
@@ -163,4 +163,55 @@ def test_tune_argument_is_checked():
         pipecheck.wrap(map_loader(True), tune="yes")
     wrapped = pipecheck.wrap(map_loader(True), host=False)
     assert wrapped.report().tune is None  # off by default
+    wrapped.close()
+
+
+def loop_skipping_errors(loader, epochs: int) -> list:
+    """Each epoch's batches as sample-id lists, and ``"error"`` where a batch raised (the loop
+    goes on with the same iterator, as torch allows)."""
+    out = []
+    for _ in range(epochs):
+        iterator, seen = iter(loader), []
+        while True:
+            try:
+                x, _ = next(iterator)
+            except StopIteration:
+                break
+            except ValueError:
+                seen.append("error")
+                continue
+            seen.append(x.tolist())
+        out.append(seen)
+    return out
+
+
+def test_a_batch_that_raises_passes_through_and_the_order_holds():
+    def make():
+        return DataLoader(FlakyPidSquares(400, bad=137, sleep_s=0.002), batch_size=4,
+                          shuffle=True, generator=torch.Generator().manual_seed(11),
+                          num_workers=1)
+
+    plain = loop_skipping_errors(make(), 2)
+    assert plain[0].count("error") == 1
+    wrapped = pipecheck.wrap(make(), tune=SHORT, host=False)
+    assert loop_skipping_errors(wrapped, 2) == plain
+    assert wrapped.report().tune.status == "settled"
+    wrapped.close()
+
+
+def test_without_automatic_batching_the_sampler_is_continued():
+    def make():
+        return DataLoader(PidSquares(160, sleep_s=0.004), batch_size=None, shuffle=True,
+                          generator=torch.Generator().manual_seed(2))
+
+    plain = [int(x) for x, _ in make()]
+    loader = make()
+    wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
+    tuned, pids = [], set()
+    for x, pid in wrapped:
+        tuned.append(int(x))
+        pids.add(int(pid))
+        assert (loader.num_workers, loader.prefetch_factor) == (0, None)  # mid-tuning too
+    assert tuned == plain
+    assert len(pids) > 1  # switched to workers inside the epoch
     wrapped.close()

@@ -36,3 +36,16 @@ class NoSplitStream(IterableDataset):
             if self.sleep_s:
                 time.sleep(self.sleep_s)
             yield torch.tensor(i), os.getpid()
+
+
+class FlakyPidSquares(PidSquares):
+    """:class:`PidSquares` whose item ``bad`` raises ``ValueError`` (in whichever process)."""
+
+    def __init__(self, n: int, bad: int, sleep_s: float = 0.0) -> None:
+        super().__init__(n, sleep_s)
+        self.bad = bad
+
+    def __getitem__(self, i: int):
+        if i == self.bad:
+            raise ValueError(f"bad sample {i}")
+        return super().__getitem__(i)
