@@ -286,8 +286,9 @@ def wrap(
         tune: try loader settings in the live run and keep the best measured
             (:mod:`pipecheck.tune`; default ``False``: nothing ever changes the loader's
             settings). ``True`` uses the default :class:`pipecheck.tune.TuneLimits` (trial
-            windows of at least 32 batches and 2 s, settled within 60 s of loop time or the
-            first 10% of the epoch's batches); a ``TuneLimits`` sets them. Tried:
+            windows of at least 32 batches and 2 s; no trial starts after 60 s of loop time or
+            the first 10% of the epoch's batches, and the one in progress ends at its
+            minimum window); a ``TuneLimits`` sets them. Tried:
             ``num_workers`` (never past the process's CPU budget, nor the memory measured
             workers would take), ``prefetch_factor``, and ``pin_memory`` with CUDA. A
             map-style DataLoader switches inside the epoch, and the loop gets exactly the

@@ -25,7 +25,9 @@ blocks and their rates' noise (:func:`pipecheck.analysis.choice.block_rate_noise
 loader gets a longer window, a steady one the minimum. The budget ends the trials (the choice is
 then made among the trials measured): ``budget_s`` of loop time from the first trial, or
 ``budget_fraction`` of the epoch's batches when the epoch's length is known, whichever comes
-first.
+first; no trial starts after it, and the one in progress runs on to its minimum window
+(:data:`NOISE_BLOCKS` blocks), at most to :data:`HARD_BUDGET_FACTOR` times the budget. So
+tuning aims at the budget and may overshoot it by one minimum window.
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ BUDGET_S = 60.0
 BUDGET_FRACTION = 0.10
 """Share of an epoch's batches (when its length is known) after which no new trial starts
 (issue 27): a short run still spends most of its time on the kept settings."""
+
+HARD_BUDGET_FACTOR = 2.0
+"""A trial in progress when the budget ends runs on to its minimum window (a trial cut short
+measures nothing, and the start would be kept blind), but never past this many times the
+budget: then it ends with what it has (kept when it holds 2 blocks or more). pipecheck's
+choice."""
 
 MAX_TIE_TOLERANCE = 0.10
 """Most a trial may be measured slower than the fastest and still tie with it, however noisy
@@ -257,10 +265,12 @@ class TuneController:
         window = self._window
         window.add(wait_s, loop_s, samples)
         over = self._over_budget()
-        if not window.done(self.limits.max_blocks) and not over:
+        done = (window.done(self.limits.max_blocks)
+                or (over and len(window.rates) >= NOISE_BLOCKS)  # its minimum, then stop
+                or self._over_budget(HARD_BUDGET_FACTOR))
+        if not done:
             return None
-        if window.batches >= 2 and window.seconds > 0 and (
-                len(window.rates) >= 2 or window.done(self.limits.max_blocks)):
+        if window.batches >= 2 and window.seconds > 0 and len(window.rates) >= 2:
             self.trials.append(window.trial(self.current, self._warmup))
         self._tried.add(self.current)
         following = None if over else self.next_settings()
@@ -311,11 +321,12 @@ class TuneController:
         self.current = chosen
         return chosen
 
-    def _over_budget(self) -> bool:
-        if self._spent_s >= self.limits.budget_s:
+    def _over_budget(self, factor: float = 1.0) -> bool:
+        if self._spent_s >= factor * self.limits.budget_s:
             return True
         if self.epoch_batches:
-            return self._spent_batches >= self.limits.budget_fraction * self.epoch_batches
+            return self._spent_batches >= (factor * self.limits.budget_fraction
+                                           * self.epoch_batches)
         return False
 
     # -- the schedule --------------------------------------------------------------------------
