@@ -145,8 +145,6 @@ running when the report was taken; ``off``: tuning failed and turned itself off,
 went on with the user's own settings (``reason`` says what failed); ``skipped``: this loader
 cannot be tuned online (``reason`` says why), nothing was tried."""
 
-TUNE_STATUSES: tuple[str, ...] = ("settled", "tuning", "off", "skipped")
-
 # ---------------------------------------------------------------------------------------------
 # Finding kinds
 # ---------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from pipecheck.kinds import (
     ConsumerStatus,
     FindingKindName,
     HeadOfLineStatus,
+    TuneStatus,
     StagePlace,
     ProcessRole,
     ReportKind,
@@ -991,7 +992,7 @@ class TuneSection:
     ``notes`` why settings were not tried (a guard, an iterable dataset that does not split
     by worker)."""
 
-    status: str
+    status: TuneStatus
     reason: Optional[str] = None
     start: Optional[TuneSettings] = None
     chosen: Optional[TuneSettings] = None

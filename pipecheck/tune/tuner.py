@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from pipecheck._clock import Clock, monotonic
 from pipecheck._torch_compat import IteratorSubstitutes, quiet_len
+from pipecheck.kinds import TuneStatus
 from pipecheck.probes.batches import count_samples
 from pipecheck.records import TuneSection, TuneSettings
 from pipecheck.tune.controller import TuneController, TuneLimits, pin_line, warmup_for
@@ -96,7 +97,7 @@ class Tuner:
         self._building: Optional[tuple[TuneSettings, str, Any]] = None
         self._epochs = 0
         self.reason: Optional[str] = skip or skip_reason(loader, inner)
-        self.status = "skipped" if self.reason else "tuning"
+        self.status: TuneStatus = "skipped" if self.reason else "tuning"
         self.controller: Optional[TuneController] = None
         self.start: Optional[TuneSettings] = None
         if self.reason:
