@@ -432,3 +432,57 @@ def awaited_batch(iterator: Any) -> tuple[dict[int, tuple], int]:
     :func:`head_of_line_unsupported` accepted: its task table and the index of the batch the
     next ``next()`` returns."""
     return iterator._task_info, iterator._rcvd_idx
+
+
+# -- in-epoch switch of a map-style loader's iterator (`wrap(tune=True)`) -------------------------
+
+
+def index_sampler_attribute(loader: Any) -> str:
+    """The loader attribute torch's iterators draw indices from (``DataLoader._index_sampler``):
+    ``batch_sampler`` with automatic batching, else ``sampler``."""
+    return "batch_sampler" if getattr(loader, "batch_sampler", None) is not None else "sampler"
+
+
+def cut_sampler(iterator: Any) -> Any:
+    """Stop ``iterator`` (a torch ``_BaseDataLoaderIter``) from taking more indices: its
+    ``_sampler_iter`` is swapped for an exhausted one and the original returned, so only the
+    batches already sent to workers (or none, in the main process) are left in it, delivered
+    in order as before. Raises ``AttributeError`` when the iterator has no ``_sampler_iter``."""
+    remaining = getattr(iterator, "_sampler_iter")
+    if remaining is None:
+        raise AttributeError("the iterator has not started its sampler (_sampler_iter is None)")
+    iterator._sampler_iter = iter(())
+    return remaining
+
+
+def uncut_sampler(iterator: Any, remaining: Any) -> None:
+    """Undo :func:`cut_sampler`: ``iterator`` takes its indices from ``remaining`` again."""
+    iterator._sampler_iter = remaining
+
+
+def continue_sampler(iterator: Any, remaining: Any, index_sampler: Any) -> None:
+    """Make a freshly built ``iterator`` go on with ``remaining`` (another iterator's
+    ``_sampler_iter``, less what the build already took) and report ``index_sampler`` (the
+    loader's own) as its ``_index_sampler`` (``len()``, a later ``_reset``)."""
+    iterator._sampler_iter = remaining
+    iterator._index_sampler = index_sampler
+
+
+def batches_yielded(iterator: Any) -> int:
+    """``_num_yielded`` of a torch iterator (batches it has handed out), 0 when absent."""
+    return int(getattr(iterator, "_num_yielded", 0) or 0)
+
+
+def set_batches_yielded(iterator: Any, count: int) -> None:
+    """Set ``_num_yielded`` of a torch iterator that takes over another's epoch."""
+    iterator._num_yielded = count
+
+
+def batches_outstanding(iterator: Any) -> int:
+    """Batches a multi-worker iterator has sent to workers and not yet handed out
+    (``_send_idx - _rcvd_idx``); 0 for a main-process iterator."""
+    send = getattr(iterator, "_send_idx", None)
+    received = getattr(iterator, "_rcvd_idx", None)
+    if isinstance(send, int) and isinstance(received, int):
+        return max(0, send - received)
+    return 0

@@ -759,6 +759,11 @@ class RunCommand(Command):
                             help="seconds the program's processes have to end after SIGTERM "
                             "or SIGHUP is passed on, or after its first process ended for "
                             "those it left running, before SIGKILL (default 45 s)")
+        parser.add_argument("--tune", action="store_true",
+                            help="try DataLoader settings (num_workers, prefetch_factor, "
+                            "pin_memory with CUDA) in the running program and keep the best "
+                            "measured, as wrap(loader, tune=True); the report's tune section "
+                            "gives the line that pins them (default: never change settings)")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -768,7 +773,8 @@ class RunCommand(Command):
         earlier = _earlier_report(args.json)  # read once, before the program runs
         outcome = run_and_collect(
             args.program, grace_s=args.grace or GRACE_S,
-            stdout=_stderr_fd() if on_stdout else None)  # keep stdout for the report alone
+            stdout=_stderr_fd() if on_stdout else None,  # keep stdout for the report alone
+            tune=args.tune)
         # From here on the exit code is the program's, whatever happens to the reports.
         try:
             _report_run(outcome, args, summary=sys.stderr if on_stdout else sys.stdout,
