@@ -12,21 +12,22 @@ How (:func:`switch_iterator`, torch's iterator internals through :mod:`pipecheck
    only, by one that hands out the taken sampler iterator: the build starts no new pass over
    the sampler, and the new workers are primed with the indices that come next;
 3. building an iterator draws its workers' base seed from ``loader.generator`` (or the global
-   torch RNG when it is ``None``), which a shuffling sampler shares: that generator's state is
-   saved before the build and put back after it, so the sampler's later draws (the rest of
-   this epoch, every later epoch's shuffle) are the ones of the untuned run;
+   torch RNG when it is ``None``), which a shuffling sampler shares. For the switch's build the
+   loader's ``generator`` reads as a private one (:func:`switch_generator`), seeded from the
+   user's generator's initial seed (or torch's) and the switch's number: the user's generator
+   and the global RNG see exactly the draws of the untuned run (the sampler's own, which may
+   fall inside the build: priming the new workers can run the sampler to its end, whose last
+   step draws), and the new workers' seeds are reproducible and differ from every epoch's;
 4. the loop is handed the old iterator's outstanding batches first, then the new iterator's
    (:class:`TuningIterator`); the new one takes over the old one's count of batches handed out.
 
-What differs from the untuned run: only the new workers' seeds (the base seed drawn and then
-undone equals the one the next iterator build draws) and their number, so random augmentations
-made inside workers differ, as with any other ``num_workers``. A build that fails leaves the old
+What differs from the untuned run: only the new workers' seeds and their number, so random
+augmentations made inside workers differ, as with any other ``num_workers``. A build that fails leaves the old
 iterator as it was (the indices the build took are put back in front of the rest).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import weakref
 from typing import Any, Callable, Iterator, Optional
@@ -72,21 +73,29 @@ def rng_state(generator: Any) -> Callable[[], None]:
     return lambda: generator.set_state(state)
 
 
-@contextlib.contextmanager
-def kept_rng(generator: Any) -> Iterator[None]:
-    """Put ``generator``'s state (the global torch CPU RNG when ``None``) back on leaving."""
-    restore = rng_state(generator)
-    try:
-        yield
-    finally:
-        restore()
+SEED_MIX = 0x9E3779B97F4A7C15
+"""Odd 64-bit constant (the golden ratio's, as in splitmix64) that spreads switch numbers over
+the seed space."""
+
+
+def switch_generator(generator: Any, number: int) -> Any:
+    """The private ``torch.Generator`` a switch's build draws its workers' base seed from:
+    seeded from ``generator.initial_seed()`` (the global ``torch.initial_seed()`` when ``None``)
+    mixed with the switch's ``number`` (>= 0). Reading an initial seed draws nothing."""
+    import torch
+
+    base = torch.initial_seed() if generator is None else generator.initial_seed()
+    private = torch.Generator()
+    private.manual_seed((base ^ (SEED_MIX * (number + 1))) & ((1 << 63) - 1))
+    return private
 
 
 def switch_iterator(loader: Any, current: Any,
                     build: Callable[[str, Any], Any]) -> Any:
     """A new iterator for ``loader`` that goes on with ``current``'s epoch (module docstring):
     ``build(attribute, sampler)`` must build the loader's iterator with its attribute
-    ``attribute`` (``batch_sampler`` or ``sampler``) read as ``sampler`` for the build. After
+    ``attribute`` (``batch_sampler`` or ``sampler``) read as ``sampler``, and its ``generator``
+    as a :func:`switch_generator`, for the build. After
     the call ``current`` delivers only its outstanding batches; hand those out first.
 
     Raises:
@@ -99,8 +108,7 @@ def switch_iterator(loader: Any, current: Any,
     remaining = cut_sampler(current)
     taking = _Taking(remaining)
     try:
-        with kept_rng(getattr(loader, "generator", None)):
-            new = build(attribute, taking)
+        new = build(attribute, taking)
         if getattr(new, "_sampler_iter", None) is not taking:
             del new  # its workers (if any) stop with it
             raise SwitchError(f"{type(loader).__qualname__} did not build its iterator over "

@@ -12,7 +12,9 @@ report's ``tune`` section holds the line of code that pins them for the next run
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from typing import Any, Callable, Iterator, Optional
 
 from pipecheck._clock import Clock, monotonic
@@ -20,14 +22,28 @@ from pipecheck._torch_compat import IteratorSubstitutes, quiet_len
 from pipecheck.kinds import TuneStatus
 from pipecheck.probes.batches import count_samples
 from pipecheck.records import TuneSection, TuneSettings
+from pipecheck.recommend import MAX_WORKERS_PER_CPU
 from pipecheck.tune.controller import TuneController, TuneLimits, pin_line, warmup_for
 from pipecheck.tune.guards import cpu_budget, memory_refusal, splits_by_worker, \
     worker_uss_bytes
-from pipecheck.tune.switch import TuningIterator, rng_state
+from pipecheck.tune.switch import TuningIterator, rng_state, switch_generator
 
-TUNED_ATTRIBUTES = ("num_workers", "prefetch_factor", "pin_memory", "batch_sampler", "sampler")
+@contextlib.contextmanager
+def _trial_worker_count_quiet() -> Iterator[None]:
+    """Silence torch's "This DataLoader will create N worker processes" warning for a build
+    with trial settings: the count is tuning's trial, not the user's choice (latency-bound
+    trials go past the cores on purpose), and the user's own builds still warn."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create",
+                                category=UserWarning)
+        yield
+
+
+TUNED_ATTRIBUTES = ("num_workers", "prefetch_factor", "pin_memory", "batch_sampler", "sampler",
+                    "generator")
 """The loader attributes whose values torch's iterator builds read from the tuner: the
-settings in trial, and (for an in-epoch switch only) the continued index sampler."""
+settings in trial, and (for an in-epoch switch only) the continued index sampler and the
+private generator of the new workers' seeds (:func:`pipecheck.tune.switch.switch_generator`)."""
 
 PERSISTENT_NOTE = ("persistent_workers not tried: it acts at epoch starts, which an in-epoch "
                    "trial does not measure (the report's recommendations judge it)")
@@ -94,7 +110,8 @@ class Tuner:
         self._clock = clock
         self._owner_pid = os.getpid()
         self._substitutes: Optional[IteratorSubstitutes] = None
-        self._building: Optional[tuple[TuneSettings, str, Any]] = None
+        self._building: Optional[tuple[TuneSettings, str, Any, Any]] = None
+        self._switches = 0  # in-epoch switches built so far (each seeds its own workers)
         self._epochs = 0
         self.reason: Optional[str] = skip or skip_reason(loader, inner)
         self.status: TuneStatus = "skipped" if self.reason else "tuning"
@@ -110,7 +127,9 @@ class Tuner:
             change_workers, why = splits_by_worker(loader.dataset, loader)
             if not change_workers:
                 notes.append(f"only prefetch_factor tried: {why}")
-        budget = cpu_budget()
+        # Workers past the cores pay only when they wait (I/O, latency); the climb stops at the
+        # first doubling that gains nothing, so CPU-bound work stops at the cores.
+        budget = MAX_WORKERS_PER_CPU * cpu_budget()
         self.controller = TuneController(
             self.start, limits, max_workers=budget, change_workers=change_workers,
             cuda=_cuda() if cuda is None else cuda,
@@ -139,12 +158,14 @@ class Tuner:
         :data:`TUNED_ATTRIBUTES`) whose own value is ``value``."""
         building = self._building
         if building is not None:
-            settings, attribute, sampler = building
+            settings, attribute, sampler, generator = building
             if name == attribute:
                 return sampler
+            if name == "generator":
+                return generator
         else:
             settings = self._in_effect()  # type: ignore[assignment]
-        if settings is None or name in ("batch_sampler", "sampler"):
+        if settings is None or name in ("batch_sampler", "sampler", "generator"):
             return value
         if name == "num_workers":
             return settings.num_workers
@@ -169,7 +190,8 @@ class Tuner:
         else:
             restore = rng_state(getattr(loader, "generator", None))
             try:
-                iterator = open_target(loader)
+                with _trial_worker_count_quiet():
+                    iterator = open_target(loader)
             except Exception as err:
                 restore()  # the failed build's draws undone: the retry draws as untuned
                 self.turn_off(err)
@@ -231,10 +253,13 @@ class Tuner:
         substitutes = self._substitutes
         if substitutes is None:
             raise RuntimeError("the loader's iterator builds are not registered")
-        self._building = (settings, attribute, sampler)
+        generator = switch_generator(getattr(loader, "generator", None), self._switches)
+        self._switches += 1
+        self._building = (settings, attribute, sampler, generator)
         try:
             substitutes.arm()
-            return loader._get_iterator()
+            with _trial_worker_count_quiet():
+                return loader._get_iterator()
         finally:
             self._building = None
 
@@ -260,8 +285,14 @@ class Tuner:
         if controller is None:
             return TuneSection(status=self.status, reason=self.reason)
         chosen = controller.chosen
+        reason = self.reason or controller.settle_reason()
+        if reason is None and not controller.settled and len(controller.trials) >= 2:
+            # The report was taken (or the run ended) mid-tuning: what the trials say so far.
+            best = controller.choose()
+            reason = (f"trials were still running; the best measured so far is "
+                      f"{best.label()} (pin it with {pin_line(best)})")
         return TuneSection(
-            status=self.status, reason=self.reason or controller.settle_reason(),
+            status=self.status, reason=reason,
             start=self.start, chosen=chosen,
             trials=list(controller.trials), speedup=controller.speedup(),
             tuning_s=controller.tuning_s(), cost_s=controller.cost_s(),

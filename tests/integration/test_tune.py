@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import pipecheck
+from pipecheck.analysis.choice import NOISE_BLOCKS
 from pipecheck.tune import TuneLimits
 from pipecheck.tune.tuner import Tuner
 from tune_datasets import FlakyPidSquares, NoSplitStream, PidSquares
@@ -214,4 +215,33 @@ def test_without_automatic_batching_the_sampler_is_continued():
         assert (loader.num_workers, loader.prefetch_factor) == (0, None)  # mid-tuning too
     assert tuned == plain
     assert len(pids) > 1  # switched to workers inside the epoch
+    wrapped.close()
+
+
+@pytest.mark.parametrize("seeded", [True, False], ids=["generator", "global-rng"])
+def test_a_switch_whose_new_workers_prime_past_the_epoch_end_keeps_the_shuffle(
+        monkeypatch, seeded):
+    """Priming the new workers can run the sampler to its end inside the switch's build, and
+    the sampler's last step draws from the shared generator: that draw is the untuned run's
+    too, so nothing of the build may undo or add a draw (the next epoch's shuffle)."""
+    monkeypatch.setattr(Tuner, "batches_needed", lambda self, settings: 0)  # switch anywhere
+
+    def loader():
+        generator = torch.Generator().manual_seed(11) if seeded else None
+        return DataLoader(PidSquares(60, sleep_s=0.001), batch_size=4, shuffle=True,
+                          generator=generator)
+
+    torch.manual_seed(5)
+    plain, _ = run_epochs(loader(), 3)
+    plain_rng = torch.rand(2).tolist()
+    torch.manual_seed(5)
+    # The start's window is the epoch's first 12 of 15 batches: the switch to 2 workers comes
+    # with 3 batches left, and priming them (2 x prefetch_factor 2 = 4) runs the sampler out.
+    limits = TuneLimits(min_batches=12, min_seconds=0.0, warmup_batches=0,
+                        max_blocks=NOISE_BLOCKS, budget_fraction=1.0)
+    wrapped = pipecheck.wrap(loader(), tune=limits, host=False)
+    tuned, pids = run_epochs(wrapped, 3)
+    assert tuned == plain
+    assert torch.rand(2).tolist() == plain_rng
+    assert os.getpid() in pids[0] and len(pids[0]) > 1  # the switch came inside epoch 0
     wrapped.close()

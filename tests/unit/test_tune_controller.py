@@ -8,8 +8,9 @@ import pytest
 from pipecheck.analysis.choice import (MIN_WORTHWHILE_GAIN, block_rate_noise, cheapest_within,
                                        loop_noise, tolerance)
 from pipecheck.records import TuneSettings
-from pipecheck.tune.controller import (MAX_TIE_TOLERANCE, TuneController, TuneLimits, pin_line,
-                                       warmup_for)
+from pipecheck.tune.controller import (MAX_TIE_TOLERANCE, MIN_BUDGET_WINDOWS, TuneController,
+                                       TuneLimits, pin_line, warmup_for)
+
 from pipecheck.tune.guards import cgroup_cpu_quota, memory_refusal
 
 LIMITS = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=2, budget_s=1e9,
@@ -84,8 +85,12 @@ def test_budget_ends_the_trials_with_the_best_measured():
     drive(controller, lambda s: 0.010 / (1 + s.num_workers))
     assert controller.settled
     spent = sum(t.batches for t in controller.trials)
-    # no trial starts past 10% of 200 batches; the one in progress ends at its minimum
-    assert 20 <= spent <= 20 + limits.min_batches
+    # No trial starts once 10% of 200 batches and MIN_BUDGET_WINDOWS minimum windows are
+    # spent (a short epoch's 10% alone would end tuning before a second setting); the one in
+    # progress ends at its minimum.
+    least = MIN_BUDGET_WINDOWS * limits.min_batches
+    assert least <= spent <= least + limits.min_batches
+    assert len(controller.trials) >= MIN_BUDGET_WINDOWS
     assert all(t.batches >= limits.min_batches for t in controller.trials)
     assert controller.chosen.num_workers > 0
 
@@ -197,10 +202,9 @@ def test_limits_from_the_run_environment():
 
 
 def test_a_budget_too_short_for_two_windows_keeps_the_start_and_says_why():
-    limits = TuneLimits(min_batches=32, min_seconds=0.0, warmup_batches=0,
-                        budget_fraction=0.1)
+    limits = TuneLimits(min_batches=32, min_seconds=0.0, warmup_batches=0, budget_s=0.25)
     controller = TuneController(START, limits, max_workers=2, change_workers=True,
-                                cuda=False, epoch_batches=100)
+                                cuda=False, epoch_batches=100_000)
     drive(controller, lambda s: 0.01)
     assert controller.settled and controller.chosen == START
     assert "ended before two settings were measured" in controller.settle_reason()
