@@ -1,0 +1,519 @@
+"""Calibration suite: does pipecheck's recommendation deliver the samples/s it predicts, inside
+the 90% interval it states, on a wide set of real pipelines, quiet and beside a busy neighbour?
+
+Method. For each pipeline and condition (a *case*), in one process:
+
+1. warm up: ``WARM_UP_S`` seconds of untimed training at ``num_workers=0`` (page cache,
+   allocator, lazy modules), so no measurement meets a cold start;
+2. wrapped: train from ``num_workers=0`` under ``pipecheck.wrap`` for ``--seconds`` and take
+   the report's recommended settings (every recommendation whose setting the loop can apply:
+   ``num_workers``, ``prefetch_factor``, ``persistent_workers``, ``pin_memory`` with CUDA, and
+   a torch thread count, :data:`THREAD_SETTINGS`; others are listed as not applied), the
+   samples/s predicted for them (the last recommendation that gives a figure: they are
+   cumulative), its 90% interval and whether the report calls it ``uncertain``. With no
+   recommendation the prediction is "no change": the report's own measured rate, no interval;
+3. unwrapped, ``--rounds`` interleaved rounds (the configurations' order rotates each round, so
+   a slow minute or a position in the round spreads over all of them) of: the recommended
+   settings, and the grid ``num_workers`` 0..``--max-workers`` at torch's defaults
+   (``prefetch_factor=2``, no persistent workers). The recommended settings are a grid entry
+   when they only change ``num_workers`` within the grid; otherwise they are one more entry
+   (so a changed ``prefetch_factor`` is measured beside the grid). Each figure is the median
+   of its rounds.
+
+Every timed run, wrapped or not, is the same loop (:func:`pipelines.train_for`): 3 untimed
+batches (worker start-up), then a fixed time (``--seconds``) of training, epochs repeating as
+needed; samples/s is the samples stepped over the timed window. The same loop records the
+mean step time, so each run also gives the step's ceiling (``BATCH_SIZE / mean step time``:
+the rate with free data, under that run's contention). The *ceiling* of a case is the median
+over the rounds of the recommended settings' runs.
+
+Per case it prints one row: pipeline, condition, recommended settings, predicted samples/s
+[90% interval] (``?`` marks an interval the report called uncertain), achieved, the best of
+the grid and the recommended settings (with its setting), achieved / best, error
+``achieved / predicted - 1``, interval width ``high / low``, covered (achieved inside the
+interval), the step ceiling and whether the prediction exceeds it by more than
+:data:`CEILING_TOLERANCE` (the ceiling is itself measured). Then the summary, against issue
+26's targets: the recommendation at least 0.9 of the best in every case; quiet |error| at most
+15%, median at most 10%; no prediction above the ceiling; coverage at least 80%; median width
+at most 1.6. Each prints "ok" or "MISSED by X".
+
+Conditions: ``quiet``, and ``busy``: one CPU-burning neighbour process (``while True: pass``,
+tagged :data:`pipelines.NEIGHBOUR_TAG` for ``pgrep -f``) started for the whole case in a new
+session with ``setsid`` (another job's process, another scheduling group: ``--neighbour``
+``group`` keeps it in this session, ``child`` makes it a child of this process) and killed
+with ``os.killpg`` on every path out (``try``/``finally``; Ctrl-C and SIGTERM included).
+
+Pipelines (:data:`pipelines.PIPELINES`, all data generated locally from fixed seeds, batches
+of 64, each class of limit a user meets): ``jpeg`` CPU-bound GIL-releasing PIL decode and
+crop; ``text`` GIL-bound pure-Python tokenizing; ``latency`` 2-6 ms of sleep per item;
+``ipc`` 64 x 3x224x224 uint8 batches (moving them is the cost); ``slowstep`` a near-free
+loader before a 30 ms step; ``cpustep`` a conv net trained on the CPU (workers compete with
+the step); ``torchops`` large torch ops per item on intra-op threads; ``wds`` an iterable
+WebDataset over local tar shards split by worker; and ``fft`` (numpy FFT per item, the
+earlier ``prediction.py`` case). ``--list`` describes them. Nothing in pipecheck is tuned to
+these cases: the suite stands for pipelines it has never seen.
+
+    python benchmarks/calibration.py [--pipelines jpeg,text,...] [--conditions quiet,busy]
+        [--seconds 10] [--rounds 3] [--max-workers 4] [--json results.json] [--reports DIR]
+        [--neighbour session|group|child] [--list]
+
+At the defaults (8 pipelines, both conditions, 10 s, 3 rounds, 0-4 workers) a case takes about
+3 minutes and the run about 50 minutes (the estimate is printed first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pipelines import (  # noqa: E402
+    BATCH_SIZE, LOADER_KEYWORDS, PIPELINES, Neighbour, Pipeline, loader_with, train_for)
+
+import pipecheck  # noqa: E402
+
+DEFAULT_PIPELINES = ("jpeg", "text", "latency", "ipc", "slowstep", "cpustep", "torchops", "wds")
+"""The suite run by default: one pipeline per class of issue 26 (``fft`` runs on request)."""
+
+WARM_UP_S = 2.0
+"""Seconds of untimed training at ``num_workers=0`` before each case's measurements."""
+
+START_UP_S = 1.5
+"""Rough seconds a timed run spends beyond ``--seconds`` (loader start, warm-up batches): for
+the wall-time estimate only."""
+
+CEILING_TOLERANCE = 0.05
+"""A prediction counts as above the step's ceiling when it exceeds the measured ceiling by more
+than this fraction: the ceiling is measured too (its rounds differ by a few percent)."""
+
+THREAD_SETTINGS = ("torch_num_threads", "num_threads", "torch.set_num_threads",
+                   "intra_op_threads")
+"""Recommendation settings taken as the main process's torch intra-op thread count: applied
+with ``torch.set_num_threads`` around the timed run (and restored)."""
+
+WORKER_THREAD_SETTINGS = ("OMP_NUM_THREADS", "worker_threads", "worker_num_threads")
+"""Recommendation settings taken as the workers' thread count: applied in each worker by a
+``worker_init_fn`` calling ``torch.set_num_threads``."""
+
+TARGETS = {"best_ratio": 0.9, "quiet_max_error": 0.15, "quiet_median_error": 0.10,
+           "above_ceiling": 0, "coverage": 0.80, "median_width": 1.6}
+"""Issue 26's "done when" figures."""
+
+SHORT = {"num_workers": "nw", "prefetch_factor": "pf", "persistent_workers": "persist",
+         "pin_memory": "pin"}
+
+
+# --- reading a report ---------------------------------------------------------------------
+
+
+@dataclass
+class Prediction:
+    """What a report recommends and predicts. ``settings``: the applied settings (always with
+    ``num_workers``); ``not_applied``: recommended settings this loop cannot apply;
+    ``samples_per_s``: the predicted rate (``None``: the report gives no point);
+    ``low``/``high``: its 90% interval; ``uncertain``: the report's flag; ``source``:
+    ``recommendation`` or ``no change`` (the measured rate stands)."""
+
+    settings: dict[str, Any]
+    samples_per_s: Optional[float]
+    low: Optional[float] = None
+    high: Optional[float] = None
+    uncertain: Optional[bool] = None
+    source: str = "recommendation"
+    not_applied: dict[str, Any] = field(default_factory=dict)
+    recommendations: list[dict[str, Any]] = field(default_factory=list)
+
+
+def applicable(setting: str) -> bool:
+    return (setting in LOADER_KEYWORDS or setting in THREAD_SETTINGS
+            or setting in WORKER_THREAD_SETTINGS)
+
+
+def prediction_of(report: Any) -> Prediction:
+    """The recommended settings of ``report`` and the figures predicted for them."""
+    settings: dict[str, Any] = {"num_workers": 0}
+    not_applied: dict[str, Any] = {}
+    found: Optional[Any] = None
+    listed = []
+    for rec in report.recommendations:
+        expected = rec.expected
+        listed.append({"setting": rec.setting, "current": rec.current, "proposed": rec.proposed,
+                       "samples_per_s": expected.samples_per_s,
+                       "low": getattr(expected, "samples_per_s_low", None),
+                       "high": getattr(expected, "samples_per_s_high", None),
+                       "uncertain": getattr(expected, "uncertain", None),
+                       "note": expected.note, "reason": rec.reason})
+        if not applicable(rec.setting):
+            not_applied[rec.setting] = rec.proposed
+            continue
+        settings[rec.setting] = rec.proposed
+        if expected.samples_per_s is not None or listed[-1]["low"] is not None:
+            found = listed[-1]  # cumulative: the last figure holds every change before it
+    if found is None:
+        return Prediction(settings, report.consumer.samples_per_s, source="no change",
+                          not_applied=not_applied, recommendations=listed)
+    return Prediction(settings, found["samples_per_s"], found["low"], found["high"],
+                      found["uncertain"], not_applied=not_applied, recommendations=listed)
+
+
+def label_of(settings: dict[str, Any]) -> str:
+    """``nw=2 pf=4`` style: the settings in short."""
+    parts = []
+    for key, value in settings.items():
+        if key in THREAD_SETTINGS:
+            parts.append(f"threads={value}")
+        elif key in WORKER_THREAD_SETTINGS:
+            parts.append(f"wthreads={value}")
+        elif isinstance(value, bool):
+            if value:
+                parts.append(SHORT.get(key, key))
+        else:
+            parts.append(f"{SHORT.get(key, key)}={value}")
+    return " ".join(parts)
+
+
+def grid_entry(settings: dict[str, Any], max_workers: int) -> Optional[int]:
+    """The grid's ``num_workers`` the settings equal (torch's defaults otherwise), or
+    ``None``."""
+    workers = settings.get("num_workers", 0)
+    plain = all(key == "num_workers" or (key == "prefetch_factor" and value in (None, 2))
+                or (key in ("persistent_workers", "pin_memory") and not value)
+                for key, value in settings.items())
+    return workers if plain and isinstance(workers, int) and workers <= max_workers else None
+
+
+# --- measuring ----------------------------------------------------------------------------
+
+
+def _worker_threads(count: int) -> Any:
+    def init(_: int) -> None:
+        torch.set_num_threads(count)
+    return init
+
+
+def timed(pipeline: Pipeline, dataset: Any, settings: dict[str, Any], seconds: float) -> Any:
+    """One unwrapped timed run with ``settings`` applied (:func:`pipelines.train_for`)."""
+    loader = loader_with(dataset, settings, pipeline.iterable)
+    for key in WORKER_THREAD_SETTINGS:
+        if key in settings and loader.num_workers:
+            loader.worker_init_fn = _worker_threads(int(settings[key]))
+    threads = next((int(settings[k]) for k in THREAD_SETTINGS if k in settings), None)
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return train_for(loader, seconds, pipeline.model())
+    finally:
+        torch.set_num_threads(before)
+        del loader
+
+
+def run_case(pipeline: Pipeline, data: Optional[str], condition: str,
+             args: argparse.Namespace) -> dict[str, Any]:
+    """One case, measured as the module docstring says; its row."""
+    dataset = pipeline.dataset(data)
+    load_before = os.getloadavg()[0]
+    neighbour = Neighbour(args.neighbour) if condition == "busy" else None
+    try:
+        if neighbour is not None:
+            neighbour.start()
+        train_for(loader_with(dataset, {"num_workers": 0}, pipeline.iterable), WARM_UP_S,
+                  pipeline.model())
+        wrapped = pipecheck.wrap(loader_with(dataset, {"num_workers": 0}, pipeline.iterable))
+        try:
+            baseline = train_for(wrapped, args.seconds, pipeline.model())
+            report = wrapped.report()
+        finally:
+            wrapped.close()
+        if args.reports:
+            os.makedirs(args.reports, exist_ok=True)
+            report.save(os.path.join(args.reports, f"{pipeline.name}-{condition}.json"))
+        predicted = prediction_of(report)
+        configs: dict[str, dict[str, Any]] = {
+            f"nw={n}": {"num_workers": n} for n in range(args.max_workers + 1)}
+        entry = grid_entry(predicted.settings, args.max_workers)
+        recommended = f"nw={entry}" if entry is not None else "recommended"
+        configs.setdefault(recommended, predicted.settings)
+        keys = list(configs)
+        rates: dict[str, list[float]] = {key: [] for key in keys}
+        ceilings: dict[str, list[float]] = {key: [] for key in keys}
+        for r in range(args.rounds):
+            for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+                result = timed(pipeline, dataset, configs[key], args.seconds)
+                rates[key].append(result.samples_per_s)
+                if result.step_s:
+                    ceilings[key].append(BATCH_SIZE / result.step_s)
+    finally:
+        if neighbour is not None:
+            neighbour.stop()
+    medians = {key: statistics.median(values) for key, values in rates.items()}
+    best_key = max(medians, key=medians.__getitem__)
+    return make_row(
+        pipeline=pipeline.name, condition=condition, prediction=predicted,
+        recommended_label=label_of(predicted.settings), achieved=medians[recommended],
+        best=medians[best_key],
+        best_label=label_of(configs[best_key]) if best_key == "recommended" else best_key,
+        ceiling=(statistics.median(ceilings[recommended]) if ceilings[recommended] else None),
+        extra={"grid": {key: medians[key] for key in keys},
+               "rounds": rates,
+               "ceilings": {key: statistics.median(v) for key, v in ceilings.items() if v},
+               "baseline_samples_per_s": baseline.samples_per_s,
+               "baseline_ceiling": (BATCH_SIZE / baseline.step_s if baseline.step_s else None),
+               "verdict": report.diagnosis.verdict,
+               "report_samples_per_s": report.consumer.samples_per_s,
+               "report_demand_samples_per_s": (
+                   report.consumer.demand_batches_per_s * BATCH_SIZE
+                   if report.consumer.demand_batches_per_s else None),
+               "kind": pipeline.kind,
+               "load_average": [load_before, os.getloadavg()[0]]})
+
+
+# --- rows and the summary (pure) ----------------------------------------------------------
+
+
+def make_row(pipeline: str, condition: str, prediction: Prediction, recommended_label: str,
+             achieved: float, best: float, best_label: str, ceiling: Optional[float],
+             extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """A case's row: the measured figures and those derived from them (error, width, covered,
+    above the ceiling)."""
+    point, low, high = prediction.samples_per_s, prediction.low, prediction.high
+    row: dict[str, Any] = {
+        "pipeline": pipeline, "condition": condition, "recommended": recommended_label,
+        "source": prediction.source, "predicted": point, "low": low, "high": high,
+        "uncertain": prediction.uncertain, "achieved": achieved, "best": best,
+        "best_setting": best_label, "best_ratio": achieved / best if best else None,
+        "error": achieved / point - 1 if point else None,
+        "width": high / low if low and high else None,
+        "covered": (low <= achieved <= high) if low is not None and high is not None else None,
+        "ceiling": ceiling,
+        "above_ceiling": (point > ceiling * (1 + CEILING_TOLERANCE)
+                          if point is not None and ceiling else None),
+        "not_applied": prediction.not_applied,
+        "recommendations": prediction.recommendations,
+    }
+    row.update(extra or {})
+    return row
+
+
+def _verdict(value: Optional[float], target: float, upper: bool, unit: str) -> str:
+    """"ok" or "MISSED by X" for ``value`` against ``target`` (``upper``: at most)."""
+    if value is None:
+        return "n/a"
+    missed = value - target if upper else target - value
+    if missed <= 1e-12:
+        return "ok"
+    if unit == "%":
+        return f"MISSED by {missed * 100:.0f} pp"
+    if unit == "cases":
+        return f"MISSED by {missed:.0f} case{'s' if missed != 1 else ''}"
+    return f"MISSED by {missed:.2f}"
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The suite's figures against :data:`TARGETS`, each with its "ok" / "MISSED by X"."""
+    ratios = [r["best_ratio"] for r in rows if r["best_ratio"] is not None]
+    short = sum(1 for x in ratios if x < TARGETS["best_ratio"])
+    quiet = [abs(r["error"]) for r in rows if r["condition"] == "quiet" and r["error"] is not None]
+    all_errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+    judged = [r for r in rows if r["above_ceiling"] is not None]
+    above = sum(1 for r in judged if r["above_ceiling"])
+    with_interval = [r for r in rows if r["covered"] is not None]
+    covered = sum(1 for r in with_interval if r["covered"])
+    widths = [r["width"] for r in rows if r["width"] is not None]
+
+    def median(values: list[float]) -> Optional[float]:
+        return statistics.median(values) if values else None
+
+    summary = {
+        "cases": len(rows),
+        "best_ratio_ok": len(ratios) - short, "best_ratio_cases": len(ratios),
+        "worst_best_ratio": min(ratios) if ratios else None,
+        "quiet_median_error": median(quiet), "quiet_max_error": max(quiet) if quiet else None,
+        "quiet_predictions": len(quiet),
+        "median_error": median(all_errors), "max_error": max(all_errors) if all_errors else None,
+        "above_ceiling": above, "ceiling_judged": len(judged),
+        "coverage": covered / len(with_interval) if with_interval else None,
+        "covered": covered, "with_interval": len(with_interval),
+        "without_interval": len(rows) - len(with_interval),
+        "uncertain": sum(1 for r in rows if r["uncertain"]),
+        "median_width": median(widths),
+    }
+    summary["verdicts"] = {
+        "best_ratio": _verdict(short, 0, True, "cases") if ratios else "n/a",
+        "quiet_median_error": _verdict(summary["quiet_median_error"],
+                                       TARGETS["quiet_median_error"], True, "%"),
+        "quiet_max_error": _verdict(summary["quiet_max_error"], TARGETS["quiet_max_error"],
+                                    True, "%"),
+        "above_ceiling": _verdict(above, TARGETS["above_ceiling"], True, "cases"),
+        "coverage": _verdict(summary["coverage"], TARGETS["coverage"], False, "%"),
+        "median_width": _verdict(summary["median_width"], TARGETS["median_width"], True, ""),
+    }
+    return summary
+
+
+# --- printing -----------------------------------------------------------------------------
+
+
+def _rate(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _pct(value: Optional[float], signed: bool = True) -> str:
+    return "-" if value is None else (f"{value:+.0%}" if signed else f"{value:.0%}")
+
+
+HEADER = (f"{'pipeline':9} {'cond':5} {'recommended':18} {'predicted [90% interval]':28} "
+          f"{'achieved':>8} {'best (setting)':>20} {'ach/best':>8} {'error':>7} {'width':>6} "
+          f"{'covered':>7} {'ceiling':>8} {'>ceil':>5}")
+
+
+def format_row(row: dict[str, Any]) -> str:
+    if row["low"] is not None and row["high"] is not None:
+        interval = f" [{row['low']:,.0f}-{row['high']:,.0f}]{'?' if row['uncertain'] else ''}"
+    else:
+        interval = " (no change)" if row["source"] == "no change" else ""
+    recommended = row["recommended"] + (" +" + ",".join(row["not_applied"])
+                                        if row["not_applied"] else "")
+    covered = {None: "-", True: "yes", False: "NO"}[row["covered"]]
+    above = {None: "-", True: "YES", False: "no"}[row["above_ceiling"]]
+    width = "-" if row["width"] is None else f"{row['width']:.2f}"
+    ratio = "-" if row["best_ratio"] is None else f"{row['best_ratio']:.2f}"
+    best = f"{_rate(row['best'])} ({row['best_setting']})"
+    return (f"{row['pipeline']:9} {row['condition']:5} {recommended:18} "
+            f"{_rate(row['predicted']) + interval:28} {_rate(row['achieved']):>8} "
+            f"{best:>20} {ratio:>8} {_pct(row['error']):>7} {width:>6} {covered:>7} "
+            f"{_rate(row['ceiling']):>8} {above:>5}")
+
+
+def format_summary(summary: dict[str, Any]) -> list[str]:
+    v = summary["verdicts"]
+    worst = summary["worst_best_ratio"]
+    width = summary["median_width"]
+    return [
+        f"recommendation >= 0.9 of best: {summary['best_ratio_ok']}/"
+        f"{summary['best_ratio_cases']} cases (worst "
+        f"{'-' if worst is None else f'{worst:.2f}'}; target every case): {v['best_ratio']}",
+        f"quiet median |error|: {_pct(summary['quiet_median_error'], False)} over "
+        f"{summary['quiet_predictions']} predictions (target <= 10%): {v['quiet_median_error']}",
+        f"quiet max |error|: {_pct(summary['quiet_max_error'], False)} (target <= 15%): "
+        f"{v['quiet_max_error']}",
+        f"all conditions: median |error| {_pct(summary['median_error'], False)}, max "
+        f"{_pct(summary['max_error'], False)}",
+        f"predictions above the step's ceiling (by > {CEILING_TOLERANCE:.0%}): "
+        f"{summary['above_ceiling']} of {summary['ceiling_judged']} (target 0): "
+        f"{v['above_ceiling']}",
+        f"interval coverage: {summary['covered']}/{summary['with_interval']} = "
+        f"{_pct(summary['coverage'], False)} ({summary['without_interval']} cases without an "
+        f"interval, {summary['uncertain']} marked uncertain; target >= 80%): {v['coverage']}",
+        f"median interval width (high/low): "
+        f"{'-' if width is None else f'{width:.2f}'} "
+        f"(target <= 1.6): {v['median_width']}",
+    ]
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+def estimate_s(cases: int, args: argparse.Namespace) -> float:
+    """Rough wall time: per case the warm-up, the wrapped run and every round's runs (the grid
+    and possibly one more configuration)."""
+    per_run = args.seconds + START_UP_S
+    configs = args.max_workers + 1.5  # the recommended settings are off-grid about half the time
+    return cases * (WARM_UP_S + per_run + args.rounds * configs * per_run)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipelines", default=",".join(DEFAULT_PIPELINES),
+                        help=f"comma-separated, of: {', '.join(PIPELINES)} (default: "
+                        f"{','.join(DEFAULT_PIPELINES)})")
+    parser.add_argument("--conditions", default="quiet,busy",
+                        help="comma-separated, of quiet, busy (default both)")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="seconds of each timed run after its warm-up batches (default 10)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds; each figure is their median (default 3)")
+    parser.add_argument("--max-workers", type=int, default=4,
+                        help="the grid's num_workers run 0 to this (default 4)")
+    parser.add_argument("--neighbour", choices=["session", "group", "child"], default="session",
+                        help="where the busy condition's CPU burner runs (default: a new "
+                        "session, setsid)")
+    parser.add_argument("--json", metavar="PATH", help="write the table and summary as JSON")
+    parser.add_argument("--reports", metavar="DIR",
+                        help="save each wrapped run's report as DIR/PIPELINE-CONDITION.json")
+    parser.add_argument("--list", action="store_true", help="list the pipelines and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for p in PIPELINES.values():
+            extra = "" if p.name in DEFAULT_PIPELINES else " (not in the default suite)"
+            print(f"{p.name:9} {p.kind}{extra}: {p.description}")
+        return 0
+    names = [n for n in args.pipelines.split(",") if n]
+    conditions = [c for c in args.conditions.split(",") if c]
+    unknown = [n for n in names if n not in PIPELINES] + [
+        c for c in conditions if c not in ("quiet", "busy")]
+    if unknown or not names or not conditions or args.rounds < 1 or args.max_workers < 0:
+        parser.error(f"unknown or empty: {', '.join(unknown) or 'pipelines/conditions/rounds'}")
+    cases = len(names) * len(conditions)
+    print(f"{cases} cases, about {estimate_s(cases, args) / 60:.0f} minutes; "
+          f"{os.cpu_count()} CPUs, torch {torch.__version__} with "
+          f"{torch.get_num_threads()} intra-op threads", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    started = time.time()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="pipecheck-calibration-") as root:
+        data: dict[str, Optional[str]] = {}
+        for name in names:
+            pipeline = PIPELINES[name]
+            data[name] = None
+            if pipeline.prepare is not None:
+                data[name] = os.path.join(root, name)
+                os.makedirs(data[name])
+                pipeline.prepare(data[name])
+        os.sync()  # the files' writeback would otherwise run during the first measurement
+        print(HEADER, flush=True)
+        for condition in conditions:
+            for name in names:
+                row = run_case(PIPELINES[name], data[name], condition, args)
+                rows.append(row)
+                print(format_row(row), flush=True)
+    summary = summarize(rows)
+    print(f"\nsummary ({len(rows)} cases, {(time.time() - started) / 60:.1f} minutes):")
+    for line in format_summary(summary):
+        print("  " + line)
+    quiet_load = [max(r["load_average"]) for r in rows if r["condition"] == "quiet"]
+    if quiet_load and max(quiet_load) > (os.cpu_count() or 1):
+        print(f"  note: the quiet cases ran at a 1-minute load average up to "
+              f"{max(quiet_load):.1f} on {os.cpu_count()} CPUs: other work on the machine")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"command": sys.argv, "arguments": vars(args),
+                       "environment": {"cpus": os.cpu_count(), "torch": torch.__version__,
+                                       "threads": torch.get_num_threads(),
+                                       "python": platform.python_version(),
+                                       "pipecheck": getattr(pipecheck, "__version__", None),
+                                       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                             time.gmtime())},
+                       "targets": TARGETS, "rows": rows, "summary": summary},
+                      handle, indent=1, default=str)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
