@@ -476,6 +476,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.time()
     rows: list[dict[str, Any]] = []
+    failed: list[dict[str, str]] = []
+    interrupted = False
     with tempfile.TemporaryDirectory(prefix="pipecheck-calibration-") as root:
         data: dict[str, Optional[str]] = {}
         for name in names:
@@ -487,13 +489,28 @@ def main(argv: Optional[list[str]] = None) -> int:
                 pipeline.prepare(data[name])
         os.sync()  # the files' writeback would otherwise run during the first measurement
         print(HEADER, flush=True)
-        for condition in conditions:
-            for name in names:
-                row = run_case(PIPELINES[name], data[name], condition, args)
-                rows.append(row)
-                print(format_row(row), flush=True)
+        try:
+            for condition in conditions:
+                for name in names:
+                    try:
+                        row = run_case(PIPELINES[name], data[name], condition, args)
+                    except Exception as error:  # one broken case must not lose the others
+                        failed.append({"pipeline": name, "condition": condition,
+                                       "error": f"{type(error).__name__}: {error}"})
+                        print(f"{name:9} {condition:5} FAILED: {failed[-1]['error']}",
+                              flush=True)
+                        continue
+                    rows.append(row)
+                    print(format_row(row), flush=True)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("interrupted: the summary covers the cases done", flush=True)
     summary = summarize(rows)
-    print(f"\nsummary ({len(rows)} cases, {(time.time() - started) / 60:.1f} minutes):")
+    summary["failed"] = failed
+    summary["interrupted"] = interrupted
+    print(f"\nsummary ({len(rows)} cases, {(time.time() - started) / 60:.1f} minutes"
+          f"{f', {len(failed)} failed' if failed else ''}"
+          f"{', interrupted' if interrupted else ''}):")
     for line in format_summary(summary):
         print("  " + line)
     quiet_load = [max(r["load_average"]) for r in rows if r["condition"] == "quiet"]
@@ -501,18 +518,24 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"  note: the quiet cases ran at a 1-minute load average up to "
               f"{max(quiet_load):.1f} on {os.cpu_count()} CPUs: other work on the machine")
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"command": sys.argv, "arguments": vars(args),
-                       "environment": {"cpus": os.cpu_count(), "torch": torch.__version__,
-                                       "threads": torch.get_num_threads(),
-                                       "python": platform.python_version(),
-                                       "pipecheck": getattr(pipecheck, "__version__", None),
-                                       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                             time.gmtime())},
-                       "targets": TARGETS, "rows": rows, "summary": summary},
-                      handle, indent=1, default=str)
+        write_json(args.json, args, rows, summary)
         print(f"wrote {args.json}")
-    return 0
+    return 130 if interrupted else (1 if failed else 0)
+
+
+def write_json(path: str, args: argparse.Namespace, rows: list[dict[str, Any]],
+               summary: dict[str, Any]) -> None:
+    """The whole table and summary, with the command and environment, for committing and
+    comparing runs."""
+    with open(path, "w") as handle:
+        json.dump({"command": sys.argv, "arguments": vars(args),
+                   "environment": {"cpus": os.cpu_count(), "torch": torch.__version__,
+                                   "threads": torch.get_num_threads(),
+                                   "python": platform.python_version(),
+                                   "pipecheck": getattr(pipecheck, "__version__", None),
+                                   "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                   "targets": TARGETS, "rows": rows, "summary": summary},
+                  handle, indent=1, default=str)
 
 
 if __name__ == "__main__":
