@@ -355,7 +355,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                                        TARGETS["quiet_median_error"], True, "%"),
         "quiet_max_error": _verdict(summary["quiet_max_error"], TARGETS["quiet_max_error"],
                                     True, "%"),
-        "above_ceiling": _verdict(above, TARGETS["above_ceiling"], True, "cases"),
+        "above_ceiling": (_verdict(above, TARGETS["above_ceiling"], True, "cases")
+                          if judged else "n/a"),
         "coverage": _verdict(summary["coverage"], TARGETS["coverage"], False, "%"),
         "median_width": _verdict(summary["median_width"], TARGETS["median_width"], True, ""),
     }
