@@ -9,9 +9,10 @@ Method. For each pipeline and condition (a *case*), in one process:
    the report's recommended settings (every recommendation whose setting the loop can apply:
    ``num_workers``, ``prefetch_factor``, ``persistent_workers``, ``pin_memory`` with CUDA, and
    a torch thread count, :data:`THREAD_SETTINGS`; others are listed as not applied), the
-   samples/s predicted for them (the last recommendation that gives a figure: they are
-   cumulative), its 90% interval and whether the report calls it ``uncertain``. With no
-   recommendation the prediction is "no change": the report's own measured rate, no interval;
+   samples/s predicted for them (the last recommendation's figure: they are cumulative), its
+   90% interval and whether the report calls it ``uncertain``. With no recommendation the
+   prediction is "no change": the report's own measured rate, no interval; a recommendation
+   without a figure is "no prediction" (no error, no interval: counted apart);
 3. unwrapped, ``--rounds`` interleaved rounds (the configurations' order rotates each round, so
    a slow minute or a position in the round spreads over all of them) of: the recommended
    settings, and the grid ``num_workers`` 0..``--max-workers`` at torch's defaults
@@ -141,10 +142,15 @@ def applicable(setting: str) -> bool:
 
 
 def prediction_of(report: Any) -> Prediction:
-    """The recommended settings of ``report`` and the figures predicted for them."""
+    """The recommended settings of ``report`` and the figures predicted for them: the figure of
+    the last applicable recommendation (they are cumulative). When that one gives none (the
+    report proposes a change it cannot predict; ``pin_memory``, which leaves the CPU side as it
+    is, excepted) the source is ``no prediction``; with no applicable recommendation it is
+    ``no change`` and the report's measured rate stands for the prediction."""
     settings: dict[str, Any] = {"num_workers": 0}
     not_applied: dict[str, Any] = {}
-    found: Optional[Any] = None
+    found: Optional[dict[str, Any]] = None
+    changed = False
     listed = []
     for rec in report.recommendations:
         expected = rec.expected
@@ -158,11 +164,17 @@ def prediction_of(report: Any) -> Prediction:
             not_applied[rec.setting] = rec.proposed
             continue
         settings[rec.setting] = rec.proposed
+        changed = True
         if expected.samples_per_s is not None or listed[-1]["low"] is not None:
-            found = listed[-1]  # cumulative: the last figure holds every change before it
-    if found is None:
+            found = listed[-1]
+        elif rec.setting != "pin_memory":
+            found = None  # the settings measured include a change nothing was predicted for
+    if not changed:
         return Prediction(settings, report.consumer.samples_per_s, source="no change",
                           not_applied=not_applied, recommendations=listed)
+    if found is None:
+        return Prediction(settings, None, source="no prediction", not_applied=not_applied,
+                          recommendations=listed)
     return Prediction(settings, found["samples_per_s"], found["low"], found["high"],
                       found["uncertain"], not_applied=not_applied, recommendations=listed)
 
@@ -347,6 +359,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "covered": covered, "with_interval": len(with_interval),
         "without_interval": len(rows) - len(with_interval),
         "uncertain": sum(1 for r in rows if r["uncertain"]),
+        "sources": {source: sum(1 for r in rows if r["source"] == source)
+                    for source in ("recommendation", "no change", "no prediction")},
         "median_width": median(widths),
     }
     summary["verdicts"] = {
@@ -386,13 +400,14 @@ def format_row(row: dict[str, Any]) -> str:
         interval = " (no change)" if row["source"] == "no change" else ""
     recommended = row["recommended"] + (" +" + ",".join(row["not_applied"])
                                         if row["not_applied"] else "")
+    predicted = "no prediction" if row["source"] == "no prediction" else _rate(row["predicted"])
     covered = {None: "-", True: "yes", False: "NO"}[row["covered"]]
     above = {None: "-", True: "YES", False: "no"}[row["above_ceiling"]]
     width = "-" if row["width"] is None else f"{row['width']:.2f}"
     ratio = "-" if row["best_ratio"] is None else f"{row['best_ratio']:.2f}"
     best = f"{_rate(row['best'])} ({row['best_setting']})"
     return (f"{row['pipeline']:9} {row['condition']:5} {recommended:18} "
-            f"{_rate(row['predicted']) + interval:28} {_rate(row['achieved']):>8} "
+            f"{predicted + interval:28} {_rate(row['achieved']):>8} "
             f"{best:>20} {ratio:>8} {_pct(row['error']):>7} {width:>6} {covered:>7} "
             f"{_rate(row['ceiling']):>8} {above:>5}")
 
@@ -409,6 +424,9 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         f"{summary['quiet_predictions']} predictions (target <= 10%): {v['quiet_median_error']}",
         f"quiet max |error|: {_pct(summary['quiet_max_error'], False)} (target <= 15%): "
         f"{v['quiet_max_error']}",
+        f"cases: {summary['sources']['recommendation']} predicted recommendations, "
+        f"{summary['sources']['no change']} no change (the measured rate stands), "
+        f"{summary['sources']['no prediction']} recommendations without a prediction",
         f"all conditions: median |error| {_pct(summary['median_error'], False)}, max "
         f"{_pct(summary['max_error'], False)}",
         f"predictions above the step's ceiling (by > {CEILING_TOLERANCE:.0%}): "

@@ -30,10 +30,10 @@ def _report(*recs, measured=500.0):
 def test_the_last_figure_of_cumulative_recommendations_is_the_prediction():
     found = prediction_of(_report(_rec("num_workers", 2, 900, 800, 1000),
                                   _rec("prefetch_factor", 4, 950, 850, 1100, False),
-                                  _rec("persistent_workers", True),
+                                  _rec("persistent_workers", True, 960, 860, 1110),
                                   _rec("num_shards", 12, None)))
     assert found.settings == {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
-    assert (found.samples_per_s, found.low, found.high) == (950, 850, 1100)
+    assert (found.samples_per_s, found.low, found.high) == (960, 860, 1110)
     assert found.not_applied == {"num_shards": 12}
     assert found.source == "recommendation"
 
@@ -91,3 +91,15 @@ def test_summary_against_the_targets():
     assert verdicts["median_width"] == "ok"
     assert all(calibration.format_summary(summary))
     assert all(calibration.format_row(row) for row in rows)
+
+
+def test_a_change_without_a_figure_is_no_prediction():
+    found = prediction_of(_report(_rec("num_workers", 1), measured=432.0))
+    assert found.settings == {"num_workers": 1}
+    assert (found.samples_per_s, found.low, found.source) == (None, None, "no prediction")
+    pinned = prediction_of(_report(_rec("num_workers", 2, 900, 800, 1000),
+                                   _rec("pin_memory", True)))
+    assert (pinned.samples_per_s, pinned.source) == (900, "recommendation")
+    row = make_row("p", "quiet", found, "nw=1", 500, 600, "nw=2", 700)
+    assert row["error"] is None and row["covered"] is None and row["above_ceiling"] is None
+    assert summarize([row])["sources"]["no prediction"] == 1
