@@ -11,8 +11,10 @@ Method. For each pipeline and condition (a *case*), in one process:
    a torch thread count, :data:`THREAD_SETTINGS`; others are listed as not applied), the
    samples/s predicted for them (the last recommendation's figure: they are cumulative), its
    90% interval and whether the report calls it ``uncertain``. With no recommendation the
-   prediction is "no change": the report's own measured rate, no interval; a recommendation
-   without a figure is "no prediction" (no error, no interval: counted apart);
+   prediction is "no change": the report's own measured rate, no interval, not judged against
+   the ceiling (it is a measurement); a recommendation without a figure is "no prediction",
+   and a report that recommends nothing for want of evidence "abstained" (neither has an
+   error or an interval: both are counted apart);
 3. unwrapped, ``--rounds`` interleaved rounds (the configurations' order rotates each round, so
    a slow minute or a position in the round spreads over all of them) of: the recommended
    settings, and the grid ``num_workers`` 0..``--max-workers`` at torch's defaults
@@ -56,10 +58,21 @@ these cases: the suite stands for pipelines it has never seen.
 
     python benchmarks/calibration.py [--pipelines jpeg,text,...] [--conditions quiet,busy]
         [--seconds 10] [--rounds 3] [--max-workers 4] [--json results.json] [--reports DIR]
-        [--neighbour session|group|child] [--list]
+        [--records DIR] [--neighbour session|group|child] [--list]
+    python benchmarks/calibration.py --replay results.json [--records DIR] [--json new.json]
+
+Calibrating without measuring again: ``--records DIR`` saves each wrapped run's raw record
+(pipecheck's ``RunRecord``, pickled), and ``--replay results.json`` derives every case's
+recommendation, prediction and interval again from those records with the pipecheck imported
+now, judged against the measurements in ``results.json``, in seconds. A changed
+recommendation is judged only where that run measured its settings (the earlier
+recommendation, or a plain grid entry); otherwise its achieved rate is "-". Records are
+pickles: a later pipecheck reads them while its record classes keep the fields' names (new
+fields need defaults). Tuning the interval on a replay and then checking it on a fresh run
+(or on other pipelines) keeps the fit honest.
 
 At the defaults (8 pipelines, both conditions, 10 s, 3 rounds, 0-4 workers) a case takes about
-3 minutes and the run about 50 minutes (the estimate is printed first).
+3.5 minutes and the run about 55 minutes (the estimate is printed first).
 """
 
 from __future__ import annotations
@@ -67,6 +80,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import platform
 import signal
 import statistics
@@ -83,6 +97,7 @@ from pipelines import (  # noqa: E402
     BATCH_SIZE, LOADER_KEYWORDS, PIPELINES, Neighbour, Pipeline, loader_with, train_for)
 
 import pipecheck  # noqa: E402
+from pipecheck.report import build_report  # noqa: E402
 
 DEFAULT_PIPELINES = ("jpeg", "text", "latency", "ipc", "slowstep", "cpustep", "torchops", "wds")
 """The suite run by default: one pipeline per class of issue 26 (``fft`` runs on request)."""
@@ -110,6 +125,10 @@ WORKER_THREAD_SETTINGS = ("OMP_NUM_THREADS", "worker_threads", "worker_num_threa
 TARGETS = {"best_ratio": 0.9, "quiet_max_error": 0.15, "quiet_median_error": 0.10,
            "above_ceiling": 0, "coverage": 0.80, "median_width": 1.6}
 """Issue 26's "done when" figures."""
+
+ABSTAINING_FINDINGS = ("insufficient-data",)
+"""Findings with which a report that recommends nothing abstains (too little evidence to
+advise) rather than says "no change helps": such a case has no prediction."""
 
 SHORT = {"num_workers": "nw", "prefetch_factor": "pf", "persistent_workers": "persist",
          "pin_memory": "pin"}
@@ -146,7 +165,8 @@ def prediction_of(report: Any) -> Prediction:
     the last applicable recommendation (they are cumulative). When that one gives none (the
     report proposes a change it cannot predict; ``pin_memory``, which leaves the CPU side as it
     is, excepted) the source is ``no prediction``; with no applicable recommendation it is
-    ``no change`` and the report's measured rate stands for the prediction."""
+    ``no change`` and the report's measured rate stands for the prediction, or ``abstained``
+    (no prediction) when the report says why it cannot advise (:data:`ABSTAINING_FINDINGS`)."""
     settings: dict[str, Any] = {"num_workers": 0}
     not_applied: dict[str, Any] = {}
     found: Optional[dict[str, Any]] = None
@@ -170,6 +190,10 @@ def prediction_of(report: Any) -> Prediction:
         elif rec.setting != "pin_memory":
             found = None  # the settings measured include a change nothing was predicted for
     if not changed:
+        if any(str(getattr(f.kind, "value", f.kind)) in ABSTAINING_FINDINGS
+               for f in report.diagnosis.findings):
+            return Prediction(settings, None, source="abstained", not_applied=not_applied,
+                              recommendations=listed)
         return Prediction(settings, report.consumer.samples_per_s, source="no change",
                           not_applied=not_applied, recommendations=listed)
     if found is None:
@@ -245,9 +269,16 @@ def run_case(pipeline: Pipeline, data: Optional[str], condition: str,
         wrapped = pipecheck.wrap(loader_with(dataset, {"num_workers": 0}, pipeline.iterable))
         try:
             baseline = train_for(wrapped, args.seconds, pipeline.model())
-            report = wrapped.report()
+            record = object.__getattribute__(wrapped, "_measurement").record()
+            report = build_report(record)
         finally:
             wrapped.close()
+        record_file = None
+        if args.records:
+            os.makedirs(args.records, exist_ok=True)
+            record_file = os.path.join(args.records, f"{pipeline.name}-{condition}.pickle")
+            with open(record_file, "wb") as handle:
+                pickle.dump(record, handle)
         if args.reports:
             os.makedirs(args.reports, exist_ok=True)
             report.save(os.path.join(args.reports, f"{pipeline.name}-{condition}.json"))
@@ -287,7 +318,7 @@ def run_case(pipeline: Pipeline, data: Optional[str], condition: str,
                "report_demand_samples_per_s": (
                    report.consumer.demand_batches_per_s * BATCH_SIZE
                    if report.consumer.demand_batches_per_s else None),
-               "kind": pipeline.kind,
+               "kind": pipeline.kind, "record_file": record_file,
                "load_average": [load_before, os.getloadavg()[0]]})
 
 
@@ -295,22 +326,29 @@ def run_case(pipeline: Pipeline, data: Optional[str], condition: str,
 
 
 def make_row(pipeline: str, condition: str, prediction: Prediction, recommended_label: str,
-             achieved: float, best: float, best_label: str, ceiling: Optional[float],
-             extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+             achieved: Optional[float], best: float, best_label: str,
+             ceiling: Optional[float], extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """A case's row: the measured figures and those derived from them (error, width, covered,
-    above the ceiling)."""
+    above the ceiling). ``achieved`` is ``None`` only in a replay whose recommendation was not
+    measured (:func:`replay`): then nothing is judged against it."""
     point, low, high = prediction.samples_per_s, prediction.low, prediction.high
+    if achieved is None:
+        point_error = covered = best_ratio = None
+    else:
+        point_error = achieved / point - 1 if point else None
+        covered = (low <= achieved <= high) if low is not None and high is not None else None
+        best_ratio = achieved / best if best else None
     row: dict[str, Any] = {
         "pipeline": pipeline, "condition": condition, "recommended": recommended_label,
         "source": prediction.source, "predicted": point, "low": low, "high": high,
         "uncertain": prediction.uncertain, "achieved": achieved, "best": best,
-        "best_setting": best_label, "best_ratio": achieved / best if best else None,
-        "error": achieved / point - 1 if point else None,
-        "width": high / low if low and high else None,
-        "covered": (low <= achieved <= high) if low is not None and high is not None else None,
+        "best_setting": best_label, "best_ratio": best_ratio, "error": point_error,
+        "width": high / low if low and high else None, "covered": covered,
         "ceiling": ceiling,
+        # "no change" predicts nothing: its figure is the wrapped run's own measured rate.
         "above_ceiling": (point > ceiling * (1 + CEILING_TOLERANCE)
-                          if point is not None and ceiling else None),
+                          if point is not None and ceiling and prediction.source != "no change"
+                          else None),
         "not_applied": prediction.not_applied,
         "recommendations": prediction.recommendations,
     }
@@ -360,7 +398,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "without_interval": len(rows) - len(with_interval),
         "uncertain": sum(1 for r in rows if r["uncertain"]),
         "sources": {source: sum(1 for r in rows if r["source"] == source)
-                    for source in ("recommendation", "no change", "no prediction")},
+                    for source in ("recommendation", "no change", "no prediction", "abstained")},
         "median_width": median(widths),
     }
     summary["verdicts"] = {
@@ -400,7 +438,8 @@ def format_row(row: dict[str, Any]) -> str:
         interval = " (no change)" if row["source"] == "no change" else ""
     recommended = row["recommended"] + (" +" + ",".join(row["not_applied"])
                                         if row["not_applied"] else "")
-    predicted = "no prediction" if row["source"] == "no prediction" else _rate(row["predicted"])
+    predicted = (row["source"] if row["source"] in ("no prediction", "abstained")
+                 else _rate(row["predicted"]))
     covered = {None: "-", True: "yes", False: "NO"}[row["covered"]]
     above = {None: "-", True: "YES", False: "no"}[row["above_ceiling"]]
     width = "-" if row["width"] is None else f"{row['width']:.2f}"
@@ -426,7 +465,8 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         f"{v['quiet_max_error']}",
         f"cases: {summary['sources']['recommendation']} predicted recommendations, "
         f"{summary['sources']['no change']} no change (the measured rate stands), "
-        f"{summary['sources']['no prediction']} recommendations without a prediction",
+        f"{summary['sources']['no prediction']} recommendations without a prediction, "
+        f"{summary['sources']['abstained']} abstained (too little evidence)",
         f"all conditions: median |error| {_pct(summary['median_error'], False)}, max "
         f"{_pct(summary['max_error'], False)}",
         f"predictions above the step's ceiling (by > {CEILING_TOLERANCE:.0%}): "
@@ -439,6 +479,49 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
         f"{'-' if width is None else f'{width:.2f}'} "
         f"(target <= 1.6): {v['median_width']}",
     ]
+
+
+# --- replay (for calibrating the model without measuring again) ----------------------------
+
+
+def replay(path: str, records: Optional[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows of the results file ``path`` (``--json``) with each case's prediction derived
+    again, by the pipecheck imported now, from the run record its wrapped run saved
+    (``--records``; ``records`` overrides the folder). The measured figures stay: the achieved
+    rate is the earlier recommendation's when the settings are the same, the grid entry's
+    when the new settings are a plain worker count the grid measured, else unknown (the row
+    is listed, and nothing is judged against it). Returns the rows and the cases skipped
+    (no record)."""
+    with open(path) as handle:
+        results = json.load(handle)
+    max_workers = results["arguments"]["max_workers"]
+    rows, skipped = [], []
+    for old in results["rows"]:
+        name = f"{old['pipeline']}-{old['condition']}.pickle"
+        file = os.path.join(records, name) if records else old.get("record_file")
+        if not file or not os.path.exists(file):
+            skipped.append(f"{old['pipeline']} {old['condition']}")
+            continue
+        with open(file, "rb") as handle:
+            predicted = prediction_of(build_report(pickle.load(handle)))
+        label = label_of(predicted.settings)
+        entry = grid_entry(predicted.settings, max_workers)
+        key = f"nw={entry}" if entry is not None else None
+        if label == old["recommended"]:
+            achieved, ceiling = old["achieved"], old["ceiling"]
+        elif key is not None and key in old["grid"]:
+            achieved, ceiling = old["grid"][key], old.get("ceilings", {}).get(key)
+        else:
+            achieved, ceiling = None, None
+        extra = {k: v for k, v in old.items() if k not in ("recommendations",)}
+        extra["replayed_from"] = {"recommended": old["recommended"],
+                                  "predicted": old["predicted"], "low": old["low"],
+                                  "high": old["high"]}
+        row = make_row(old["pipeline"], old["condition"], predicted, label, achieved,
+                       old["best"], old["best_setting"], ceiling)
+        extra.update(row)
+        rows.append(extra)
+    return rows, skipped
 
 
 # --- main ---------------------------------------------------------------------------------
@@ -475,8 +558,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the table and summary as JSON")
     parser.add_argument("--reports", metavar="DIR",
                         help="save each wrapped run's report as DIR/PIPELINE-CONDITION.json")
+    parser.add_argument("--records", metavar="DIR",
+                        help="save each wrapped run's record (a pickle of pipecheck's RunRecord) "
+                        "as DIR/PIPELINE-CONDITION.pickle, for --replay")
+    parser.add_argument("--replay", metavar="RESULTS",
+                        help="measure nothing: derive every case's prediction again from the "
+                        "records a run with --json RESULTS --records DIR saved, with the "
+                        "pipecheck imported now, and judge it against that run's measurements")
     parser.add_argument("--list", action="store_true", help="list the pipelines and exit")
     args = parser.parse_args(argv)
+    if args.replay:
+        rows, skipped = replay(args.replay, args.records)
+        print(HEADER)
+        for row in rows:
+            print(format_row(row))
+        summary = summarize(rows)
+        print(f"\nsummary (replayed from {args.replay}, {len(rows)} cases"
+              f"{f'; no record for {len(skipped)}' if skipped else ''}):")
+        for line in format_summary(summary):
+            print("  " + line)
+        if args.json:
+            write_json(args.json, args, rows, summary)
+            print(f"wrote {args.json}")
+        return 0
     if args.list:
         for p in PIPELINES.values():
             extra = "" if p.name in DEFAULT_PIPELINES else " (not in the default suite)"

@@ -22,9 +22,11 @@ def _rec(setting, proposed, point=None, low=None, high=None, uncertain=None):
                            reason="")
 
 
-def _report(*recs, measured=500.0):
+def _report(*recs, measured=500.0, findings=()):
     return SimpleNamespace(recommendations=list(recs),
-                           consumer=SimpleNamespace(samples_per_s=measured))
+                           consumer=SimpleNamespace(samples_per_s=measured),
+                           diagnosis=SimpleNamespace(findings=[SimpleNamespace(kind=k)
+                                                               for k in findings]))
 
 
 def test_the_last_figure_of_cumulative_recommendations_is_the_prediction():
@@ -103,3 +105,11 @@ def test_a_change_without_a_figure_is_no_prediction():
     row = make_row("p", "quiet", found, "nw=1", 500, 600, "nw=2", 700)
     assert row["error"] is None and row["covered"] is None and row["above_ceiling"] is None
     assert summarize([row])["sources"]["no prediction"] == 1
+
+
+def test_no_recommendation_for_want_of_evidence_abstains():
+    found = prediction_of(_report(findings=("short-run", "insufficient-data")))
+    assert (found.samples_per_s, found.source) == (None, "abstained")
+    no_change = make_row("p", "busy", prediction_of(_report(measured=1200.0)), "nw=0", 1000,
+                         1000, "nw=0", 1000)
+    assert no_change["above_ceiling"] is None and no_change["error"] == pytest.approx(-1 / 6)
