@@ -29,6 +29,9 @@ needed; samples/s is the samples stepped over the timed window. The same loop re
 mean step time, so each run also gives the step's ceiling (``BATCH_SIZE / mean step time``:
 the rate with free data, under that run's contention). The *ceiling* of a case is the median
 over the rounds of the recommended settings' runs.
+Around each case (1 s before it and after it, this process idle) the cores other processes keep
+busy are measured (``outside_cores`` in the JSON); the summary says when the quiet cases were
+not quiet (:data:`OUTSIDE_NOTE_CORES`), as on a shared machine.
 
 Per case it prints one row: pipeline, condition, recommended settings, predicted samples/s
 [90% interval] (``?`` marks an interval the report called uncertain), achieved, the best of
@@ -90,6 +93,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+import psutil
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -125,6 +129,10 @@ WORKER_THREAD_SETTINGS = ("OMP_NUM_THREADS", "worker_threads", "worker_num_threa
 TARGETS = {"best_ratio": 0.9, "quiet_max_error": 0.15, "quiet_median_error": 0.10,
            "above_ceiling": 0, "coverage": 0.80, "median_width": 1.6}
 """Issue 26's "done when" figures."""
+
+OUTSIDE_NOTE_CORES = 0.3
+"""Cores kept busy by other processes around a quiet case (measured before and after it) from
+which the summary says the quiet cases were not quiet."""
 
 ABSTAINING_FINDINGS = ("insufficient-data",)
 """Findings with which a report that recommends nothing abstains (too little evidence to
@@ -255,11 +263,17 @@ def timed(pipeline: Pipeline, dataset: Any, settings: dict[str, Any], seconds: f
         del loader
 
 
+def outside_cores(seconds: float = 1.0) -> float:
+    """Cores the machine's other processes kept busy over ``seconds`` (this process is idle
+    then: between cases, no workers, the neighbour not yet started or already stopped)."""
+    return psutil.cpu_percent(interval=seconds) / 100 * (psutil.cpu_count() or 1)
+
+
 def run_case(pipeline: Pipeline, data: Optional[str], condition: str,
              args: argparse.Namespace) -> dict[str, Any]:
     """One case, measured as the module docstring says; its row."""
     dataset = pipeline.dataset(data)
-    load_before = os.getloadavg()[0]
+    outside_before = outside_cores()
     neighbour = Neighbour(args.neighbour) if condition == "busy" else None
     try:
         if neighbour is not None:
@@ -300,6 +314,7 @@ def run_case(pipeline: Pipeline, data: Optional[str], condition: str,
     finally:
         if neighbour is not None:
             neighbour.stop()
+    outside_after = outside_cores()
     medians = {key: statistics.median(values) for key, values in rates.items()}
     best_key = max(medians, key=medians.__getitem__)
     return make_row(
@@ -319,7 +334,7 @@ def run_case(pipeline: Pipeline, data: Optional[str], condition: str,
                    report.consumer.demand_batches_per_s * BATCH_SIZE
                    if report.consumer.demand_batches_per_s else None),
                "kind": pipeline.kind, "record_file": record_file,
-               "load_average": [load_before, os.getloadavg()[0]]})
+               "outside_cores": [outside_before, outside_after]})
 
 
 # --- rows and the summary (pure) ----------------------------------------------------------
@@ -636,10 +651,10 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"{', interrupted' if interrupted else ''}):")
     for line in format_summary(summary):
         print("  " + line)
-    quiet_load = [max(r["load_average"]) for r in rows if r["condition"] == "quiet"]
-    if quiet_load and max(quiet_load) > (os.cpu_count() or 1):
-        print(f"  note: the quiet cases ran at a 1-minute load average up to "
-              f"{max(quiet_load):.1f} on {os.cpu_count()} CPUs: other work on the machine")
+    outside = [max(r["outside_cores"]) for r in rows if r["condition"] == "quiet"]
+    if outside and max(outside) >= OUTSIDE_NOTE_CORES:
+        print(f"  note: other processes kept up to {max(outside):.1f} cores busy around the "
+              f"quiet cases (of {psutil.cpu_count()}): they were not quiet")
     if args.json:
         write_json(args.json, args, rows, summary)
         print(f"wrote {args.json}")
