@@ -130,6 +130,9 @@ TARGETS = {"best_ratio": 0.9, "quiet_max_error": 0.15, "quiet_median_error": 0.1
            "above_ceiling": 0, "coverage": 0.80, "median_width": 1.6}
 """Issue 26's "done when" figures."""
 
+OUTSIDE_SAMPLE_S = 1.0
+"""Seconds over which the other processes' CPU is sampled before and after each case."""
+
 OUTSIDE_NOTE_CORES = 0.3
 """Cores kept busy by other processes around a quiet case (measured before and after it) from
 which the summary says the quiet cases were not quiet."""
@@ -263,7 +266,7 @@ def timed(pipeline: Pipeline, dataset: Any, settings: dict[str, Any], seconds: f
         del loader
 
 
-def outside_cores(seconds: float = 1.0) -> float:
+def outside_cores(seconds: float = OUTSIDE_SAMPLE_S) -> float:
     """Cores the machine's other processes kept busy over ``seconds`` (this process is idle
     then: between cases, no workers, the neighbour not yet started or already stopped)."""
     return psutil.cpu_percent(interval=seconds) / 100 * (psutil.cpu_count() or 1)
@@ -547,7 +550,8 @@ def estimate_s(cases: int, args: argparse.Namespace) -> float:
     and possibly one more configuration)."""
     per_run = args.seconds + START_UP_S
     configs = args.max_workers + 1.5  # the recommended settings are off-grid about half the time
-    return cases * (WARM_UP_S + per_run + args.rounds * configs * per_run)
+    return cases * (WARM_UP_S + 2 * OUTSIDE_SAMPLE_S + per_run
+                    + args.rounds * configs * per_run)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
