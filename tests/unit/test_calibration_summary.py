@@ -113,3 +113,11 @@ def test_no_recommendation_for_want_of_evidence_abstains():
     no_change = make_row("p", "busy", prediction_of(_report(measured=1200.0)), "nw=0", 1000,
                          1000, "nw=0", 1000)
     assert no_change["above_ceiling"] is None and no_change["error"] == pytest.approx(-1 / 6)
+
+
+def test_needed_width_is_the_band_holding_80_percent_of_the_points():
+    rows = [_row("quiet", 1000, achieved, 2000) for achieved in (1000, 1100, 900, 1250, 500)]
+    # |ln ratio|: 0, 0.095, 0.105, 0.223, 0.693; the 4th of 5 (80%) is ln 1.25
+    assert calibration.needed_width(rows) == pytest.approx(1.25 ** 2)
+    assert summarize(rows)["needed_width"] == pytest.approx(1.5625)
+    assert calibration.needed_width([_row("busy", None, 500, 500)]) is None
