@@ -155,7 +155,8 @@ class Prediction:
     ``num_workers``); ``not_applied``: recommended settings this loop cannot apply;
     ``samples_per_s``: the predicted rate (``None``: the report gives no point);
     ``low``/``high``: its 90% interval; ``uncertain``: the report's flag; ``source``:
-    ``recommendation`` or ``no change`` (the measured rate stands)."""
+    ``recommendation``, ``no prediction``, ``no change`` (the measured rate stands) or
+    ``abstained`` (:func:`prediction_of`)."""
 
     settings: dict[str, Any]
     samples_per_s: Optional[float]
@@ -267,6 +268,15 @@ def timed(pipeline: Pipeline, dataset: Any, settings: dict[str, Any], seconds: f
         del loader
 
 
+def run_record(wrapped: Any) -> Any:
+    """The raw record a wrapped loader's report is built from (pipecheck's ``RunRecord``, for
+    ``--records`` / ``--replay``), or ``None`` where this pipecheck keeps it elsewhere."""
+    try:
+        return object.__getattribute__(wrapped, "_measurement").record()
+    except AttributeError:
+        return None
+
+
 def outside_cores(seconds: float = OUTSIDE_SAMPLE_S) -> float:
     """Cores the machine's other processes kept busy over ``seconds`` (this process is idle
     then: between cases, no workers, the neighbour not yet started or already stopped)."""
@@ -287,12 +297,12 @@ def run_case(pipeline: Pipeline, data: Optional[str], condition: str,
         wrapped = pipecheck.wrap(loader_with(dataset, {"num_workers": 0}, pipeline.iterable))
         try:
             baseline = train_for(wrapped, args.seconds, pipeline.model())
-            record = object.__getattribute__(wrapped, "_measurement").record()
-            report = build_report(record)
+            record = run_record(wrapped)
+            report = build_report(record) if record is not None else wrapped.report()
         finally:
             wrapped.close()
         record_file = None
-        if args.records:
+        if args.records and record is not None:
             os.makedirs(args.records, exist_ok=True)
             record_file = os.path.join(args.records, f"{pipeline.name}-{condition}.pickle")
             with open(record_file, "wb") as handle:
