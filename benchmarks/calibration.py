@@ -29,6 +29,7 @@ needed; samples/s is the samples stepped over the timed window. The same loop re
 mean step time, so each run also gives the step's ceiling (``BATCH_SIZE / mean step time``:
 the rate with free data, under that run's contention). The *ceiling* of a case is the median
 over the rounds of the recommended settings' runs.
+
 Around each case (1 s before it and after it, this process idle) the cores other processes keep
 busy are measured (``outside_cores`` in the JSON); the summary says when the quiet cases were
 not quiet (:data:`OUTSIDE_NOTE_CORES`), as on a shared machine.
@@ -41,7 +42,11 @@ interval), the step ceiling and whether the prediction exceeds it by more than
 :data:`CEILING_TOLERANCE` (the ceiling is itself measured). Then the summary, against issue
 26's targets: the recommendation at least 0.9 of the best in every case; quiet |error| at most
 15%, median at most 10%; no prediction above the ceiling; coverage at least 80%; median width
-at most 1.6. Each prints "ok" or "MISSED by X".
+at most 1.6. Each prints "ok" or "MISSED by X". A last line gives the narrowest band centred
+on the predicted points that holds 80% of the achieved rates (:func:`needed_width`): whether
+the points are good enough for any interval to meet both interval targets. A case that raises
+is reported as failed and the others run; Ctrl-C prints the summary of the cases done (and
+writes ``--json``).
 
 Conditions: ``quiet``, and ``busy``: one CPU-burning neighbour process (``while True: pass``,
 tagged :data:`pipelines.NEIGHBOUR_TAG` for ``pgrep -f``) started for the whole case in a new
