@@ -24,8 +24,8 @@ blocks and their rates' noise (:func:`pipecheck.analysis.choice.block_rate_noise
 :data:`pipecheck.analysis.choice.MIN_WORTHWHILE_GAIN`, or at ``max_blocks`` blocks: a noisy
 loader gets a longer window, a steady one the minimum. The budget ends the trials (the choice is
 then made among the trials measured): ``budget_s`` of loop time from the first trial, or
-``budget_fraction`` of the epoch's batches when the epoch's length is known (never fewer than
-:data:`MIN_BUDGET_WINDOWS` minimum windows: short epochs repeat), whichever comes first; no trial starts after it, and the one in progress runs on to its minimum window
+``budget_fraction`` of the epoch's batches when the epoch's length is known (only once
+:data:`MIN_BUDGET_WINDOWS` trials are measured), whichever comes first; no trial starts after it, and the one in progress runs on to its minimum window
 (:data:`NOISE_BLOCKS` blocks), at most to :data:`HARD_BUDGET_FACTOR` times the budget. So
 tuning aims at the budget and may overshoot it by one minimum window.
 """
@@ -65,10 +65,11 @@ BUDGET_FRACTION = 0.10
 (issue 27): a short run still spends most of its time on the kept settings."""
 
 MIN_BUDGET_WINDOWS = 4
-"""The budget's share of an epoch ends tuning only once this many minimum windows (the start
-and three trials) have run, in batches and in loop seconds: in a short epoch 10% of its
-batches would end tuning before a second setting is measured, while such a run has many
-epochs, so the trials go on into the next ones, within ``budget_s``. pipecheck's choice."""
+"""The budget's share of an epoch ends tuning only once this many trials (the start and three
+others) have been measured: in a short epoch, or one whose start runs slowly (a noisy start's
+window runs longer), 10% of its batches would end tuning before a second setting is measured;
+the trials then go on, into the next epochs where there are, within ``budget_s``.
+pipecheck's choice."""
 
 HARD_BUDGET_FACTOR = 2.0
 """A trial in progress when the budget ends runs on to its minimum window (a trial cut short
@@ -330,13 +331,9 @@ class TuneController:
     def _over_budget(self, factor: float = 1.0) -> bool:
         if self._spent_s >= factor * self.limits.budget_s:
             return True
-        if not self.epoch_batches:
+        if not self.epoch_batches or len(self.trials) < MIN_BUDGET_WINDOWS:
             return False
-        limits = self.limits
-        least = MIN_BUDGET_WINDOWS * factor  # minimum windows, in batches and in seconds
-        return (self._spent_batches >= factor * limits.budget_fraction * self.epoch_batches
-                and self._spent_batches >= least * limits.min_batches
-                and self._spent_s >= least * limits.min_seconds)
+        return self._spent_batches >= factor * self.limits.budget_fraction * self.epoch_batches
 
     # -- the schedule --------------------------------------------------------------------------
 
