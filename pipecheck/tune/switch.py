@@ -121,6 +121,93 @@ def switch_iterator(loader: Any, current: Any,
     return new
 
 
+class BoundedIndices:
+    """An epoch's index-sampler iterator that stops at the sampler's length without taking the
+    step past its last item: a shuffling sampler's last step draws from its generator (torch's
+    ``RandomSampler`` ends with an empty ``randperm``), and whether an untuned loader takes it
+    depends on its settings (0 workers: only when the loop calls ``next()`` past the last
+    batch; workers: when prefetching reaches the end), not on tuning's trial settings.
+    :meth:`finish` takes that step when the start settings would (:class:`TuningIterator`)."""
+
+    __slots__ = ("_source", "_left", "_finished", "_pending")
+
+    def __init__(self, source: Iterator[Any], length: int) -> None:
+        self._source = source
+        self._left = length
+        self._finished = False
+        self._pending = False  # finish() asked before the last item was taken
+
+    def __iter__(self) -> "BoundedIndices":
+        return self
+
+    def __next__(self) -> Any:
+        if self._left <= 0:
+            raise StopIteration
+        self._left -= 1
+        item = next(self._source)
+        if not self._left and self._pending:
+            self._step_past_end()
+        return item
+
+    def finish(self) -> None:
+        """Take the sampler's step past its last item (once): what an untuned loader's one
+        more request for an index does; while items are left, right after the last is taken
+        (never taking an item the epoch still needs)."""
+        if self._finished:
+            return
+        if self._left > 0:
+            self._pending = True
+            return
+        self._step_past_end()
+
+    def _step_past_end(self) -> None:
+        self._finished = True
+        for _ in self._source:  # a sampler whose len() holds yields nothing more
+            pass
+
+
+class BoundedSampler:
+    """What an epoch's build reads as the loader's index sampler while tuning may run it with
+    other settings than the start's: ``iter()`` gives :class:`BoundedIndices` over
+    ``sampler`` (kept in :attr:`indices`), ``len()`` is ``sampler``'s."""
+
+    __slots__ = ("sampler", "indices")
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+        self.indices: Optional[BoundedIndices] = None
+
+    def __iter__(self) -> BoundedIndices:
+        self.indices = BoundedIndices(iter(self.sampler), len(self.sampler))
+        return self.indices
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+def boundable(index_sampler: Any) -> bool:
+    """Whether an epoch over ``index_sampler`` (the loader's ``batch_sampler``, or ``sampler``
+    without automatic batching) needs and allows bounding: torch's own ``BatchSampler`` over
+    torch's ``RandomSampler``, or that sampler alone (their ``len()`` is exact, and only a
+    shuffling sampler draws at its end)."""
+    from torch.utils.data import BatchSampler, RandomSampler
+
+    inner = index_sampler.sampler if type(index_sampler) is BatchSampler else index_sampler
+    return type(inner) is RandomSampler
+
+
+def finish_point(start_workers: int, start_prefetch: Optional[int],
+                 length: Optional[int]) -> Optional[int]:
+    """Batches handed out after which an untuned loader with ``start_workers`` workers and
+    ``start_prefetch`` has asked its sampler for the index past the end of a ``length``-batch
+    epoch: it asks for index ``k`` once ``k - workers x prefetch + 1`` batches are handed out
+    (torch primes ``workers x prefetch`` indices, then sends one per batch received). ``None``
+    with 0 workers (only a ``next()`` past the last batch asks) or an unknown length."""
+    if not start_workers or length is None:
+        return None
+    return max(0, length + 1 - start_workers * (start_prefetch or 2))
+
+
 class TuningIterator:
     """The iterator the consumer probe iterates in an epoch of a tuned loader: torch's
     iterators behind it, one at a time, the batches in the untuned order.
@@ -134,10 +221,11 @@ class TuningIterator:
     """
 
     __slots__ = ("_tuner", "_current", "_draining", "_loader", "_clock", "_last_left",
-                 "_taken", "_length", "_observing", "__weakref__")
+                 "_taken", "_length", "_observing", "_bound", "_finish_at", "__weakref__")
 
     def __init__(self, tuner: Any, iterator: Any, loader: Optional[Any],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], *, observing: bool = True,
+                 start: Optional[Any] = None) -> None:
         self._tuner = tuner
         self._current = iterator
         self._draining: list[Any] = []
@@ -149,7 +237,15 @@ class TuningIterator:
             self._length: Optional[int] = len(iterator)
         except Exception:
             self._length = None
-        self._observing = True
+        self._observing = observing
+        # The epoch's bounded indices (BoundedIndices) when the build read a BoundedSampler:
+        # their last step is taken when the start settings (``start``) would take it.
+        indices = getattr(iterator, "_sampler_iter", None)
+        self._bound = indices if isinstance(indices, BoundedIndices) else None
+        self._finish_at = None if self._bound is None or start is None else finish_point(
+            start.num_workers, start.prefetch_factor, self._length)
+        if self._finish_at == 0:
+            self._finish_sampler()
 
     def __iter__(self) -> "TuningIterator":
         return self
@@ -174,14 +270,33 @@ class TuningIterator:
                 set_batches_yielded(following, batches_yielded(old))
         return next(self._current)
 
+    def _finish_sampler(self) -> None:
+        bound, self._bound = self._bound, None
+        if bound is not None:
+            bound.finish()
+
+    def _handed(self) -> Any:
+        """The next batch, counted; the bounded sampler's last step taken where the start
+        settings take it (the loader's exceptions and StopIteration pass through)."""
+        try:
+            batch = self._next_batch()
+        except StopIteration:
+            if self._bound is not None:  # the loop asked past the last batch
+                self._finish_sampler()
+            raise
+        self._taken += 1
+        if self._bound is not None and self._finish_at is not None \
+                and self._taken >= self._finish_at:
+            self._finish_sampler()
+        return batch
+
     def __next__(self) -> Any:
         if not self._observing:
-            return self._next_batch()
+            return self._handed()
         clock = self._clock
         entered = clock()
-        batch = self._next_batch()  # the loader's exceptions and StopIteration pass through
+        batch = self._handed()
         left = clock()
-        self._taken += 1
         try:
             last = self._last_left
             self._last_left = left

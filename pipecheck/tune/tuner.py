@@ -18,7 +18,7 @@ import warnings
 from typing import Any, Callable, Iterator, Optional
 
 from pipecheck._clock import Clock, monotonic
-from pipecheck._torch_compat import IteratorSubstitutes, quiet_len
+from pipecheck._torch_compat import IteratorSubstitutes, index_sampler_attribute, quiet_len
 from pipecheck.kinds import TuneStatus
 from pipecheck.probes.batches import count_samples
 from pipecheck.records import TuneSection, TuneSettings
@@ -26,7 +26,8 @@ from pipecheck.recommend import MAX_WORKERS_PER_CPU
 from pipecheck.tune.controller import TuneController, TuneLimits, pin_line, warmup_for
 from pipecheck.tune.guards import cpu_budget, memory_refusal, splits_by_worker, \
     worker_uss_bytes
-from pipecheck.tune.switch import TuningIterator, rng_state, switch_generator
+from pipecheck.tune.switch import (BoundedIndices, BoundedSampler, TuningIterator, boundable,
+                                   rng_state, switch_generator)
 
 @contextlib.contextmanager
 def _trial_worker_count_quiet() -> Iterator[None]:
@@ -112,6 +113,7 @@ class Tuner:
         self._substitutes: Optional[IteratorSubstitutes] = None
         self._building: Optional[tuple[TuneSettings, str, Any, Any]] = None
         self._switches = 0  # in-epoch switches built so far (each seeds its own workers)
+        self._bound_attribute: Optional[str] = None  # the index sampler an epoch build bounds
         self._epochs = 0
         self.reason: Optional[str] = skip or skip_reason(loader, inner)
         self.status: TuneStatus = "skipped" if self.reason else "tuning"
@@ -164,6 +166,8 @@ class Tuner:
             if name == "generator":
                 return generator
         else:
+            if name == self._bound_attribute and value is not None:
+                return BoundedSampler(value)
             settings = self._in_effect()  # type: ignore[assignment]
         if settings is None or name in ("batch_sampler", "sampler", "generator"):
             return value
@@ -185,6 +189,32 @@ class Tuner:
         user's settings (the RNG state put back first), so only the user's own failures reach
         the loop."""
         settings = self._in_effect()
+        # Settings other than the start's may run this epoch (trials, or the kept ones): its
+        # shuffling sampler is bounded, so that its last step comes when the start's would.
+        bounded = self._map_style and settings is not None and (
+            self.tuning or settings != self.start)
+        attribute = index_sampler_attribute(loader)
+        self._bound_attribute = attribute if bounded and boundable(
+            getattr(loader, attribute, None)) else None
+        try:
+            iterator = self._open_with(loader, open_target, settings)
+        finally:
+            self._bound_attribute = None
+        if self.tuning and os.getpid() == self._owner_pid:
+            if self._epochs:
+                assert self.controller is not None
+                self.controller.restart_window()
+            self._epochs += 1
+            return TuningIterator(self, iterator, loader if self._map_style else None,
+                                  self._clock, start=self.start)
+        if isinstance(getattr(iterator, "_sampler_iter", None), BoundedIndices):
+            return TuningIterator(self, iterator, None, self._clock, observing=False,
+                                  start=self.start)
+        return iterator
+
+    def _open_with(self, loader: Any, open_target: Callable[[Any], Iterator[Any]],
+                   settings: Optional[TuneSettings]) -> Iterator[Any]:
+        """``open_target(loader)`` with ``settings`` in effect (see :meth:`open_epoch`)."""
         if settings is None or settings == self.start:
             iterator = open_target(loader)
         else:
@@ -198,14 +228,7 @@ class Tuner:
                 if self._substitutes is not None:
                     self._substitutes.arm()
                 iterator = open_target(loader)
-        if not self.tuning or os.getpid() != self._owner_pid:
-            return iterator
-        if self._epochs:
-            assert self.controller is not None
-            self.controller.restart_window()
-        self._epochs += 1
-        return TuningIterator(self, iterator, loader if self._map_style else None,
-                              self._clock)
+        return iterator
 
     def observe(self, wait_s: float, loop_s: float, batch: Any) -> Optional[TuneSettings]:
         """One batch (see :meth:`pipecheck.tune.controller.TuneController.observe`); the

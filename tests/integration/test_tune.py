@@ -247,28 +247,31 @@ def test_a_switch_whose_new_workers_prime_past_the_epoch_end_keeps_the_shuffle(
     wrapped.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap: a loop that ends each epoch by count (Lightning) never calls next() past the "
-    "last batch, so with 0 workers the sampler's last step (a draw from the shared generator) "
-    "never runs, while trial workers prefetch past the end and run it: later epochs' shuffle "
-    "then follows the trial settings. Needs the epoch's index sampler bounded at its length "
-    "and its last step run when the start settings would run it."))
-def test_a_loop_that_stops_each_epoch_by_count_keeps_later_epochs_shuffle():
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("by_count", [True, False], ids=["by-count", "to-the-end"])
+def test_later_epochs_keep_their_shuffle_however_the_loop_ends_each_epoch(workers, by_count):
+    """A loop that ends each epoch by count (Lightning) never calls next() past the last batch,
+    so with 0 workers the sampler's last step, a draw from the shared generator, never runs,
+    while workers prefetch past the end and run it: the trials' and the kept settings' epochs
+    must take that step exactly when the start settings would."""
     def loader():
         return DataLoader(PidSquares(48, sleep_s=0.001), batch_size=4, shuffle=True,
-                          generator=torch.Generator().manual_seed(2))
+                          num_workers=workers, generator=torch.Generator().manual_seed(2))
 
-    def by_count(source, epochs):
+    def run(source, epochs):
         order = []
         for _ in range(epochs):
-            batches = len(source)
-            # range first: zip stops without a next() past the last batch
-            order.append([x.tolist() for _, (x, _) in zip(range(batches), source)])
+            if by_count:  # range first: zip stops without a next() past the last batch
+                order.append([x.tolist() for _, (x, _) in zip(range(len(source)), source)])
+            else:
+                order.append([x.tolist() for x, _ in source])
         return order
 
-    plain = by_count(loader(), 4)
+    plain = run(loader(), 5)
     limits = TuneLimits(min_batches=4, min_seconds=0.0, warmup_batches=0,
                         max_blocks=NOISE_BLOCKS, budget_fraction=1.0)
     wrapped = pipecheck.wrap(loader(), tune=limits, host=False)
-    assert by_count(wrapped, 4) == plain
+    assert run(wrapped, 5) == plain
+    section = wrapped.report().tune
+    assert len({t.settings for t in section.trials}) >= 2, section
     wrapped.close()
