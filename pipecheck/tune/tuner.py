@@ -78,6 +78,11 @@ def skip_reason(loader: Any, inner: Any) -> Optional[str]:
     if loader.persistent_workers and loader.num_workers > 0:
         return ("persistent_workers=True: torch reuses the loader's own iterator every epoch, "
                 "which this version does not replace")
+    if callable(getattr(loader, "state_dict", None)) \
+            and callable(getattr(loader, "load_state_dict", None)):
+        return ("a stateful loader (state_dict / load_state_dict, e.g. torchdata's "
+                "StatefulDataLoader): a checkpoint taken while trials switch its iterators "
+                "would not resume exactly in this version")
     if getattr(loader, "in_order", True) is False:
         return "in_order=False: batches come in completion order, which a trial would change"
     try:

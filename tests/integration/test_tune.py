@@ -275,3 +275,22 @@ def test_later_epochs_keep_their_shuffle_however_the_loop_ends_each_epoch(worker
     section = wrapped.report().tune
     assert len({t.settings for t in section.trials}) >= 2, section
     wrapped.close()
+
+
+class _Checkpointed(DataLoader):
+    """A user's stateful loader: ``state_dict`` / ``load_state_dict`` as torchdata's."""
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_a_stateful_loader_is_not_tuned():
+    loader = _Checkpointed(PidSquares(16), batch_size=4, shuffle=True)
+    wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
+    assert sorted(sum((x.tolist() for x, _ in wrapped), [])) == list(range(16))
+    section = wrapped.report().tune
+    assert section.status == "skipped" and "state_dict" in section.reason
+    wrapped.close()
