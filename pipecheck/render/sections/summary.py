@@ -12,13 +12,19 @@ import dataclasses
 from typing import TYPE_CHECKING, Optional
 
 from pipecheck import units as fmt
-from pipecheck.render.model import Block, Chart, Item, Items, Note, Section, Table, line
-from pipecheck.render.phrases import capacity_phrase
+from pipecheck.render.model import (Block, Chart, Item, Items, Note, Section, Table, capped, line,
+                                    table)
+from pipecheck.render.phrases import capacity_phrase, config_text
+from pipecheck.render.sections.attach import (WORKER_HEADERS, attach_facts, unknown_lines,
+                                              worker_rows)
 from pipecheck.render.sections.advice import brief_recommendations
 from pipecheck.render.sections.stress import summary_facts
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
+
+BRIEF_FAILED = 3
+"""Failed stress trials the short view names with their error (the rest counted)."""
 
 BRIEF_FINDINGS = 6
 """Findings the short view lists, most severe first; the rest are counted."""
@@ -38,9 +44,10 @@ def summary_sections(report: "Report", sections: tuple[Section, ...]) -> tuple[S
     once by :func:`pipecheck.render.sections.build_document`)."""
     by_key = {section.key: section for section in sections}
     out: list[Section] = [brief_recommendations(report)]
-    for key in ("ranks", "attach"):  # these stand in for the run's own figures
-        if key in by_key:
-            out.append(_first_blocks(by_key[key], 8))
+    if "ranks" in by_key:  # every rank side by side, before one rank's own figures
+        out.append(_first_blocks(by_key["ranks"], 8))
+    if report.attach is not None and "attach" in by_key:  # stands in for the run's figures
+        out.append(brief_attach(report, by_key["attach"].title))
     if "comparison" in by_key:  # its verdict line is among the notes; its caveats here
         caveats = tuple(b for b in by_key["comparison"].blocks
                         if isinstance(b, Note) and b.tone == "warning")
@@ -118,7 +125,33 @@ def key_figures(report: "Report") -> Optional[Section]:
     if report.stress is not None:
         kept = [pair for pair in summary_facts(report.stress) if pair[0] in STRESS_FACTS]
         blocks += [line(pair) for pair in kept]
+        failed = [t for t in report.stress.trials if t.error]
+        blocks += [line(("failed:", f"{config_text(t.config)}: {t.error}"))
+                   for t in failed[:BRIEF_FAILED]]
+        if len(failed) > BRIEF_FAILED:
+            blocks.append(Note(f"... and {len(failed) - BRIEF_FAILED:,} more failed trials "
+                               "(--verbose)", "dim"))
     return Section("figures", "Key figures", tuple(blocks))
+
+
+def brief_attach(report: "Report", title: str) -> Section:
+    """An attach report's figures for the short view: the stall estimate and the window, the
+    workers (at most :data:`BRIEF_ROWS` rows) and, once, in one line, what cannot be known
+    without wrapping."""
+    section = report.attach
+    assert section is not None
+    blocks: list[Block] = [line(pair) for pair in attach_facts(section)]
+    rows = worker_rows(section, BRIEF_ROWS)
+    if rows:
+        blocks.append(table(WORKER_HEADERS, rows, right=(1, 2, 3, 5, 6)))
+    if len(section.workers) > len(rows):
+        blocks.append(Note(f"... and {len(section.workers) - len(rows):,} more workers "
+                           "(--verbose)", "dim"))
+    unknown, hidden = capped(unknown_lines(section), BRIEF_ROWS)
+    if unknown:
+        text = "cannot be known without wrapping: " + "; ".join(unknown)
+        blocks.append(Note(text + (f"; and {hidden:,} more" if hidden else ""), "dim"))
+    return Section("attach", title, tuple(blocks))
 
 
 def _mean_p99(quantiles: object) -> str:
