@@ -111,7 +111,7 @@ def key_figures(report: "Report") -> Optional[Section]:
     phrase = capacity_phrase(report)
     if phrase is not None:
         blocks.append(line(("capacity / demand", phrase)))
-    machine = []
+    machine: list[tuple[str, str]] = []
     if producer.workers_class is not None:
         machine.append(("producer", producer.workers_class))
     host = report.host
