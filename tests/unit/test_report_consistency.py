@@ -188,3 +188,13 @@ def test_the_default_terminal_report_of_a_typical_run_fits_a_screen():
     report = _chained_report()
     assert len(render_terminal(report, width=100).splitlines()) <= 40
     assert len(render_terminal(report, width=100, verbose=True).splitlines()) > 40
+
+
+def test_an_attach_report_says_what_cannot_be_known_once():
+    from full_reports import attach_report
+
+    report = attach_report()
+    first = report.attach.unknown[0]
+    text = " ".join(render_terminal(report, width=100).split())
+    assert text.count(first) == 1
+    assert "cannot be known without wrapping:" in text

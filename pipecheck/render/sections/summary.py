@@ -9,9 +9,10 @@ ranks figures), so the two views never disagree."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, AbstractSet, Optional
 
 from pipecheck import units as fmt
+from pipecheck.kinds import FindingKind
 from pipecheck.render.model import (Block, Chart, Item, Items, Note, Section, Table, capped, line,
                                     table)
 from pipecheck.render.phrases import capacity_phrase, config_text
@@ -57,7 +58,9 @@ def summary_sections(report: "Report", sections: tuple[Section, ...]) -> tuple[S
     if figures is not None:
         out.append(figures)
     if "findings" in by_key:
-        out.append(brief_findings(by_key["findings"]))
+        # An attach report's insufficient-data finding repeats what its section lists once.
+        skip = {FindingKind.INSUFFICIENT_DATA} if report.attach is not None else set()
+        out.append(brief_findings(by_key["findings"], skip))
     return tuple(out)
 
 
@@ -159,13 +162,14 @@ def _mean_p99(quantiles: object) -> str:
     return f"mean {fmt.seconds(mean)}, p99 {fmt.seconds(p99)}"
 
 
-def brief_findings(section: Section) -> Section:
+def brief_findings(section: Section, skip: AbstractSet[str] = frozenset()) -> Section:
     """The findings section with each finding's short text (at most
-    :data:`BRIEF_FINDINGS`, most severe first; the rest counted)."""
+    :data:`BRIEF_FINDINGS`, most severe first; the rest counted), leaving out the kinds in
+    ``skip`` (said elsewhere in the short view)."""
     items = [item for block in section.blocks if isinstance(block, Items)
-             for item in block.items]
-    if not items:
-        return section
+             for item in block.items if item.kind not in skip]
+    if not items:  # "none", or only kinds said elsewhere
+        return Section(section.key, section.title, (Note("none", "dim"),))
     shown = items[:BRIEF_FINDINGS]
     blocks: list[Block] = [Items(tuple(Item(i.severity, i.short or i.text, i.kind)
                                        for i in shown))]
