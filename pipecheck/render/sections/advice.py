@@ -54,10 +54,16 @@ def short_finding(message: str, kind: str) -> str:
     (:func:`~pipecheck.render.phrases.first_sentence`) and, when the rest is left out and
     the kind is a documented one (:data:`pipecheck.kinds.FINDING_KINDS`), ``see
     docs/findings.md#<kind>``."""
-    short, cut = first_sentence(message)
-    if cut and kind in FINDING_KINDS and FINDINGS_PAGE not in short:
-        short += f" (see {FINDINGS_PAGE}#{kind})"
+    link = f" (see {FINDINGS_PAGE}#{kind})" if kind in FINDING_KINDS else ""
+    short, cut = first_sentence(message, SHORT_FINDING_CHARS - len(link))
+    if cut and link and FINDINGS_PAGE not in short:
+        short += link
     return short
+
+
+SHORT_FINDING_CHARS = 170
+"""Longest short finding with its docs link, in characters: two lines beside the severity
+column of a 100-column terminal."""
 
 
 def _evidence(evidence: dict[str, Any]) -> Optional[dict[str, Any]]:
