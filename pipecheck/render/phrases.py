@@ -255,14 +255,16 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z'(])")
 
 def first_sentence(text: str, limit: int = SHORT_CHARS) -> tuple[str, bool]:
     """The first sentence of ``text`` and whether anything was left out. A first sentence
-    over ``limit`` characters is cut at its last ``;``, ``:`` or ``,`` before the limit (else
-    at the limit) and ends in ``...``."""
+    over ``limit`` characters is cut at its last ``;``, ``:`` or ``,`` outside brackets in its
+    second half before the limit (else between words) and ends in ``...``."""
     parts = _SENTENCE_END.split(text.strip(), maxsplit=1)
     first = parts[0]
     cut = len(parts) > 1
     if len(first) > limit:
         stop = _last_clause_end(first[:limit])
-        first = (first[:stop] if stop > limit // 2 else first[:limit].rstrip()) + " ..."
+        if stop <= limit // 2:  # no clause ends late enough: cut between words
+            stop = first[:limit + 1].rfind(" ")
+        first = (first[:stop] if stop > 0 else first[:limit]).rstrip() + " ..."
         cut = True
     return first, cut
 

@@ -94,10 +94,11 @@ def key_figures(report: "Report") -> Optional[Section]:
     blocks: list[Block] = []
     headline = report.stress.headline if report.stress is not None else None
     if headline is not None and headline.steady_samples_per_s is not None:
-        blocks.append(line(("steady", fmt.rate(headline.steady_samples_per_s, "samples")),
-                           ("", "(the sweep's recommended trial)")))
+        blocks.append(line(("steady", f"{fmt.rate(headline.steady_samples_per_s, 'samples')} "
+                                      "(the sweep's recommended trial)")))
     blocks.append(line(
-        ("throughput", f"{fmt.rate(consumer.samples_per_s, 'samples')} · "
+        ("whole run" if blocks else "throughput",
+         f"{fmt.rate(consumer.samples_per_s, 'samples')} · "
                        f"{fmt.rate(consumer.batches_per_s, 'batches')}"),
         ("", f"{fmt.count(consumer.batches, 'batch', 'batches')} in "
              f"{fmt.seconds(consumer.wall_s)}, {fmt.count(consumer.epochs, 'epoch')}")))
