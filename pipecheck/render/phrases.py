@@ -199,7 +199,7 @@ def effect_line(rec: "Recommendation", effect: ChangeEffect) -> str:
     change; saves 4.70 s per epoch, 7 min 50 s per 10,000 steps``; a chain's later change adds
     ``, +194 samples/s with the changes above`` (its own figures are its share: the shares of
     a chain add up to its last total, :func:`pipecheck.effects.change_effects`); a stress
-    report's figures are ``every change together``. Savings per epoch and per 10,000 steps
+    report's figures are ``measured, every change together``. Savings per epoch and per 10,000 steps
     come from the same seconds saved per step. Without a prediction: ``effect not predicted``
     and why."""
     if rec.expected.samples_per_s is None:
@@ -207,7 +207,7 @@ def effect_line(rec: "Recommendation", effect: ChangeEffect) -> str:
     if effect.scope == "together":
         gain, epoch, steps = (effect.total_gain_samples_per_s, effect.total_saved_s_per_epoch,
                               effect.total_saved_s_per_10k_steps)
-        label = " with every change together"
+        label = " measured, every change together"
     else:
         gain, epoch, steps = (effect.change_gain_samples_per_s, effect.change_saved_s_per_epoch,
                               effect.change_saved_s_per_10k_steps)

@@ -124,7 +124,7 @@ def brief_recommendations(report: "Report") -> Section:
         return Section("recommendations", title, (Note(why_no_recommendations(report)),))
     shown, hidden = capped(report.recommendations, BRIEF_RECOMMENDATIONS)
     blocks: list[Block] = []
-    if len(shown) > 1:
+    if len(shown) > 1 or report.kind == "stress":  # how the figures add up, or were measured
         blocks.append(Note(recommendations_caption(report).split(" In brackets")[0], "dim"))
     rows = []
     for number, (rec, effect) in enumerate(zip(shown, effects_of(report, shown)), start=1):
