@@ -134,7 +134,7 @@ def test_a_crashing_worker_fails_its_trial_with_the_error(tmp_path, capsys):
     assert crashed["error"].endswith("RuntimeError: sample 0 is corrupt")
     assert "\n" not in crashed["error"] and "Traceback" not in crashed["error"]
     captured = capsys.readouterr()
-    assert "Stress sweep" in captured.out
+    assert "Key figures" in captured.out  # the short view names the failed trial
     assert "failed: num_workers=1" in captured.out and "sample 0 is corrupt" in captured.out
     # with --quiet there is no summary, so the failure goes to stderr instead
     assert main(["stress", _target("crashes_in_workers"), "--workers", "0,1", "--batches", "5",
