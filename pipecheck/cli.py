@@ -302,23 +302,31 @@ def _use_color(stream: TextIO) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = None) -> None:
-    """Save (``--json``) first, so a rendering problem cannot lose the measurements; then write
-    each file format asked for (``--html``, ``--trace``: :data:`FILE_FORMATS`, each atomically)
-    and print the markdown or terminal summary."""
+def _save_outputs(report: "Report", args: argparse.Namespace, what: str) -> bool:
+    """Write ``--json`` first (so a rendering problem cannot lose the measurements), then each
+    file format asked for (:data:`FILE_FORMATS`), each atomically, saying where on stderr
+    (``what`` names the JSON: "report"). Returns whether stdout is to stay quiet (``--quiet``,
+    or an output went to stdout)."""
     stdout_taken = any(getattr(args, name) and is_stdout(getattr(args, name))
                        for name in _OUTPUT_OPTIONS)
-    quiet = args.quiet or stdout_taken  # nothing else on stdout when an output goes there
+    quiet = bool(args.quiet or stdout_taken)  # nothing else on stdout when an output goes there
     if args.json:
         saved = report.save(args.json, per_rank=False)  # --json FILE writes FILE exactly
         if not quiet:
-            _say(f"{PROG}: report saved to {saved}", sys.stderr)
+            _say(f"{PROG}: {what} saved to {saved}", sys.stderr)
     for renderer in FILE_FORMATS:
         path = getattr(args, renderer.name)
         if path:
             saved = renderer().save(report, path)
             if not quiet:
                 _say(f"{PROG}: {renderer.what} saved to {saved}", sys.stderr)
+    return quiet
+
+
+def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = None) -> None:
+    """Save the outputs asked for (:func:`_save_outputs`), then print the markdown or terminal
+    summary."""
+    quiet = _save_outputs(report, args, "report")
     if args.markdown:
         MarkdownRenderer(title=title).write(report, sys.stdout)
         return
@@ -466,19 +474,7 @@ class ReportCommand(Command):
                                 "torch.distributed run (pipecheck report merges them); "
                                 "--compare takes one rank's file of each of two runs")
         compared = dataclasses.replace(new, comparison=compare_reports(old, new, old_path))
-        stdout_taken = any(getattr(args, name) and is_stdout(getattr(args, name))
-                           for name in _OUTPUT_OPTIONS)
-        quiet = args.quiet or stdout_taken
-        if args.json:
-            saved = compared.save(args.json, per_rank=False)
-            if not quiet:
-                _say(f"{PROG}: report with the comparison saved to {saved}", sys.stderr)
-        for renderer in FILE_FORMATS:
-            path = getattr(args, renderer.name)
-            if path:
-                saved = renderer().save(compared, path)
-                if not quiet:
-                    _say(f"{PROG}: {renderer.what} saved to {saved}", sys.stderr)
+        quiet = _save_outputs(compared, args, "report with the comparison")
         document = build_comparison_document(compared, new_path)
         if args.markdown:
             sys.stdout.write(MarkdownRenderer().render_document(document))
@@ -611,6 +607,14 @@ class StressCommand(Command):
                             "(default: when py-spy is installed and permitted)")
         parser.add_argument("--step-time", metavar="S[+-J]", type=_step_time,
                             help="emulated step per batch in seconds, e.g. 0.05 or 0.05+-0.01")
+        parser.add_argument("--step-cpu", metavar="F",
+                            type=_number(float, 0.0, 1.0, what="a share from 0 to 1"), default=0.0,
+                            help="share of each emulated step spent busy on the CPU, the rest "
+                            "asleep: 0 (default) for a GPU step, up to 1 for a CPU step; a "
+                            "wrapped run's report gives the step's measured share")
+        parser.add_argument("--step", metavar="FILE:FN",
+                            help="your own training step instead, called with each batch "
+                            "(file.py:function or package.module:function)")
         parser.add_argument("--budget", metavar="S", type=_seconds, default=60.0,
                             help="seconds the whole run may take, every trial included "
                             f"(default 60 s, at most {MAX_SECONDS:,.0f} s)")
@@ -639,6 +643,7 @@ class StressCommand(Command):
             report = stress(args.target, workers=workers, prefetch_factors=args.prefetch_factor,
                             persistent_workers=args.persistent_workers,
                             in_order=orders, step_time_s=args.step_time,
+                            step_cpu_share=args.step_cpu, step=args.step,
                             batch_size=args.batch_size, baseline=args.baseline,
                             stacks=args.stacks,
                             budget_s=args.budget, timeout_s=args.timeout,
@@ -761,6 +766,11 @@ class RunCommand(Command):
                             help="seconds the program's processes have to end after SIGTERM "
                             "or SIGHUP is passed on, or after its first process ended for "
                             "those it left running, before SIGKILL (default 45 s)")
+        parser.add_argument("--tune", action="store_true",
+                            help="try DataLoader settings (num_workers, prefetch_factor, "
+                            "pin_memory with CUDA) in the running program and keep the best "
+                            "measured, as wrap(loader, tune=True); the report's tune section "
+                            "gives the line that pins them (default: never change settings)")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -770,7 +780,8 @@ class RunCommand(Command):
         earlier = _earlier_report(args.json)  # read once, before the program runs
         outcome = run_and_collect(
             args.program, grace_s=args.grace or GRACE_S,
-            stdout=_stderr_fd() if on_stdout else None)  # keep stdout for the report alone
+            stdout=_stderr_fd() if on_stdout else None,  # keep stdout for the report alone
+            tune=args.tune)
         # From here on the exit code is the program's, whatever happens to the reports.
         try:
             _report_run(outcome, args, summary=sys.stderr if on_stdout else sys.stdout,

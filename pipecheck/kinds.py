@@ -136,6 +136,16 @@ HeadOfLineStatus = Literal["ok", "off", "unavailable"]
 private iterator state is not as expected."""
 
 # ---------------------------------------------------------------------------------------------
+# Online tuning status (``TuneSection.status``, ``wrap(tune=True)``)
+# ---------------------------------------------------------------------------------------------
+
+TuneStatus = Literal["settled", "tuning", "off", "skipped"]
+"""``settled``: trials are over and the chosen settings are in use; ``tuning``: trials still
+running when the report was taken; ``off``: tuning failed and turned itself off, the loop
+went on with the user's own settings (``reason`` says what failed); ``skipped``: this loader
+cannot be tuned online (``reason`` says why), nothing was tried."""
+
+# ---------------------------------------------------------------------------------------------
 # Finding kinds
 # ---------------------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from pipecheck.render.model import Document, Fact, Note, Section
 from pipecheck.render.phrases import (capacity_phrase, comparison_line, context_line,
                                       ended_line, verdict_line)
 from pipecheck.render.sections import (advice, attach, comparison, probes, ranks, run, sharding,
-                                      stress, summary)
+                                      stress, summary, tune)
 from pipecheck.render.sections.comparison import comparison_section
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("device", probes.device),
     ("findings", advice.findings),
     ("recommendations", advice.recommendations),
+    ("tune", tune.tune),  # wrap(tune=True): what was tried in the run and kept
     ("stress", stress.stress),
 )
 """The section builders in display order."""
@@ -56,7 +57,7 @@ NEED_BATCH_TIMING = frozenset({"throughput", "stall", "producer"})
 RENDERED_FIELDS = frozenset({
     "kind", "created", "environment", "loader", "consumer", "producer", "host", "diagnosis",
     "recommendations", "timeline", "stress", "schema", "rank", "ranks", "sharding", "stacks",
-    "device", "attach", "comparison",
+    "device", "attach", "comparison", "tune",
 })
 """Report fields the document shows; HTML renders any other non-empty field generically."""
 

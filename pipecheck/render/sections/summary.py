@@ -1,6 +1,6 @@
 """The short view of a report, one screen: after the verdict line, the changes that matter
-(one line of change and effect each, then the reason's first sentence), the key figures (a few
-lines), and the findings in a line or two each. Everything else is in the full view (the
+(one line of change and effect each, then the reason's first sentence), what online tuning kept,
+the key figures (a few lines), and the findings in a line or two each. Everything else is in the full view (the
 terminal's ``--verbose``, markdown, the HTML page's collapsed sections, the JSON).
 
 Built from the full view's own sections where it can (the findings' short texts, the attach and
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, AbstractSet, Optional
 
 from pipecheck import units as fmt
 from pipecheck.kinds import FindingKind
-from pipecheck.render.model import (Block, Chart, Item, Items, Note, Section, Table, capped, line,
-                                    table)
+from pipecheck.render.model import (Block, Chart, Facts, Item, Items, Note, Section, Table, capped,
+                                    line, table)
 from pipecheck.render.phrases import capacity_phrase, config_text
 from pipecheck.render.sections.attach import (WORKER_HEADERS, attach_facts, unknown_lines,
                                               worker_rows)
@@ -49,6 +49,10 @@ def summary_sections(report: "Report", sections: tuple[Section, ...]) -> tuple[S
         out.append(_first_blocks(by_key["ranks"], 8))
     if report.attach is not None and "attach" in by_key:  # stands in for the run's figures
         out.append(brief_attach(report, by_key["attach"].title))
+    if "tune" in by_key:  # what online tuning kept: status, settings, gain, the pin line
+        out.append(Section("tune", by_key["tune"].title, tuple(
+            b for b in by_key["tune"].blocks
+            if isinstance(b, Facts) or (isinstance(b, Note) and b.tone in ("bold", "alert")))))
     if "comparison" in by_key:  # its verdict line is among the notes; its caveats here
         caveats = tuple(b for b in by_key["comparison"].blocks
                         if isinstance(b, Note) and b.tone == "warning")
