@@ -3,7 +3,8 @@
 Each subcommand class's docstring is its help text. Commands that end in a report share the
 output options ``--json FILE`` (save the report), ``--html FILE`` (self-contained HTML report),
 ``--trace FILE`` (Chrome trace), ``--markdown`` (print markdown instead of the terminal
-summary), ``--quiet`` (no terminal summary) and ``--width N`` (summary width in columns).
+summary), ``--quiet`` (no terminal summary), ``--verbose`` (every section of the terminal
+summary; by default it fits a screen) and ``--width N`` (summary width in columns).
 ``--debug`` (before or after the subcommand) shows tracebacks.
 
 Exit codes:
@@ -281,6 +282,10 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
                        help="print markdown (for CI logs and pull requests) instead of the "
                        "terminal summary; printed even with --quiet")
     group.add_argument("--quiet", action="store_true", help="do not print the terminal summary")
+    group.add_argument("--verbose", action="store_true",
+                       help="print every section of the terminal summary (per-batch figures, "
+                       "workers, host, stages, shards, full reasons and findings); by default "
+                       "it fits a screen")
     group.add_argument(
         "--width",
         metavar="N",
@@ -329,7 +334,8 @@ def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = Non
         return
     if title is not None:
         _say(f"==> {title} <==", sys.stdout)
-    TerminalRenderer(width=args.width, color=_use_color(sys.stdout)).write(report, sys.stdout)
+    TerminalRenderer(width=args.width, color=_use_color(sys.stdout),
+                     verbose=args.verbose).write(report, sys.stdout)
 
 
 # -- subcommands ---------------------------------------------------------------------------------
@@ -473,7 +479,8 @@ class ReportCommand(Command):
         if args.markdown:
             sys.stdout.write(MarkdownRenderer().render_document(document))
         elif not quiet:
-            sys.stdout.write(TerminalRenderer(width=args.width, color=_use_color(sys.stdout))
+            sys.stdout.write(TerminalRenderer(width=args.width, color=_use_color(sys.stdout),
+                                              verbose=args.verbose)
                              .render_document(document))
         sys.stdout.flush()
         return EXIT_OK
@@ -907,8 +914,8 @@ def _report_run(outcome: Any, args: argparse.Namespace, summary: TextIO,
                 print(file=summary)
             if title is not None:
                 _say(f"==> {title} <==", summary)
-            TerminalRenderer(width=args.width, color=_use_color(summary)).write(loader.report,
-                                                                               summary)
+            TerminalRenderer(width=args.width, color=_use_color(summary),
+                             verbose=args.verbose).write(loader.report, summary)
     if not_saved:
         others = ", ".join(_run_title(loader) for loader in not_saved)
         _say(f"{PROG}: --json {args.json} takes one report ({_run_title(loaders[0])}); not "

@@ -209,12 +209,13 @@ class Report:
 
     # -- rendering -----------------------------------------------------------------------------
 
-    def render(self, width: Optional[int] = None) -> str:
+    def render(self, width: Optional[int] = None, verbose: bool = False) -> str:
         """The terminal summary as plain text, ``width`` columns wide (``None``: the terminal's
-        width, 100 when there is no terminal). See :mod:`pipecheck.render.terminal`."""
+        width, 100 when there is no terminal): the short view that fits a screen, or with
+        ``verbose`` every section. See :mod:`pipecheck.render.terminal`."""
         from pipecheck.render.terminal import render_terminal
 
-        return render_terminal(self, width=width)
+        return render_terminal(self, width=width, verbose=verbose)
 
     def __str__(self) -> str:
         return self.render()

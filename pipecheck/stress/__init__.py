@@ -251,7 +251,7 @@ def stress_report(record: Any, section: StressSection) -> Any:
     report = build_report(record, stress=section)
     return dataclasses.replace(
         report, recommendations=stress_recommendations(section, report.recommendations),
-        diagnosis=stress_diagnosis(report.diagnosis))
+        diagnosis=stress_diagnosis(report.diagnosis, section.epoch_start))
 
 
 class _LaterTrials:

@@ -23,7 +23,7 @@ from pipecheck.render.model import Document, Fact, Note, Section
 from pipecheck.render.phrases import (capacity_phrase, comparison_line, context_line,
                                       ended_line, verdict_line)
 from pipecheck.render.sections import (advice, attach, comparison, probes, ranks, run, sharding,
-                                      stress, tune)
+                                      stress, summary, tune)
 from pipecheck.render.sections.comparison import comparison_section
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ RENDERED_FIELDS = frozenset({
 
 
 def build_document(report: "Report") -> Document:
-    """The report's document: verdict, context, caveats, key numbers and every section; every
+    """The report's document: verdict, context, caveats, key numbers and every section, and
+    the short view's sections (:mod:`pipecheck.render.sections.summary`); every
     string in it one inert line (:func:`pipecheck.render.inert.fields`: control characters and
     line breaks as escapes, at most :data:`~pipecheck.render.inert.MAX_FIELD_CHARS`
     characters), whatever the report's strings hold. Each builder caps the lists it shows
@@ -85,6 +86,8 @@ def build_document(report: "Report") -> Document:
         context=context_line(report), notes=tuple(notes), headline=headline(report),
         sections=sections,
         footer=f"pipecheck {version} · schema {report.schema}",
+        summary=summary.summary_sections(report, sections),
+        brief_context=context_line(report, brief=True),
     ))
 
 
