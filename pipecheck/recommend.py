@@ -25,7 +25,7 @@ from typing import Callable, Optional
 from pipecheck.analysis import Analysis
 from pipecheck.analysis.bound import CPU_BOUND_FRACTION
 from pipecheck.analysis.causes import CONTENDED_CPU_FRACTION
-from pipecheck.analysis.consumer import mean_epoch_wall_s
+from pipecheck.analysis.consumer import mean_epoch_wall_s, stress_command
 from pipecheck.analysis.memory import SHM_HEADROOM_FACTOR
 from pipecheck.analysis.model import (
     TORCH_DEFAULT_PREFETCH_FACTOR,
@@ -373,8 +373,8 @@ def _starved_pool_workers(context: _Context, settings: LoaderSettings) -> _Outco
         "factor this run cannot tell (the step, on the same starved threads, was slowed by "
         f"an unknown factor too): {count(workers, 'worker')}, the cores left to this run, "
         "with no prediction. "
-        f"'pipecheck stress FILE.py:make_loader --workers 0,{workers}' (a function "
-        "that builds your DataLoader) measures it on this host; so does "
+        f"{stress_command(context.run.consumer, f'0,{workers}')} (a function that builds "
+        "your DataLoader; the step emulated as measured) measures it on this host; so does "
         "torch.set_num_threads(1) before the loop, which removes the waits at num_workers=0.")
     recommendation = Recommendation(
         setting="num_workers", current=0, proposed=workers,
@@ -422,8 +422,9 @@ def _settle_with_stress(
     return (f" The interval from this run's noise {span} "
             f"{'reaches below the current rate' if low <= current else 'overlaps that of '}"
             f"{'' if low <= current else count(fewer, 'worker')}: "
-            f"'pipecheck stress FILE.py:make_loader --workers {','.join(map(str, counts))}' "
-            "(a function that builds your DataLoader) measures them on this host.")
+            f"{stress_command(context.run.consumer, ','.join(map(str, counts)))} "
+            "(a function that builds your DataLoader; the step emulated as measured) measures "
+            "them on this host.")
 
 
 STEP_SLOWDOWN_WORDS_FRACTION = 0.05

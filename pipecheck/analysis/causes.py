@@ -17,7 +17,7 @@ from pipecheck.analysis.contention import (
     other_processes_cpus,
     same_group_fraction,
 )
-from pipecheck.analysis.consumer import steady_step_s
+from pipecheck.analysis.consumer import steady_step_s, stress_command
 from pipecheck.analysis.model import POOL_STARVED_SHARE, starved_step_on_cpu, step_pool_inflation
 from pipecheck.analysis.producer import INTRA_OP_INFLATION_MIN, intra_op_inflation, usable_host
 from pipecheck.kinds import (BALANCED, FINDINGS_PAGE, INPUT_BOUND, WORKERS_FINDING, FindingKind,
@@ -103,8 +103,9 @@ def contended_host_finding(run: RunRecord) -> Optional[Finding]:
         message=f"Contended host: other processes used {others:.1f} of {scope} on average "
         f"during the run ({machine} {percent(busy / 100)} busy, "
         f"this run {ours:.1f} CPUs){waited}{group}. Rates and predictions here hold only under the "
-        "same contention; measure the candidate settings on this host with 'pipecheck stress "
-        "FILE.py:make_loader --workers 0,1,2,4' (a function that builds your DataLoader).",
+        "same contention; measure the candidate settings on this host with "
+        f"{stress_command(run.consumer, '0,1,2,4')} (a function that builds your "
+        "DataLoader; the step emulated as measured).",
         evidence={"other_processes_cpus": others, "cpu_count": cpus, "run_cpus": ours,
                   "system_cpu_fraction": host.system_cpu_percent_mean / 100,
                   "measured_on_usable_cpus": on_usable,
@@ -155,8 +156,9 @@ def intra_op_finding(run: RunRecord, producer: ProducerSummary) -> Optional[Find
                         starved_on_cpu_max=POOL_STARVED_SHARE)
     words.append(
         "Where the step gains nothing from the threads, torch.set_num_threads(1) in the "
-        "training process gives those cores back; 'pipecheck stress FILE.py:make_loader "
-        "--workers 0,1,2' (a function that builds your DataLoader) measures the workers.")
+        "training process gives those cores back; "
+        f"{stress_command(run.consumer, '0,1,2')} (a function that builds your DataLoader; "
+        "the step emulated as measured) measures the workers.")
     return Finding(kind=FindingKind.INTRA_OP_THREADS, severity="info", message=" ".join(words),
                    evidence=evidence)
 

@@ -246,3 +246,22 @@ def mean_epoch_wall_s(record: ConsumerRecord) -> Optional[float]:
         return ratio(sum(finished) + folded.exhausted_wall_s, len(finished) + folded.exhausted)
     return ratio(sum(e.wall_s for e in started) + folded.started_wall_s,
                  len(started) + folded.started)
+
+
+def stress_command(record: ConsumerRecord, workers: str = "") -> str:
+    """The ``pipecheck stress`` command line that measures loader settings on this host with a
+    step like this run's: ``--step-time`` the steady step (:func:`steady_step_s`, seconds) and
+    ``--step-cpu`` the share of it the step's calling thread spent on the CPU
+    (:func:`step_on_cpu_fraction`; left out when not measured or under 5%: a sleeping step is
+    stress's default), ``--workers`` when ``workers`` (e.g. ``"0,1,2"``) is given. Quoted, as
+    the reports print it."""
+    parts = ["pipecheck stress FILE.py:make_loader"]
+    if workers:
+        parts.append(f"--workers {workers}")
+    step_s = steady_step_s(record)
+    if step_s is not None and step_s > 0:
+        parts.append(f"--step-time {step_s:.3g}")
+        on_cpu = step_on_cpu_fraction(record)
+        if on_cpu is not None and on_cpu >= 0.05:
+            parts.append(f"--step-cpu {on_cpu:.2f}")
+    return "'" + " ".join(parts) + "'"

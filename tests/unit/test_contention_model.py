@@ -163,7 +163,7 @@ def test_an_interval_too_wide_to_bound_anything_is_called_uncertain_in_every_out
     assert "(uncertain: its 90% interval is over 3x wide)" in short and interval not in short
     # The reason names the stress command (with the run's noise alone, its interval is
     # under 3x wide and printed).
-    assert "--workers 0,1,2'" in report.recommendations[0].reason
+    assert "--workers 0,1,2 --step-time " in report.recommendations[0].reason
     # A report written before the flag: the reader judges the range itself.
     data = report.to_dict()
     del data["recommendations"][0]["expected"]["uncertain"]
@@ -179,7 +179,7 @@ def test_an_uncertain_proposal_names_the_stress_command_that_settles_it():
     unsure = [r for r in recommend(run, analyze(run)) if r.setting == "num_workers"][0]
     # 2 workers proposed, but 1 worker's interval overlaps theirs: measure 0, 1 and 2.
     assert unsure.proposed == 2
-    assert "pipecheck stress" in unsure.reason and "--workers 0,1,2'" in unsure.reason
+    assert "pipecheck stress" in unsure.reason and "--workers 0,1,2 --step-time " in unsure.reason
     quiet = simulate(SERIAL)
     certain = [r for r in recommend(quiet, analyze(quiet)) if r.setting == "num_workers"][0]
     assert "pipecheck stress" not in certain.reason
@@ -567,7 +567,7 @@ def test_a_starved_pool_gets_workers_proposed_without_a_prediction():
     assert proposal.expected.samples_per_s_low is None
     assert proposal.expected.note == "not predictable from this run"
     assert "waited for a core 50.0%" in proposal.reason
-    assert "'pipecheck stress FILE.py:make_loader --workers 0,1'" in proposal.reason
+    assert "'pipecheck stress FILE.py:make_loader --workers 0,1 --step-time " in proposal.reason
     assert "torch.set_num_threads(1)" in proposal.reason
     # It reaches the JSON and the terminal as "not predicted".
     report = build_report(run)
@@ -604,5 +604,25 @@ def test_a_reason_names_an_interval_too_wide_to_bound_anything_in_words():
         NOISY, production_s=lambda i: 0.12 if (i // 40) % 2 else 0.03))
     rec = next(r for r in recommend(run, analyze(run)) if r.setting == "num_workers")
     assert "The interval from this run's noise is over 3x wide (uncertain)" in rec.reason
-    assert "'pipecheck stress FILE.py:make_loader --workers 0,1,2'" in rec.reason
+    assert "'pipecheck stress FILE.py:make_loader --workers 0,1,2 --step-time " in rec.reason
     assert " to " not in rec.reason.split("The interval from this run's noise")[1].split(":")[0]
+
+
+@pytest.mark.parametrize("run", [SERIAL, LIGHT_STEP])
+def test_the_stress_command_reports_suggest_emulates_the_measured_step(run):
+    from pipecheck.analysis.consumer import stress_command, steady_step_s, step_on_cpu_fraction
+
+    record = simulate(run)
+    command = stress_command(record.consumer, "0,1,2")
+    step_s = steady_step_s(record.consumer)
+    assert command.startswith("'pipecheck stress FILE.py:make_loader --workers 0,1,2 ")
+    assert f"--step-time {step_s:.3g}" in command
+    share = step_on_cpu_fraction(record.consumer)
+    assert ("--step-cpu" in command) == (share is not None and share >= 0.05)
+    if share is not None and share >= 0.05:
+        assert f"--step-cpu {share:.2f}" in command
+    # the command parses: the stress CLI accepts every option it names
+    from pipecheck.cli import build_parser
+
+    args = build_parser().parse_args(command.strip("'").split()[1:])
+    assert args.step_time.mean_s == pytest.approx(float(f"{step_s:.3g}"))
