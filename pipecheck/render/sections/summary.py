@@ -30,8 +30,8 @@ BRIEF_FAILED = 3
 BRIEF_FINDINGS = 6
 """Findings the short view lists, most severe first; the rest are counted."""
 
-STRESS_FACTS = ("model-guided search:", "recommended:", "expected gain over the baseline:",
-                "epoch start:")
+STRESS_FACTS = ("training step:", "model-guided search:", "recommended:",
+                "expected gain over the baseline:", "epoch start:")
 """Labels of the stress sweep's facts (:func:`pipecheck.render.sections.stress.summary_facts`)
 the short view keeps."""
 
