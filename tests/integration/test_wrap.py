@@ -389,7 +389,7 @@ def test_a_fast_loop_is_timed_in_blocks_and_its_counts_stay_exact(monkeypatch, t
         - consumer_summary.untimed_batches
     assert consumer_summary.wait_s + consumer_summary.compute_s == pytest.approx(
         sum(e.wall_s for e in report.timeline.epochs), rel=0.01)
-    assert "timed batch by batch" in report.render(width=120)
+    assert "timed batch by batch" in report.render(width=120, verbose=True)
     again = pipecheck.load(report.save(tmp_path / "fast.json"))
     assert again.consumer.untimed_batches == consumer_summary.untimed_batches
 
