@@ -31,7 +31,7 @@ from pipecheck.render.base import Renderer
 from pipecheck.render.inert import Inert, fields
 from pipecheck.render.model import Block, Chart, Document, Facts, Items, Note, Section, Table
 from pipecheck.render.phrases import verdict_line
-from pipecheck.render.sections import build_document
+from pipecheck.render.sections import build_summary_document
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -66,14 +66,16 @@ class TerminalRenderer(Renderer):
     name = "terminal"
     what = "summary"
 
-    def __init__(self, width: Optional[int] = None, color: bool = False) -> None:
+    def __init__(self, width: Optional[int] = None, color: bool = False,
+                 verbose: bool = False) -> None:
         if width is not None and width < MIN_WIDTH:
             raise ValueError(f"width must be at least {MIN_WIDTH} columns, got {width}")
         self.width = width
         self.color = color
+        self.verbose = verbose
 
     def render(self, report: "Report") -> str:
-        return _print(renderables(report), self.width, self.color)
+        return _print(renderables(report, self.verbose), self.width, self.color)
 
     def render_document(self, document: Document) -> str:
         """A built document (``pipecheck report --compare``'s) as this summary's text."""
@@ -85,11 +87,12 @@ def render_terminal(report: "Report", width: Optional[int] = None, color: bool =
     return TerminalRenderer(width, color).render(report)
 
 
-def renderables(report: "Report") -> list[RenderableType]:
+def renderables(report: "Report", verbose: bool = False) -> list[RenderableType]:
     """The summary as one rich renderable in a list: :class:`~pipecheck.render.inert.Inert`
     over the lines and sections (verdict line first), so any console shows the report's strings
-    literally."""
-    return document_renderables(build_document(report))
+    literally. A multi-rank report shows the job summary unless ``verbose``
+    (:func:`~pipecheck.render.sections.build_summary_document`)."""
+    return document_renderables(build_summary_document(report, verbose))
 
 
 def document_renderables(document: Document) -> list[RenderableType]:

@@ -61,13 +61,60 @@ RENDERED_FIELDS = frozenset({
 """Report fields the document shows; HTML renders any other non-empty field generically."""
 
 
-def build_document(report: "Report") -> Document:
+def is_job(report: "Report") -> bool:
+    """Whether ``report`` is a merged or gathered multi-rank report (``ranks`` with 2+ ranks):
+    the terminal and markdown then show :func:`build_job_document` unless asked for more."""
+    return report.ranks is not None and len(report.ranks.ranks) > 1
+
+
+def build_summary_document(report: "Report", verbose: bool = False) -> Document:
+    """What the terminal and markdown show: :func:`build_job_document` for a multi-rank report
+    (:func:`is_job`) unless ``verbose``; else :func:`build_document`, with the every-rank
+    table shown when ``verbose``."""
+    if is_job(report) and not verbose:
+        return build_job_document(report)
+    return build_document(report, every_rank=verbose)
+
+
+JOB_SECTIONS = ("ranks", "straggler")
+"""The sections of the job summary, in order."""
+
+
+def build_job_document(report: "Report") -> Document:
+    """The short summary of a multi-rank report (``pipecheck report run.rank*.json`` in a
+    terminal): the straggler's verdict and context line, the job's shape
+    (:func:`pipecheck.render.sections.ranks.job_blocks`: the wait over ranks and nodes, the
+    slowest ranks and nodes, the straggler's scope, ranks missing or failed) and the
+    straggler's diagnosis and first recommendation (:func:`ranks.straggler_section`). Its
+    length does not grow with the ranks: at most about 60 lines at 100 columns (the rank
+    findings and one finding of the straggler's own; ``benchmarks/many_ranks.py`` counts
+    them). Every string one inert line, as in :func:`build_document`."""
+    assert report.ranks is not None
+    notes = []
+    ended = ended_line(report) if report.attach is None else None
+    if ended is not None:
+        notes.append(Note(ended, "alert"))
+    sections = [Section("ranks", "Ranks", tuple(ranks.job_blocks(report.ranks)))]
+    straggler = ranks.straggler_section(report)
+    if straggler is not None:
+        sections.append(straggler)
+    version = report.environment.pipecheck or "unknown version"
+    return fields(Document(
+        verdict=verdict_line(report), verdict_kind=report.diagnosis.verdict,
+        context=context_line(report), notes=tuple(notes), headline=headline(report),
+        sections=tuple(sections),
+        footer=f"pipecheck {version} · schema {report.schema}",
+    ))
+
+
+def build_document(report: "Report", every_rank: bool = False) -> Document:
     """The report's document: verdict, context, caveats, key numbers and every section; every
     string in it one inert line (:func:`pipecheck.render.inert.fields`: control characters and
     line breaks as escapes, at most :data:`~pipecheck.render.inert.MAX_FIELD_CHARS`
     characters), whatever the report's strings hold. Each builder caps the lists it shows
     and says how many it left out, so the cost does not grow with the report's lists beyond
-    one pass over them."""
+    one pass over them. ``every_rank``: the every-rank table of a multi-rank report is shown
+    by every format (``--verbose``), not only by HTML."""
     notes = []
     ended = ended_line(report) if report.attach is None else None
     if ended is not None:
@@ -77,7 +124,9 @@ def build_document(report: "Report") -> Document:
                           "alert" if report.comparison.verdict == "fell" else "bold"))
     skipped = NEED_BATCH_TIMING if report.attach is not None else frozenset()
     sections = tuple(section for key, build in SECTIONS
-                     if key not in skipped and (section := build(report)) is not None)
+                     if key not in skipped and (section := (
+                         ranks.ranks(report, every_rank) if key == "ranks" else build(report)))
+                     is not None)
     version = report.environment.pipecheck or "unknown version"
     return fields(Document(
         verdict=verdict_line(report), verdict_kind=report.diagnosis.verdict,
