@@ -74,10 +74,10 @@ class MarkdownRenderer(Renderer):
         return visible("\n".join(lines).rstrip("\n") + "\n")
 
 
-def render_markdown(report: "Report", title: Optional[str] = None) -> str:
+def render_markdown(report: "Report", title: Optional[str] = None, verbose: bool = False) -> str:
     """The report as markdown (:class:`MarkdownRenderer`). Raises nothing for any report that
     :meth:`pipecheck.Report.from_dict` accepts."""
-    return MarkdownRenderer(title).render(report)
+    return MarkdownRenderer(title, verbose).render(report)
 
 
 def _block(block: Block) -> list[str]:

@@ -82,9 +82,10 @@ class TerminalRenderer(Renderer):
         return _print(document_renderables(document), self.width, self.color)
 
 
-def render_terminal(report: "Report", width: Optional[int] = None, color: bool = False) -> str:
+def render_terminal(report: "Report", width: Optional[int] = None, color: bool = False,
+                    verbose: bool = False) -> str:
     """The report's terminal summary as a string (:class:`TerminalRenderer`)."""
-    return TerminalRenderer(width, color).render(report)
+    return TerminalRenderer(width, color, verbose).render(report)
 
 
 def renderables(report: "Report", verbose: bool = False) -> list[RenderableType]:

@@ -80,18 +80,19 @@ def job_blocks(summary: "RanksSummary") -> list[Block]:
     slow = [by_rank[r] for r in shape.slowest_ranks[:SLOWEST_ROWS] if r in by_rank]
     if slow:
         headers, right, rows = _rows(summary, slow)
-        blocks.append(table(headers, rows, right=right, no_wrap=range(len(headers)),
-                            title="Slowest ranks"))
+        blocks.append(Note(f"slowest {len(slow)} ranks", "dim"))
+        blocks.append(table(headers, rows, right=right, no_wrap=range(len(headers))))
     nodes = {n.node: n for n in shape.nodes}
     slow_nodes = [nodes[n] for n in shape.slowest_nodes[:SLOWEST_ROWS] if n in nodes]
     if len(shape.nodes) >= 2 and slow_nodes:
+        blocks.append(Note(f"slowest {len(slow_nodes)} nodes", "dim"))
         blocks.append(table(
             ["node", "ranks", "median wait/step", "max wait/step", "slowest rank", "failed"],
             [[n.node, f"{n.ranks:,}", fmt.seconds(n.wait_per_batch_median_s),
               fmt.seconds(n.wait_per_batch_max_s),
               str(n.slowest_rank) if n.slowest_rank is not None else "n/a", f"{n.failed:,}"]
              for n in slow_nodes],
-            right=range(1, 6), no_wrap=range(6), title="Slowest nodes"))
+            right=range(1, 6), no_wrap=range(6)))
     if summary.missing:
         blocks.append(Note(f"{len(summary.missing):,} rank(s) missing (no data): "
                            + _listed(summary.missing), "warning"))
