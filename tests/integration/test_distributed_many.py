@@ -42,8 +42,9 @@ def test_sixteen_ranks_gather_summaries_and_merge_with_the_straggler(tmp_path, c
     assert int(ranks) == WORLD and int(straggler) == dist_many.SLOW_RANK
     assert int(size) < 2_000  # a summary, not a report
     assert float(seconds) < 10.0
-    print(f"gather of {WORLD} summaries: {float(seconds) * 1e3:.1f} ms, "
-          f"{float(seconds) / WORLD * 1e3:.2f} ms and {size} bytes a rank")
+    with capsys.disabled():  # the measured cost, shown with -s
+        print(f"\ngather of {WORLD} summaries: {float(seconds) * 1e3:.1f} ms, "
+              f"{float(seconds) / WORLD * 1e3:.2f} ms and {size} bytes a rank")
 
     gathered = load(tmp_path / "run.rank0.json").ranks  # rank 0's report() gathered them all
     assert [r.rank for r in gathered.ranks] == list(range(WORLD)) and not gathered.missing
