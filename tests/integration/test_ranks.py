@@ -114,6 +114,7 @@ def test_merge_fills_a_missing_file_from_rank_0s_gathered_table():
     assert [r.rank for r in merged.ranks.ranks] == [0, 1]
     assert merged.ranks.ranks[1].source == "b" and merged.ranks.missing == []
     assert merged.ranks.straggler == 1 and merged.rank.rank == 0  # the only full report
+    assert "Rank 0 (the straggler, rank 1, has no file here)" in merged.render(width=100)
 
 
 @pytest.mark.parametrize("reports, message", [
@@ -317,3 +318,19 @@ def test_verbose_html_and_json_hold_every_rank(tmp_path, capsys):
     assert "<details><summary>Every rank (80)</summary>" in page and "<script" not in page
     assert page.count("<tr>") >= 80
     assert len(load(tmp_path / "m.json").ranks.ranks) == 80
+
+
+def test_the_merge_reads_each_file_once_and_only_the_stragglers_in_full(tmp_path, monkeypatch,
+                                                                        capsys):
+    import pipecheck.merge
+
+    paths = _save_job(tmp_path, {r: 0.5 + 0.01 * r for r in range(8)} | {2: 3.0}, 8)
+    loaded, parsed = [], []
+    real_load, real_read = pipecheck.merge.load, pipecheck.merge.read_json
+    monkeypatch.setattr(pipecheck.merge, "load", lambda p: loaded.append(p) or real_load(p))
+    monkeypatch.setattr(pipecheck.merge, "read_json",
+                        lambda p: parsed.append(p) or real_read(p))
+    assert main(["check", *paths, "--max-stall", "0.99"]) == 0
+    assert "on rank 2 (the straggler)" in capsys.readouterr().out
+    assert loaded == [str(tmp_path / "run.rank2.json")]
+    assert sorted(parsed[1:]) == sorted(paths)  # the first file is also peeked at for its rank

@@ -139,7 +139,12 @@ def straggler_section(report: "Report") -> Optional[Section]:
         blocks.append(Note(why_no_recommendations(report)))
     blocks.append(Note(f"rank {report.rank.rank}'s full report and every rank: --verbose, "
                        "--html FILE or --json FILE", "dim"))
-    return Section("straggler", f"Straggler: rank {report.rank.rank}", tuple(blocks))
+    straggler = report.ranks.straggler if report.ranks is not None else None
+    if straggler is None or straggler == report.rank.rank:
+        return Section("straggler", f"Straggler: rank {report.rank.rank}", tuple(blocks))
+    # the straggler's summary came from rank 0's gather, its own file was not given
+    return Section("straggler", f"Rank {report.rank.rank} (the straggler, rank {straggler}, "
+                   "has no file here)", tuple(blocks))
 
 
 def rank_table(ranks: "RanksSummary", limit: Optional[int] = None
