@@ -17,6 +17,7 @@ their timelines); nothing here reads files.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import statistics
@@ -94,9 +95,17 @@ def analyze_ranks(summaries: Iterable[RankSummary],
     rates = [r.samples_per_s for r in ranks if r.samples_per_s is not None]
     findings: list[Finding] = []
     straggler = _straggler(ranks)
+    shape = job_shape(ranks)
     if straggler is not None:
         finding = _straggler_finding(straggler, [r for r in ranks if r.rank != straggler.rank])
         if finding is not None:
+            if shape.scope == "node":  # a node-wide cause: say so where the rank is named
+                finding = dataclasses.replace(
+                    finding, message=f"{finding.message} Most of its node's ranks are slow too "
+                    f"({shape.scope_reason}): look at the node (its storage, network, CPUs, "
+                    "other jobs on it) before this rank's loader.",
+                    evidence={**finding.evidence, "scope": shape.scope,
+                              "node": shape.slowest_nodes[0]})
             findings.append(finding)
     if missing:
         names = ", ".join(str(r) for r in missing)
@@ -109,7 +118,7 @@ def analyze_ranks(summaries: Iterable[RankSummary],
     return RanksSummary(world_size=world_size, ranks=ranks,
                         straggler=straggler.rank if straggler is not None else None,
                         missing=missing, samples_per_s=sum(rates) if rates else None,
-                        shape=job_shape(ranks)), findings
+                        shape=shape), findings
 
 
 def node_of(rank: RankSummary) -> str:

@@ -246,7 +246,7 @@ def test_the_streaming_merge_gives_what_merging_loaded_reports_gives(tmp_path):
 ])
 def test_the_job_shape_says_whether_the_straggler_is_a_rank_a_node_or_the_job(waits, scope):
     summaries = [own_summary(_job_report(r, 16, w)) for r, w in waits.items()]
-    ranks, _ = analyze_ranks(summaries, 16)
+    ranks, findings = analyze_ranks(summaries, 16)
     shape = ranks.shape
     assert shape.scope == scope, shape.scope_reason
     assert [n.node for n in shape.nodes] == ["node0", "node1", "node2", "node3"]
@@ -254,6 +254,9 @@ def test_the_job_shape_says_whether_the_straggler_is_a_rank_a_node_or_the_job(wa
     assert shape.wait_per_batch_p50_s <= shape.wait_per_batch_p90_s <= shape.wait_per_batch_max_s
     if scope == "node":
         assert shape.slowest_nodes[0] == "node2" and shape.node_spread_s > 0.02
+        (finding,) = [f for f in findings if f.kind == "straggler-rank"]
+        assert "Most of its node's ranks are slow too" in finding.message
+        assert finding.evidence["node"] == "node2"
     if scope == "rank":
         assert shape.slowest_ranks[0] == 9
 
