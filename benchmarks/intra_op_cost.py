@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prediction import FftDataset, JpegFolder, make_jpegs  # noqa: E402
+from pipelines import FftDataset, JpegFolder, make_jpegs  # noqa: E402
 
 from pipecheck.analysis.producer import INTRA_OP_INFLATION_MIN  # noqa: E402
 

@@ -2,8 +2,9 @@
 with the epochs before it, nor its memory (issue 25, "Costs that grow without bound").
 
 A map-style dataset of one sample, ``batch_size=1``, ``num_workers=0``: every epoch is one
-batch. Two loop styles, each run plain and then wrapped (``pipecheck.wrap`` with its defaults,
-host sampler included) on a fresh loader:
+batch. Two loop styles, each run plain and wrapped (``pipecheck.wrap`` with its defaults, host
+sampler included) on fresh loaders, interleaved in windows of 1,000 epochs whose order flips
+every window:
 
 * ``next``: ``next(iter(loader))`` in a loop (validation sampling, a peek at a batch): each
   epoch is dropped after its first batch (``ended: break``);
@@ -11,12 +12,13 @@ host sampler included) on a fresh loader:
   to its end (``ended: exhausted``).
 
 Printed per style and side: wall microseconds per epoch over the 1,000 epochs before each
-checkpoint (epoch 1,000, 10,000, 100,000, ... and the last), the total wall seconds, the RSS
-growth per epoch (between the last two checkpoints: once the bounded buffers have filled),
+checkpoint (epoch 1,000, 10,000, 100,000, ... and the last), the total wall seconds, the
+process's RSS growth per epoch (between the last two checkpoints: once the bounded buffers have
+filled; plain alone grows 0.0 bytes/epoch),
 and for the wrapped side the wall time of one ``report()`` at the end (reading every probe and
 analysing the run). Target (issue 25): the wrapped total within 2x of plain at 100,000 epochs.
 
-A side that runs past ``--limit-s`` seconds stops there and says at which epoch.
+Both sides stop once one has run ``--limit-s`` seconds, and say at which epoch.
 
     python benchmarks/many_epochs.py [--epochs 100000] [--style next|for|both] [--limit-s 600]
 """
@@ -67,52 +69,70 @@ STYLES: dict[str, tuple[str, Callable[[Iterable], None]]] = {
 
 
 class Side:
-    """One run of ``epochs`` one-batch epochs of ``style`` over ``loader``."""
+    """One loader's share of an interleaved run: ``style`` over ``loader``, one window of
+    :data:`WINDOW` epochs at a time (:func:`run_interleaved`)."""
 
-    def __init__(self, name: str, loader: Iterable, style: Callable[[Iterable], None],
-                 epochs: int, limit_s: float) -> None:
+    def __init__(self, name: str, loader: Iterable, style: Callable[[Iterable], None]) -> None:
         self.name = name
+        self.loader = loader
+        self.style = style
         self.per_epoch_us: dict[int, float] = {}
         self.rss: dict[int, int] = {}
         self.report_s: Optional[float] = None
-        process = psutil.Process()
-        marks = checkpoints(epochs)
-        clock = time.perf_counter
-        gc.collect()
+        self.total_s = 0.0
+        self.epochs = 0
+
+    def window(self, epochs: int) -> float:
+        """Run ``epochs`` epochs; returns their wall seconds (also added to the total)."""
+        style, loader, clock = self.style, self.loader, time.perf_counter
         started = clock()
-        window_started = started
-        done = 0
-        for mark in marks:
-            window_from = mark - min(WINDOW, mark)
-            while done < mark:
-                if done == window_from:
-                    window_started = clock()
-                style(loader)
-                done += 1
-                if done % 1000 == 0 and clock() - started > limit_s:
-                    break
-            now = clock()
-            if done < mark:  # stopped by the time limit
-                break
-            self.per_epoch_us[mark] = (now - window_started) / (mark - window_from) * 1e6
-            self.rss[mark] = process.memory_info().rss
-        self.total_s = clock() - started
-        self.epochs = done
-        if hasattr(loader, "report"):
-            t = clock()
-            loader.report()
-            self.report_s = clock() - t
-            loader.close()
+        for _ in range(epochs):
+            style(loader)
+        elapsed = clock() - started
+        self.total_s += elapsed
+        self.epochs += epochs
+        return elapsed
+
+    def finish(self) -> None:
+        """The wrapped side's ``report()`` (timed) and ``close()``."""
+        if hasattr(self.loader, "report"):
+            t = time.perf_counter()
+            self.loader.report()
+            self.report_s = time.perf_counter() - t
+            self.loader.close()
 
     def rss_growth_bytes(self) -> Optional[float]:
         """RSS growth per epoch in bytes between the last two checkpoints reached (10,000 to
         100,000 in a default run): the steady slope, after the bounded buffers (the batch
-        timeline, the listed epochs, the worker ring) have filled."""
+        timeline, the listed epochs, the worker ring) have filled. The process's RSS, which
+        both sides share: the plain side's slope is 0.0 bytes/epoch when run alone."""
         reached = sorted(self.rss)
         if len(reached) < 2:
             return None
         first, last = reached[-2], reached[-1]
         return (self.rss[last] - self.rss[first]) / (last - first)
+
+
+def run_interleaved(sides: list[Side], epochs: int, limit_s: float) -> None:
+    """Windows of :data:`WINDOW` epochs, each side in turn, the order flipping every window (a
+    shared machine's drift, which runs of a minute or more see, falls on both sides alike).
+    Records each side's wall microseconds per epoch over the window ending at each checkpoint,
+    and the process RSS there. Stops early once a side has run ``limit_s`` seconds."""
+    process = psutil.Process()
+    marks = set(checkpoints(epochs))
+    gc.collect()
+    done, flip = 0, False
+    while done < epochs and all(side.total_s <= limit_s for side in sides):
+        size = min(WINDOW, epochs - done)
+        for side in (reversed(sides) if flip else sides):
+            elapsed = side.window(size)
+            if done + size in marks:
+                side.per_epoch_us[done + size] = elapsed / size * 1e6
+                side.rss[done + size] = process.memory_info().rss
+        done += size
+        flip = not flip
+    for side in sides:
+        side.finish()
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -132,21 +152,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     ok = True
     for key in ("next", "for") if args.style == "both" else (args.style,):
         label, style = STYLES[key]
-        sides = [Side("plain", DataLoader(dataset, batch_size=1), style, args.epochs,
-                      args.limit_s),
-                 Side("wrapped", pipecheck.wrap(DataLoader(dataset, batch_size=1)), style,
-                      args.epochs, args.limit_s)]
+        sides = [Side("plain", DataLoader(dataset, batch_size=1), style),
+                 Side("wrapped", pipecheck.wrap(DataLoader(dataset, batch_size=1)), style)]
+        run_interleaved(sides, args.epochs, args.limit_s)
         print(f"{label}, {args.epochs:,} one-batch epochs (num_workers=0, map-style):")
         for side in sides:
             points = ", ".join(f"{us:.1f} us at {mark:,}" for mark, us in side.per_epoch_us.items())
-            growth = side.rss_growth_bytes()
             stopped = "" if side.epochs == args.epochs else \
                 f" (stopped at epoch {side.epochs:,}: --limit-s {args.limit_s:g})"
             report = "" if side.report_s is None else f"; report() {side.report_s * 1e3:.1f} ms"
-            span = sorted(side.rss)[-2:]
-            rss = "n/a" if growth is None else f"{growth:+.1f} bytes/epoch ({span[0]:,}-{span[1]:,})"
-            print(f"  {side.name:8s} total {side.total_s:.2f} s{stopped}; per epoch {points}; "
-                  f"RSS {rss}{report}")
+            print(f"  {side.name:8s} total {side.total_s:.2f} s{stopped}; per epoch {points}"
+                  f"{report}")
+        growth, span = sides[1].rss_growth_bytes(), sorted(sides[1].rss)[-2:]
+        print("  process RSS: " + ("n/a" if growth is None else
+                                   f"{growth:+.1f} bytes/epoch ({span[0]:,}-{span[1]:,})"))
         plain, wrapped = sides
         if wrapped.epochs == args.epochs and plain.epochs == args.epochs:
             ratio = wrapped.total_s / plain.total_s

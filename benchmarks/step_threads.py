@@ -1,7 +1,7 @@
 """The step's wall time against its CPU (the process's and the calling thread's) at several
-worker counts, on ``prediction.py``'s latency pipeline (2 ms of sleep a sample, batch 64, a
+worker counts, on ``pipelines.py``'s latency pipeline (2 ms of sleep a sample, batch 64, a
 small MLP step on torch's default intra-op threads), quiet or beside a CPU burner in another
-session (``prediction.Neighbour``).
+session (``pipelines.Neighbour``).
 
 It shows what :attr:`pipecheck.analysis.model.ThroughputModel.unstarved_step_s` stands on: at
 ``num_workers=0`` a step whose intra-op threads wait for cores takes far longer than its
@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prediction import LatencyDataset, Model, Neighbour, loader_with  # noqa: E402
+from pipelines import LatencyDataset, Model, Neighbour, loader_with  # noqa: E402
 
 WARM_UP_STEPS = 3
 

@@ -1,6 +1,6 @@
 """What a latency-bound worker pays per batch as workers outnumber the CPUs.
 
-The evidence behind ``pipecheck.recommend.MAX_WORKERS_PER_CPU``: on ``prediction.py``'s
+The evidence behind ``pipecheck.recommend.MAX_WORKERS_PER_CPU``: on ``pipelines.py``'s
 latency dataset (2 ms of sleep per sample, batch 64, so 128 ms of waiting a batch) the training
 loop (its small MLP step) runs for ``--seconds`` at each worker count, workers persistent and
 warmed up first. Printed per count: samples/s, and the wall time each worker took per batch
@@ -9,7 +9,7 @@ the 128 ms of sleep a batch needs. Past a few workers per CPU the main process, 
 every index and receives every batch, stretches each worker's batch: the model's "N waiting
 workers give N times one worker's rate" stops holding.
 
-``--epoch-samples 4096 --no-persistent-workers`` is ``prediction.py``'s own loader: 64
+``--epoch-samples 4096 --no-persistent-workers`` is ``pipelines.py``'s latency loader: 64
 batches an epoch, every epoch starting its workers afresh, so at 16 workers each worker makes
 4 batches an epoch and the epoch's start and tail weigh on every one of them.
 
@@ -34,7 +34,7 @@ import torch.multiprocessing
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prediction import BATCH_SIZE, LatencyDataset, Model, train_for  # noqa: E402
+from pipelines import BATCH_SIZE, LatencyDataset, Model, train_for  # noqa: E402
 
 SLEEP_PER_BATCH_S = 0.002 * BATCH_SIZE  # LatencyDataset sleeps 2 ms a sample
 
@@ -49,7 +49,7 @@ def measure(workers: int, seconds: float, in_order: bool, epoch_samples: int,
     loader = DataLoader(LatencyDataset(epoch_samples), **kwargs)
     model = Model()
     train_for(loader, 1.0, model)  # worker start, first epoch's start-up
-    return train_for(loader, seconds, model)
+    return train_for(loader, seconds, model).samples_per_s
 
 
 def main(argv: list[str] | None = None) -> int:

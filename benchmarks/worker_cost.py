@@ -1,6 +1,6 @@
 """Where a worker's batches go on a CPU-bound dataset, against the main process at num_workers=0.
 
-On ``prediction.py``'s FFT dataset (batch 64, a tiny MLP step) it prints:
+On ``pipelines.py``'s FFT dataset (batch 64, a tiny MLP step) it prints:
 
 1. fetch CPU per batch (``time.thread_time`` around ``__getitem__``) and the loop's batches/s
    at 0 and 1 workers, and with 2 workers with the main process on torch's default intra-op
@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, default_collate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prediction import FftDataset, Model  # noqa: E402
+from pipelines import FftDataset, Model  # noqa: E402
 
 
 class TimedFft(FftDataset):

@@ -3,7 +3,8 @@
 Each subcommand class's docstring is its help text. Commands that end in a report share the
 output options ``--json FILE`` (save the report), ``--html FILE`` (self-contained HTML report),
 ``--trace FILE`` (Chrome trace), ``--markdown`` (print markdown instead of the terminal
-summary), ``--quiet`` (no terminal summary) and ``--width N`` (summary width in columns).
+summary), ``--quiet`` (no terminal summary), ``--verbose`` (every section of the terminal
+summary; by default it fits a screen) and ``--width N`` (summary width in columns).
 ``--debug`` (before or after the subcommand) shows tracebacks.
 
 Exit codes:
@@ -281,6 +282,10 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
                        help="print markdown (for CI logs and pull requests) instead of the "
                        "terminal summary; printed even with --quiet")
     group.add_argument("--quiet", action="store_true", help="do not print the terminal summary")
+    group.add_argument("--verbose", action="store_true",
+                       help="print every section of the terminal summary (per-batch figures, "
+                       "workers, host, stages, shards, every rank of a multi-rank run, full "
+                       "reasons and findings); by default it fits a screen")
     group.add_argument(
         "--width",
         metavar="N",
@@ -297,33 +302,40 @@ def _use_color(stream: TextIO) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = None) -> None:
-    """Save (``--json``) first, so a rendering problem cannot lose the measurements; then write
-    each file format asked for (``--html``, ``--trace``: :data:`FILE_FORMATS`, each atomically)
-    and print the markdown or terminal summary."""
+def _save_outputs(report: "Report", args: argparse.Namespace, what: str) -> bool:
+    """Write ``--json`` first (so a rendering problem cannot lose the measurements), then each
+    file format asked for (:data:`FILE_FORMATS`), each atomically, saying where on stderr
+    (``what`` names the JSON: "report"). Returns whether stdout is to stay quiet (``--quiet``,
+    or an output went to stdout)."""
     stdout_taken = any(getattr(args, name) and is_stdout(getattr(args, name))
                        for name in _OUTPUT_OPTIONS)
-    quiet = args.quiet or stdout_taken  # nothing else on stdout when an output goes there
+    quiet = bool(args.quiet or stdout_taken)  # nothing else on stdout when an output goes there
     if args.json:
         saved = report.save(args.json, per_rank=False)  # --json FILE writes FILE exactly
         if not quiet:
-            _say(f"{PROG}: report saved to {saved}", sys.stderr)
+            _say(f"{PROG}: {what} saved to {saved}", sys.stderr)
     for renderer in FILE_FORMATS:
         path = getattr(args, renderer.name)
         if path:
             saved = renderer().save(report, path)
             if not quiet:
                 _say(f"{PROG}: {renderer.what} saved to {saved}", sys.stderr)
-    verbose = getattr(args, "verbose", False)
+    return quiet
+
+
+def _emit(report: "Report", args: argparse.Namespace, title: Optional[str] = None) -> None:
+    """Save the outputs asked for (:func:`_save_outputs`), then print the markdown or terminal
+    summary."""
+    quiet = _save_outputs(report, args, "report")
     if args.markdown:
-        MarkdownRenderer(title=title, verbose=verbose).write(report, sys.stdout)
+        MarkdownRenderer(title=title).write(report, sys.stdout)
         return
     if quiet:
         return
     if title is not None:
         _say(f"==> {title} <==", sys.stdout)
     TerminalRenderer(width=args.width, color=_use_color(sys.stdout),
-                     verbose=verbose).write(report, sys.stdout)
+                     verbose=args.verbose).write(report, sys.stdout)
 
 
 # -- subcommands ---------------------------------------------------------------------------------
@@ -420,9 +432,6 @@ class ReportCommand(Command):
         parser.add_argument("--compare", action="store_true",
                             help="compare two reports of the same script, RUN.json OLD NEW: "
                             "did throughput rise or fall, and what changed")
-        parser.add_argument("--verbose", action="store_true",
-                            help="for merged rank files: the straggler's full report and the "
-                            "table of every rank, not only the job summary")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -471,24 +480,13 @@ class ReportCommand(Command):
                                 "torch.distributed run (pipecheck report merges them); "
                                 "--compare takes one rank's file of each of two runs")
         compared = dataclasses.replace(new, comparison=compare_reports(old, new, old_path))
-        stdout_taken = any(getattr(args, name) and is_stdout(getattr(args, name))
-                           for name in _OUTPUT_OPTIONS)
-        quiet = args.quiet or stdout_taken
-        if args.json:
-            saved = compared.save(args.json, per_rank=False)
-            if not quiet:
-                _say(f"{PROG}: report with the comparison saved to {saved}", sys.stderr)
-        for renderer in FILE_FORMATS:
-            path = getattr(args, renderer.name)
-            if path:
-                saved = renderer().save(compared, path)
-                if not quiet:
-                    _say(f"{PROG}: {renderer.what} saved to {saved}", sys.stderr)
+        quiet = _save_outputs(compared, args, "report with the comparison")
         document = build_comparison_document(compared, new_path)
         if args.markdown:
             sys.stdout.write(MarkdownRenderer().render_document(document))
         elif not quiet:
-            sys.stdout.write(TerminalRenderer(width=args.width, color=_use_color(sys.stdout))
+            sys.stdout.write(TerminalRenderer(width=args.width, color=_use_color(sys.stdout),
+                                              verbose=args.verbose)
                              .render_document(document))
         sys.stdout.flush()
         return EXIT_OK
@@ -632,6 +630,14 @@ class StressCommand(Command):
                             "(default: when py-spy is installed and permitted)")
         parser.add_argument("--step-time", metavar="S[+-J]", type=_step_time,
                             help="emulated step per batch in seconds, e.g. 0.05 or 0.05+-0.01")
+        parser.add_argument("--step-cpu", metavar="F",
+                            type=_number(float, 0.0, 1.0, what="a share from 0 to 1"), default=0.0,
+                            help="share of each emulated step spent busy on the CPU, the rest "
+                            "asleep: 0 (default) for a GPU step, up to 1 for a CPU step; a "
+                            "wrapped run's report gives the step's measured share")
+        parser.add_argument("--step", metavar="FILE:FN",
+                            help="your own training step instead, called with each batch "
+                            "(file.py:function or package.module:function)")
         parser.add_argument("--budget", metavar="S", type=_seconds, default=60.0,
                             help="seconds the whole run may take, every trial included "
                             f"(default 60 s, at most {MAX_SECONDS:,.0f} s)")
@@ -660,6 +666,7 @@ class StressCommand(Command):
             report = stress(args.target, workers=workers, prefetch_factors=args.prefetch_factor,
                             persistent_workers=args.persistent_workers,
                             in_order=orders, step_time_s=args.step_time,
+                            step_cpu_share=args.step_cpu, step=args.step,
                             batch_size=args.batch_size, baseline=args.baseline,
                             stacks=args.stacks,
                             budget_s=args.budget, timeout_s=args.timeout,
@@ -782,6 +789,11 @@ class RunCommand(Command):
                             help="seconds the program's processes have to end after SIGTERM "
                             "or SIGHUP is passed on, or after its first process ended for "
                             "those it left running, before SIGKILL (default 45 s)")
+        parser.add_argument("--tune", action="store_true",
+                            help="try DataLoader settings (num_workers, prefetch_factor, "
+                            "pin_memory with CUDA) in the running program and keep the best "
+                            "measured, as wrap(loader, tune=True); the report's tune section "
+                            "gives the line that pins them (default: never change settings)")
         _add_output_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -791,7 +803,8 @@ class RunCommand(Command):
         earlier = _earlier_report(args.json)  # read once, before the program runs
         outcome = run_and_collect(
             args.program, grace_s=args.grace or GRACE_S,
-            stdout=_stderr_fd() if on_stdout else None)  # keep stdout for the report alone
+            stdout=_stderr_fd() if on_stdout else None,  # keep stdout for the report alone
+            tune=args.tune)
         # From here on the exit code is the program's, whatever happens to the reports.
         try:
             _report_run(outcome, args, summary=sys.stderr if on_stdout else sys.stdout,
@@ -924,8 +937,8 @@ def _report_run(outcome: Any, args: argparse.Namespace, summary: TextIO,
                 print(file=summary)
             if title is not None:
                 _say(f"==> {title} <==", summary)
-            TerminalRenderer(width=args.width, color=_use_color(summary)).write(loader.report,
-                                                                               summary)
+            TerminalRenderer(width=args.width, color=_use_color(summary),
+                             verbose=args.verbose).write(loader.report, summary)
     if not_saved:
         others = ", ".join(_run_title(loader) for loader in not_saved)
         _say(f"{PROG}: --json {args.json} takes one report ({_run_title(loaders[0])}); not "

@@ -141,6 +141,16 @@ HeadOfLineStatus = Literal["ok", "off", "unavailable"]
 private iterator state is not as expected."""
 
 # ---------------------------------------------------------------------------------------------
+# Online tuning status (``TuneSection.status``, ``wrap(tune=True)``)
+# ---------------------------------------------------------------------------------------------
+
+TuneStatus = Literal["settled", "tuning", "off", "skipped"]
+"""``settled``: trials are over and the chosen settings are in use; ``tuning``: trials still
+running when the report was taken; ``off``: tuning failed and turned itself off, the loop
+went on with the user's own settings (``reason`` says what failed); ``skipped``: this loader
+cannot be tuned online (``reason`` says why), nothing was tried."""
+
+# ---------------------------------------------------------------------------------------------
 # Finding kinds
 # ---------------------------------------------------------------------------------------------
 
@@ -181,7 +191,8 @@ class FindingKind:
     NO_BATCHES: Final = "no-batches"
     """The loop received no batch: nothing to judge."""
     SLOW_FIRST_BATCH: Final = "slow-first-batch"
-    """An epoch's first batch waited far longer than the steady batches (worker start-up)."""
+    """An epoch's first batch waited far longer than the steady batches (worker start-up; with
+    ``num_workers=0`` the first fetch)."""
     WORKERS_UNBALANCED: Final = "workers-unbalanced"
     """The fastest worker's busy rate exceeds the slowest one's by more than the set ratio."""
     CPU_SATURATED: Final = "cpu-saturated"
@@ -251,6 +262,10 @@ FINDING_KINDS: Final[frozenset[str]] = frozenset(
     value for name, value in vars(FindingKind).items()
     if name.isupper() and isinstance(value, str))
 """Every finding kind in the catalogue."""
+
+FINDINGS_PAGE: Final = "docs/findings.md"
+"""The docs page that explains every finding kind, one heading each (its anchor: the kind), with
+the evidence and sources a finding's message leaves out."""
 
 WORKERS_FINDING: Final[dict[WorkerBound, FindingKindName]] = {
     CPU_BOUND: FindingKind.CPU_BOUND_WORKERS,

@@ -100,12 +100,16 @@ def command_line(command: Sequence[str]) -> list[str]:
     return argv
 
 
-def child_environment(folder: str) -> dict[str, str]:
+def child_environment(folder: str, *, tune: bool = False) -> dict[str, str]:
     """The child's environment: ours, plus the hook's folder first on ``PYTHONPATH``,
     ``PIPECHECK_RUN_DIR`` naming ``folder`` and what the hook checks before it measures a
-    process (:data:`PACKAGE_ENV`, :data:`VERSION_ENV`, :data:`PREFIX_ENV`)."""
+    process (:data:`PACKAGE_ENV`, :data:`VERSION_ENV`, :data:`PREFIX_ENV`); with ``tune``,
+    ``PIPECHECK_RUN_TUNE=1`` unless the caller's environment sets its limits
+    (:data:`pipecheck.run_hook.TUNE_ENV`: every measured DataLoader is tuned online, as
+    ``wrap(tune=True)``); without ``tune`` the variable is removed, so a value inherited from
+    the caller's environment never turns tuning on)."""
     from pipecheck._version import __version__
-    from pipecheck.run_hook import RUN_DIR_ENV
+    from pipecheck.run_hook import RUN_DIR_ENV, TUNE_ENV
 
     env = dict(os.environ)
     paths = [SITE_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -114,16 +118,22 @@ def child_environment(folder: str) -> dict[str, str]:
     env[PACKAGE_ENV] = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
     env[VERSION_ENV] = __version__
     env[PREFIX_ENV] = os.path.realpath(sys.prefix)
+    if tune:
+        env.setdefault(TUNE_ENV, "1")  # a caller's own limits (name=value pairs) are kept
+    else:
+        env.pop(TUNE_ENV, None)
     return env
 
 
 def run_program(argv: Sequence[str], folder: str, *, grace_s: float = GRACE_S,
-                stdout: Optional[int] = None) -> tuple[int, list[int]]:
+                stdout: Optional[int] = None, tune: bool = False) -> tuple[int, list[int]]:
     """Run ``argv`` with the hook on (its reports go to ``folder``) until every process of it
     is gone (:func:`pipecheck.run_process.run_until_all_gone`): its exit code and the pids
     still alive after SIGKILL (normally none). Raises
-    :class:`~pipecheck.run_process.StartFailed` when it cannot start."""
-    return run_until_all_gone(argv, child_environment(folder), grace_s=grace_s, stdout=stdout)
+    :class:`~pipecheck.run_process.StartFailed` when it cannot start. ``tune``: tune every
+    measured DataLoader online (:func:`child_environment`)."""
+    return run_until_all_gone(argv, child_environment(folder, tune=tune), grace_s=grace_s,
+                              stdout=stdout)
 
 
 # -- gathering the reports ------------------------------------------------------------------------
@@ -229,7 +239,7 @@ def sweep_shared_files(before: set[str]) -> list[str]:
 
 
 def run_and_collect(command: Sequence[str], *, grace_s: float = GRACE_S,
-                    stdout: Optional[int] = None) -> RunOutcome:
+                    stdout: Optional[int] = None, tune: bool = False) -> RunOutcome:
     """Run ``command`` measured (module docstring) and gather what it left: the exit code,
     the loaders' reports (the training loader first), the reports that never came and the
     shared files swept. Lines on stderr say what went wrong after the program started; from
@@ -239,7 +249,7 @@ def run_and_collect(command: Sequence[str], *, grace_s: float = GRACE_S,
     before = _shared_names()
     folder = tempfile.mkdtemp(prefix="pipecheck-run-")
     try:
-        code, stuck = run_program(argv, folder, grace_s=grace_s, stdout=stdout)
+        code, stuck = run_program(argv, folder, grace_s=grace_s, stdout=stdout, tune=tune)
     except StartFailed as err:
         shutil.rmtree(folder, ignore_errors=True)
         raise BadInputError(f"cannot run {argv[0]}: {err}") from None

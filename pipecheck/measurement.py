@@ -48,6 +48,8 @@ from .probes import workers as workers_probe
 from .probes.workers import InstrumentedCollate, WorkerProbe, WorkerProbeUnsupported, scaled_to
 from .records import LoaderConfig, RankInfo, RunRecord, ShardingSection
 from .shards import count_sharding, dataset_shard_count, setup_sharding
+from .tune.controller import TuneLimits
+from .tune.tuner import TUNED_ATTRIBUTES, Tuner
 
 FAST_BATCH_S = workers_probe.FAST_BATCH_S
 """Production time per batch under which the ``num_workers=0`` probe times only some epochs
@@ -150,14 +152,19 @@ class _Substitutes:
     """What a registered DataLoader's iterators get instead of its attributes (the
     ``substitute`` of :func:`pipecheck._torch_compat.register`): ``collate_fn`` timed for the
     worker probe and carrying the stage probe's folder, ``worker_init_fn`` opting workers in to
-    py-spy. Holds pipecheck's probes only, never the loader or its attributes."""
+    py-spy, and with ``tune=True`` the settings in trial (:data:`pipecheck.tune.tuner
+    .TUNED_ATTRIBUTES`, from the :class:`~pipecheck.tune.tuner.Tuner`). Holds pipecheck's
+    probes only, never the loader or its attributes."""
 
-    __slots__ = ("workers", "stage_folder")
+    __slots__ = ("workers", "stage_folder", "tuner")
 
-    def __init__(self, workers: Optional[WorkerProbe], stage_folder: Optional[str]) -> None:
-        self.workers, self.stage_folder = workers, stage_folder
+    def __init__(self, workers: Optional[WorkerProbe], stage_folder: Optional[str],
+                 tuner: Optional[Tuner] = None) -> None:
+        self.workers, self.stage_folder, self.tuner = workers, stage_folder, tuner
 
     def __call__(self, name: str, value: Any) -> Any:
+        if name in TUNED_ATTRIBUTES:
+            return value if self.tuner is None else self.tuner.substitute(name, value)
         if name == "worker_init_fn":
             return PtracerOptIn(value)
         if self.workers is not None:
@@ -199,7 +206,8 @@ class Measurement:
     the loader's iterators are built with pipecheck's substitutes whenever they are built
     (``pipecheck run``, and a ``WebLoader``'s inner DataLoader, which webdataset iterates
     lazily); otherwise only the one build each :meth:`open_epoch` arms (``wrap``: the user's own
-    ``iter(loader)`` beside the wrapper stays unmeasured). Other arguments as :func:`pipecheck.wrap`.
+    ``iter(loader)`` beside the wrapper stays unmeasured). ``tune``: the limits of online
+    tuning (:mod:`pipecheck.tune`), ``None`` for none. Other arguments as :func:`pipecheck.wrap`.
     """
 
     def __init__(self, loader: Any, *, samples: Optional[SampleCounter],
@@ -210,7 +218,8 @@ class Measurement:
                  stacks_rate_hz: int = DEFAULT_RATE_HZ,
                  memory_interval_s: float = PSS_INTERVAL_S, device: bool = True,
                  save: Optional[str | os.PathLike[str]] = None,
-                 always_substitute: bool = False) -> None:
+                 always_substitute: bool = False,
+                 tune: Optional[TuneLimits] = None) -> None:
         self._clock = clock
         self._run_start = clock()
         self._created = datetime.datetime.now(datetime.timezone.utc).isoformat(
@@ -221,14 +230,24 @@ class Measurement:
         inner = inner_dataloader(loader)
         self._inner_type = type(inner).__qualname__ if inner is not None else None
         self._probes_off: dict[str, str] = {}  # probe -> why it turned itself off
+        self._tuner: Optional[Tuner] = None
+        if tune is not None:
+            self._tuner = Tuner(loader, inner, tune, clock=clock)
+            if self._tuner.tuning:
+                # The worker and head-of-line probes are sized and judged for the loader's own
+                # num_workers, which trials change.
+                if workers and inner is not None:
+                    self._probes_off["workers"] = (
+                        "worker timing off: wrap(tune=True) changes num_workers during the run")
+        timed_workers = workers and (self._tuner is None or not self._tuner.tuning)
         self._stages: Optional[StageProbe] = _start_probe(
             StageProbe, "stages", "stage timing", self._probes_off) if workers else None
         self._hol: Optional[HeadOfLineProbe] = HeadOfLineProbe() \
-            if workers and (self._config.num_workers or 0) >= 2 else None
+            if timed_workers and (self._config.num_workers or 0) >= 2 else None
         self._stacks: Optional[StackSampler] = StackSampler(
             window_s=stacks_window_s, rate_hz=stacks_rate_hz) if stacks else None
         self._workers: Optional[WorkerProbe] = None
-        if workers and inner is not None:
+        if timed_workers and inner is not None:
             try:
                 self._workers = _start_probe(
                     lambda: WorkerProbe(inner.num_workers, run_start=self._run_start),
@@ -244,6 +263,7 @@ class Measurement:
         self._shared_memory = shared_memory_record()
         self._containers = largest_containers(inner.dataset) if inner is not None else []
         self._epochs = 0
+        self._started = False  # the probes' start(), at the first open_epoch()
         self._probed_epochs = 0  # epochs whose production the main process timed
         self._host: Optional[HostProbe] = None
         if host:
@@ -286,15 +306,22 @@ class Measurement:
                 names += ("collate_fn",)
             if stacks and inner.num_workers > 0:
                 names += ("worker_init_fn",)
+            tuner = self._tuner if self._tuner is not None and self._tuner.tuning else None
+            if tuner is not None:
+                names += TUNED_ATTRIBUTES
             if names:
                 folder = self._stages.folder if self._stages is not None else None
                 try:
                     self._substitutes = register(inner, names,
-                                                 _Substitutes(self._workers, folder),
+                                                 _Substitutes(self._workers, folder, tuner),
                                                  always=always or inner is not loader)
                     self._registered = weakref.ref(inner)
+                    if tuner is not None:
+                        tuner.attach(self._substitutes)
                 except IteratorHookUnavailable as err:
                     self._worker_probe_off(f"worker timing off: {err}")
+                    if tuner is not None:
+                        tuner.turn_off(err)
         if inner is not loader and self._stages is not None:
             self._stages.time_main_pipeline(loader)
 
@@ -332,33 +359,46 @@ class Measurement:
         ``open_target(loader)`` (``iter`` by default; ``pipecheck run`` passes torch's own
         ``DataLoader.__iter__``). Raises what ``open_target`` raises (worker start-up, a
         dataset's ``__iter__``), as unwrapped."""
-        for probe in self._probes():
-            try:
-                probe.start()
-            except Exception as err:
-                self._turn_off(probe, err)
-        timed = False
+        if not self._started:  # once: every probe's start() is idempotent, and costs a call
+            self._started = True
+            for probe in self._probes():
+                try:
+                    probe.start()
+                except Exception as err:
+                    self._turn_off(probe, err)
+        timed = paused = False
         if self._config.num_workers == 0 and self._workers is not None:
             timed = self._time_production_this_epoch()
-            self._workers.pause(not timed)
+            paused = not timed
+            self._workers.pause(paused)
             if timed:
                 self._probed_epochs += 1
         self._epochs += 1
         self._current_rank()
-        if self._substitutes is not None:
+        # A paused epoch's iterator is torch's own, built as unwrapped: nothing of pipecheck
+        # runs inside it (an epoch of one tiny batch pays only the consumer probe).
+        if self._substitutes is not None and not paused:
             self._substitutes.arm()  # this epoch's iterator, when torch builds it
         # One iterator between the loop and the loader: the consumer probe's, which calls the
         # head-of-line and device probes around each next() (probes/base.BatchObserver).
         # Flagged: the consumer keeps the timed epochs' batch total (O(1), folded epochs too),
         # to which record() scales the sampled production.
-        return self._consumer.open_epoch(lambda: open_target(loader), fixed_batches(loader),
+        tuner = self._tuner
+        if tuner is not None and tuner.status in ("tuning", "settled"):
+            def opened() -> Iterator[Any]:  # with the settings in trial, or those kept
+                return tuner.open_epoch(loader, open_target)
+        else:
+            def opened() -> Iterator[Any]:
+                return open_target(loader)
+        return self._consumer.open_epoch(opened, fixed_batches(loader),
                                          tuple(self._observers), self._turn_off,
-                                         self._between_batches(), flagged=timed)
+                                         self._between_batches(timed), flagged=timed)
 
-    def _between_batches(self) -> Optional[Callable[[Any], None]]:
-        """Main-process sampling of fast batches (``num_workers=0``), driven by the consumer
-        probe's iterator: :meth:`pipecheck.probes.workers.WorkerProbe.between_batches`."""
-        if self._config.num_workers == 0 and self._workers is not None:
+    def _between_batches(self, timed: bool) -> Optional[Callable[[Any], None]]:
+        """Main-process sampling of fast batches (``num_workers=0``) in an epoch whose
+        production is ``timed``, driven by the consumer probe's iterator:
+        :meth:`pipecheck.probes.workers.WorkerProbe.between_batches`."""
+        if timed and self._workers is not None:
             return self._workers.between_batches
         return None
 
@@ -434,7 +474,8 @@ class Measurement:
                          stacks=records.get("stacks"), device=records.get("device"),
                          rank=self._current_rank(), stages=records.get("stages", []),
                          head_of_line=records.get("head_of_line"),
-                         sharding=self._sharding(), probes_off=probes_off)
+                         sharding=self._sharding(), probes_off=probes_off,
+                         tune=self._tuner.section() if self._tuner is not None else None)
 
     def _sharding(self) -> Optional[ShardingSection]:
         """The shard-assignment dry run of a webdataset loader, or of a dataset exposing

@@ -34,6 +34,7 @@ from pipecheck.analysis.model import (
     ThroughputModel,
 )
 from pipecheck.analysis.stats import mean
+from pipecheck.effects import STEPS_PER_SAVING, saved_s, saved_s_per_step
 from pipecheck.kinds import (
     COMPUTE_BOUND,
     CPU_BOUND,
@@ -172,10 +173,6 @@ def _slower(expected_samples_per_s: Optional[float], floor_samples_per_s: Option
     return expected_samples_per_s < floor_samples_per_s * (1.0 - 1e-9)
 
 
-STEPS_PER_SAVING = 10_000
-"""Steps (batches) over which a recommendation's wall-time saving is stated."""
-
-
 def with_effects(
     recommendation: Recommendation,
     measured: ConsumerSummary,
@@ -197,9 +194,7 @@ def with_effects(
     tokens_per_s = expected.tokens_per_s
     if tokens_per_s is None and measured.tokens_per_s is not None:
         tokens_per_s = measured.tokens_per_s * scale
-    saved_per_step_s = None
-    if batches_per_s and measured.batches_per_s:
-        saved_per_step_s = 1.0 / measured.batches_per_s - 1.0 / batches_per_s
+    saved_per_step_s = saved_s_per_step(measured.batches_per_s, batches_per_s)
     filled = replace(
         expected,
         batches_per_s=batches_per_s,
@@ -210,11 +205,9 @@ def with_effects(
                                  None if tokens_per_s is None or measured.tokens_per_s is None
                                  else tokens_per_s - measured.tokens_per_s),
         saved_s_per_10k_steps=_first(expected.saved_s_per_10k_steps,
-                                     None if saved_per_step_s is None
-                                     else STEPS_PER_SAVING * saved_per_step_s),
+                                     saved_s(saved_per_step_s, STEPS_PER_SAVING)),
         saved_s_per_epoch=_first(expected.saved_s_per_epoch,
-                                 None if saved_per_step_s is None or not batches_per_epoch
-                                 else batches_per_epoch * saved_per_step_s),
+                                 saved_s(saved_per_step_s, batches_per_epoch)),
     )
     return replace(recommendation, expected=filled)
 
@@ -692,19 +685,22 @@ def _persistent_workers(context: _Context, settings: LoaderSettings) -> _Outcome
         return None  # None: the loader has no such setting
     epoch_s = mean_epoch_wall_s(context.run.consumer)
     restart_s = model.cold_start_s + model.shutdown_s
-    saved_s = restart_s - model.warm_start_s
-    if not epoch_s or saved_s <= 0 or restart_s < PERSISTENT_START_SHARE * epoch_s:
+    restart_saving_s = restart_s - model.warm_start_s
+    if not epoch_s or restart_saving_s <= 0 or restart_s < PERSISTENT_START_SHARE * epoch_s:
         return None
     epochs = max(model.epochs, 2)
     proposed = replace(settings, persistent_workers=True)
     prediction = model.predict(proposed, epochs=epochs)
     shutdown = (f" and ends with a {seconds(model.shutdown_s)} wait while its workers shut "
                 f"down" if model.shutdown_s >= MIN_SHUTDOWN_S else "")
+    # What the first batch waited for: worker start-up only where the run had workers.
+    cause = ("worker start-up" if context.run.loader.num_workers
+             else "its first fetch, measured with num_workers=0: new workers add their start")
+    # The saving itself is stated once, by the effect figures (pipecheck.effects).
     reason = (
         f"Each epoch starts with a {seconds(model.cold_start_s)} wait for its first batch "
-        f"(worker start-up){shutdown}, {percent(restart_s / epoch_s)} of a {seconds(epoch_s)} "
-        f"epoch; persistent workers pay the start-up once, saving about {seconds(saved_s)} in "
-        "every later epoch."
+        f"({cause}){shutdown}, {percent(restart_s / epoch_s)} of a {seconds(epoch_s)} "
+        "epoch; persistent workers start once, in the first epoch, and keep their state."
     )
     recommendation = Recommendation(
         setting="persistent_workers",

@@ -27,6 +27,7 @@ from pipecheck.kinds import (
     StragglerScope,
     FindingKindName,
     HeadOfLineStatus,
+    TuneStatus,
     StagePlace,
     ProcessRole,
     ReportKind,
@@ -602,6 +603,8 @@ class RunRecord:
     ``stages``), each with the one-line reason (``/dev/shm`` too full to reserve the shared
     file, a DataPipe dataset, a loader class that builds its iterators without torch's
     ``_get_iterator``, ...); the ``probe-off`` finding repeats them."""
+    tune: Optional["TuneSection"] = None
+    """Online tuning (``wrap(tune=True)``): trials, the settings kept; ``None`` without."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -980,6 +983,78 @@ class ShardRank:
     rank: int
     samples: Optional[float]
     batches: Optional[int]
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """The DataLoader settings online tuning varies, with torch's keyword names:
+    ``num_workers`` (>= 0), ``prefetch_factor`` (``None`` with 0 workers, else >= 1),
+    ``persistent_workers`` and ``pin_memory``."""
+
+    num_workers: int
+    prefetch_factor: Optional[int] = None
+    persistent_workers: bool = False
+    pin_memory: bool = False
+
+    def label(self) -> str:
+        """Short text such as ``num_workers=2 prefetch_factor=4``: the keyword arguments as
+        ``DataLoader`` takes them (``prefetch_factor`` / ``persistent_workers`` only with
+        workers, ``pin_memory`` only when true)."""
+        parts = [f"num_workers={self.num_workers}"]
+        if self.num_workers > 0:
+            parts.append(f"prefetch_factor={self.prefetch_factor}")
+            if self.persistent_workers:
+                parts.append("persistent_workers=True")
+        if self.pin_memory:
+            parts.append("pin_memory=True")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class TuneTrial:
+    """One online trial (``wrap(tune=True)``): the ``settings`` tried and what its measured
+    window held: ``batches`` and ``samples`` taken, ``seconds`` of loop time (waits and steps),
+    ``samples_per_s`` (samples / seconds), ``stall_fraction`` (wait / loop time, 0-1) and
+    ``noise_fraction`` (2 x the standard error of its block rates over their mean,
+    :func:`pipecheck.analysis.choice.block_rate_noise`; ``None`` with under 2 blocks).
+    ``warmup_batches``: batches after the switch left out of the window (the old iterator's
+    outstanding batches and the new workers' start)."""
+
+    settings: TuneSettings
+    batches: int
+    samples: int
+    seconds: float
+    samples_per_s: Optional[float]
+    stall_fraction: Optional[float]
+    noise_fraction: Optional[float] = None
+    warmup_batches: int = 0
+
+
+@dataclass(frozen=True)
+class TuneSection:
+    """The report's ``tune`` section: what ``wrap(tune=True)`` tried in the live run and kept.
+
+    ``status`` (:data:`pipecheck.kinds.TuneStatus`) with ``reason`` (one line; ``None`` when
+    there is nothing to explain); ``start`` the user's settings, ``chosen`` the settings kept
+    (``None`` until chosen); ``trials`` in the order run; ``speedup`` the chosen trial's
+    samples/s over the start's (``None`` unless both were measured); ``tuning_s`` loop time
+    from the first trial to the settling; ``cost_s`` what the trials slower than the start
+    cost: for each trial (the batches of its warm-up after the switch included), its loop
+    time less the time the start's measured rate would have taken for the same samples,
+    summed where positive, seconds >= 0 (``None`` without the start measured); ``pin_line`` the one line of code that pins the chosen settings;
+    ``notes`` why settings were not tried (a guard, an iterable dataset that does not split
+    by worker)."""
+
+    status: TuneStatus
+    reason: Optional[str] = None
+    start: Optional[TuneSettings] = None
+    chosen: Optional[TuneSettings] = None
+    trials: list[TuneTrial] = field(default_factory=list)
+    speedup: Optional[float] = None
+    tuning_s: Optional[float] = None
+    cost_s: Optional[float] = None
+    pin_line: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from pipecheck.records import (
     Recommendation,
     ShardingSection,
     StacksRecord,
+    TuneSection,
     Timeline,
     from_jsonable,
     to_jsonable,
@@ -69,6 +70,7 @@ KEY_ORDER = (
     "sharding",
     "diagnosis",
     "recommendations",
+    "tune",
     "stress",
     "attach",
     "comparison",
@@ -93,6 +95,8 @@ class Report:
     (:mod:`pipecheck.analysis.ranks`); ``None`` otherwise. ``attach``: for ``kind="attach"``,
     the stall estimate from stack samples with its interval, the workers seen and what cannot
     be known without wrapping (:mod:`pipecheck.analysis.attach`); ``None`` otherwise.
+    ``tune``: what ``wrap(tune=True)`` tried in the live run and kept
+    (:class:`~pipecheck.records.TuneSection`); ``None`` without tuning.
     ``comparison``: this run compared with an earlier report
     (:class:`~pipecheck.records.Comparison`: ``pipecheck report --compare``, or the report
     ``wrap(save=PATH)`` / ``pipecheck run --json PATH`` replaced); ``None`` otherwise.
@@ -116,6 +120,7 @@ class Report:
     sharding: Optional[ShardingSection] = None
     attach: Optional[AttachSection] = None
     comparison: Optional[Comparison] = None
+    tune: Optional[TuneSection] = None
     schema: str = SCHEMA
 
     def __post_init__(self) -> None:
@@ -197,12 +202,13 @@ class Report:
 
     # -- rendering -----------------------------------------------------------------------------
 
-    def render(self, width: Optional[int] = None) -> str:
+    def render(self, width: Optional[int] = None, verbose: bool = False) -> str:
         """The terminal summary as plain text, ``width`` columns wide (``None``: the terminal's
-        width, 100 when there is no terminal). See :mod:`pipecheck.render.terminal`."""
+        width, 100 when there is no terminal): the short view that fits a screen, or with
+        ``verbose`` every section. See :mod:`pipecheck.render.terminal`."""
         from pipecheck.render.terminal import render_terminal
 
-        return render_terminal(self, width=width)
+        return render_terminal(self, width=width, verbose=verbose)
 
     def __str__(self) -> str:
         return self.render()
@@ -455,6 +461,7 @@ def build_report(run: "RunRecord", *, stress: Optional[StressSection] = None) ->
         device=run.device,
         rank=run.rank,
         sharding=run.sharding,
+        tune=run.tune,
     )
 
 

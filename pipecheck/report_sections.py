@@ -290,13 +290,27 @@ class StressHeadline:
 
 
 @dataclass(frozen=True)
+class StressStep:
+    """The training step each stress trial ran after every batch. ``kind``: ``"none"`` (the
+    loader alone, as fast as it delivers), ``"emulated"`` (``mean_s`` seconds per batch,
+    +- ``jitter_s``, of which the share ``cpu_share``, 0-1, busy on the CPU and the rest asleep)
+    or ``"function"`` (the user's own, ``function`` naming it as ``file.py:function``)."""
+
+    kind: str
+    mean_s: Optional[float] = None
+    jitter_s: Optional[float] = None
+    cpu_share: Optional[float] = None
+    function: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class StressSection:
     """The report's ``stress`` section (:meth:`pipecheck.stress.runner.Sweep.section`, completed
     by :func:`pipecheck.stress.stress`): every ``trials`` entry in run order (then the
     candidates the search predicted instead of measuring), ``best`` (the fastest measured),
     ``recommended``, ``skipped`` configurations, ``search`` (``None`` for a grid), and, after
-    the sweep, ``epoch_start``, ``profile`` and ``headline`` (left out of the JSON while
-    ``None``)."""
+    the sweep, ``epoch_start``, ``profile``, ``headline`` and ``step`` (the step the trials ran,
+    :class:`StressStep`; left out of the JSON while ``None``, as in reports before it)."""
 
     trials: list[SweepTrial]
     best: Optional[SweepTrial]
@@ -306,6 +320,7 @@ class StressSection:
     epoch_start: Optional[EpochStart] = None
     profile: Optional[ProfileOutcome] = None
     headline: Optional[StressHeadline] = None
+    step: Optional[StressStep] = None
 
     def budget_skipped_all_but_baseline(self) -> int:
         """How many configurations the budget kept from running when it held the baseline
@@ -318,5 +333,5 @@ class StressSection:
     def json_keys(self) -> tuple[str, ...]:
         """The sweep's keys, then those of the later trials that are set."""
         return ("trials", "best", "recommended", "skipped", "search") + tuple(
-            key for key in ("epoch_start", "profile", "headline")
+            key for key in ("epoch_start", "profile", "headline", "step")
             if getattr(self, key) is not None)

@@ -35,6 +35,11 @@ import weakref
 from typing import Any, Optional, Sequence
 
 RUN_DIR_ENV = "PIPECHECK_RUN_DIR"
+
+TUNE_ENV = "PIPECHECK_RUN_TUNE"
+"""Set to ``1`` by ``pipecheck run --tune``: every measured DataLoader is tuned online with the
+default :class:`pipecheck.tune.TuneLimits`, as ``wrap(loader, tune=True)``; ``name=value``
+pairs set other limits (:func:`pipecheck.tune.controller.limits_from_text`)."""
 """Environment variable naming the folder each process writes its loaders' reports to."""
 
 MAX_LOADERS = 16
@@ -79,8 +84,14 @@ def _measure(loader: Any) -> Any:
 
         weakref.ref(loader)  # TypeError before anything is armed: measured only when it can go
         path = claim_report_path(os.environ[RUN_DIR_ENV], index)  # unique even if a pid is reused
+        tune = None
+        if TUNE_ENV in os.environ:
+            from pipecheck.tune.controller import limits_from_text
+
+            tune = limits_from_text(os.environ[TUNE_ENV])
         measurement = Measurement(loader, samples=None, tokens=None, host=True, workers=True,
-                                  host_interval_s=1.0, save=path, always_substitute=True)
+                                  host_interval_s=1.0, save=path, always_substitute=True,
+                                  tune=tune)
         _measured.set(loader, measurement)
         # The loader's end is the measurement's: its probes stop, its records stay.
         weakref.finalize(loader, measurement.close)

@@ -46,6 +46,7 @@ from .measurement import (  # noqa: F401  (the constants are documented here too
 )
 from .probes.stacks import DEFAULT_RATE_HZ, DEFAULT_WINDOW_S
 from .records import RunRecord
+from .tune.controller import TuneLimits
 
 
 def _describe_value(value: Any) -> str:
@@ -252,6 +253,7 @@ def wrap(
     memory_interval_s: float = PSS_INTERVAL_S,
     device: bool = True,
     save: Optional[str | os.PathLike[str]] = None,
+    tune: "bool | TuneLimits" = False,
 ) -> WrappedLoader:
     """Measure ``loader`` inside the real training loop.
 
@@ -281,6 +283,25 @@ def wrap(
             an exception, or on SIGTERM as torchrun sends to the surviving ranks when one rank
             dies); under torch.distributed each rank writes ``NAME.rank{N}.json``
             (:mod:`pipecheck.autosave`). Default: not saved automatically.
+        tune: try loader settings in the live run and keep the best measured
+            (:mod:`pipecheck.tune`; default ``False``: nothing ever changes the loader's
+            settings). ``True`` uses the default :class:`pipecheck.tune.TuneLimits` (trial
+            windows of at least 32 batches and 2 s; no trial starts after 60 s of loop time or
+            the first 10% of the epoch's batches, and the one in progress ends at its
+            minimum window); a ``TuneLimits`` sets them. Tried:
+            ``num_workers`` (never past the process's CPU budget, nor the memory measured
+            workers would take), ``prefetch_factor``, and ``pin_memory`` with CUDA. A
+            map-style DataLoader switches inside the epoch, and the loop gets exactly the
+            samples, in the order, it gets untuned (this epoch and later ones: the sampler's
+            RNG is left as untuned); an iterable dataset switches at epoch starts, and its
+            ``num_workers`` changes only when it visibly splits its data by worker. The new
+            workers' seeds differ from untuned ones (as with any other ``num_workers``):
+            random augmentations made in workers differ. The user's loader object is never
+            changed: the settings reach torch's iterator builds through pipecheck's
+            substitutes. Worker and head-of-line timing are off while tuning (they are sized
+            for the loader's own ``num_workers``). The report's ``tune`` section lists the
+            trials, the kept settings and the line that pins them; a failure turns tuning off
+            with a note, and later epochs use the loader's own settings.
 
     Returns:
         a :class:`WrappedLoader` to iterate instead of ``loader``; call ``.report()`` for the
@@ -291,6 +312,7 @@ def wrap(
         ValueError: ``host_interval_s``, ``memory_interval_s``, ``stacks_window_s`` or
             ``stacks_rate_hz`` is not positive, or ``save`` cannot be written (missing or
             read-only folder, a directory), checked now rather than at exit.
+        TypeError: ``tune`` is neither a bool nor a :class:`pipecheck.tune.TuneLimits`.
     """
     _check_iterable(loader)
     for name, value in (("host_interval_s", host_interval_s),
@@ -302,8 +324,16 @@ def wrap(
         raise ValueError(f"stacks_rate_hz must be > 0 samples/s, got {stacks_rate_hz!r}")
     if save is not None:
         AutoSave.check_path(save)  # now, not at exit when the run is over
+    if isinstance(tune, TuneLimits):
+        limits: Optional[TuneLimits] = tune
+    elif tune is True or tune is False:
+        limits = TuneLimits() if tune else None
+    else:
+        raise TypeError(f"tune must be True, False or a pipecheck.tune.TuneLimits, got "
+                        f"{_describe_value(tune)}")
     return wrapper_class(loader)(loader, samples=samples, tokens=tokens, host=host,
                                  workers=workers, host_interval_s=host_interval_s,
                                  stacks=stacks, stacks_window_s=stacks_window_s,
                                  stacks_rate_hz=stacks_rate_hz,
-                                 memory_interval_s=memory_interval_s, device=device, save=save)
+                                 memory_interval_s=memory_interval_s, device=device, save=save,
+                                 tune=limits)

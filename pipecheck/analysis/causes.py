@@ -20,7 +20,8 @@ from pipecheck.analysis.contention import (
 from pipecheck.analysis.consumer import steady_step_s
 from pipecheck.analysis.model import POOL_STARVED_SHARE, starved_step_on_cpu, step_pool_inflation
 from pipecheck.analysis.producer import INTRA_OP_INFLATION_MIN, intra_op_inflation, usable_host
-from pipecheck.kinds import BALANCED, INPUT_BOUND, WORKERS_FINDING, FindingKind, Verdict
+from pipecheck.kinds import (BALANCED, FINDINGS_PAGE, INPUT_BOUND, WORKERS_FINDING, FindingKind,
+                             Verdict)
 from pipecheck.records import Finding, ProducerSummary, RunRecord
 from pipecheck.units import percent, seconds, size
 
@@ -137,13 +138,9 @@ def intra_op_finding(run: RunRecord, producer: ProducerSummary) -> Optional[Find
         words.append(
             f"With num_workers=0 batch production ran on torch's {threads} intra-op "
             f"threads: {seconds(cpu_s)} of CPU per batch, {seconds(cpu_s / inflation)} of it on "
-            "the calling thread. Small tensor ops pay the thread pool's start and spin-waits on "
-            "every call (pipecheck measured 2.6 ms against 1.3 ms on one thread for a 224x224 "
-            "JPEG decode and normalize on a quiet machine, up to 15x beside busy processes); "
-            "DataLoader workers run one intra-op thread, so they pay far less. The predictions "
-            "for workers take the calling thread's CPU, their intervals span to the process's "
-            "CPU, and they count the pool's threads as spin-waiting beside the workers, taking "
-            "cores from them.")
+            "the calling thread. A DataLoader worker runs one intra-op thread and pays far "
+            "less of the pool's overhead; the predictions for workers take the calling "
+            f"thread's CPU (why, with measured figures: {FINDINGS_PAGE}#intra-op-threads).")
         evidence.update(cpu_per_batch_s=cpu_s, thread_cpu_per_batch_s=cpu_s / inflation,
                         inflation=inflation)
     if on_cpu is not None and step_s is not None:
@@ -151,9 +148,8 @@ def intra_op_finding(run: RunRecord, producer: ProducerSummary) -> Optional[Find
             f"The step ran on torch's {threads} intra-op threads with its calling thread on a "
             f"core {percent(on_cpu)} of the time ({seconds(step_s)} a step, "
             f"{seconds(step_s * on_cpu)} of that thread's CPU): it waited for cores while its "
-            "teammates held them, and each parallel op waits for its slowest thread. The "
-            "predictions for workers take the step at that thread's CPU time, their intervals "
-            "at the step as measured.")
+            "teammates held them; the predictions for workers take the step at that thread's "
+            "CPU time.")
         evidence.update(step_s=step_s, step_on_cpu_fraction=on_cpu,
                         step_pool_inflation=step_pool_inflation(run.consumer),
                         starved_on_cpu_max=POOL_STARVED_SHARE)

@@ -20,6 +20,7 @@ from typing import Optional
 from pipecheck.analysis.consumer import mean_steady_wait_s
 from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR, measured_settings
 from pipecheck.analysis.stats import ratio
+from pipecheck.effects import capacity_words
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND, NO_DATA, FindingKind, Verdict
 from pipecheck.records import (
     ConsumerSummary,
@@ -129,8 +130,8 @@ def _estimate_too_high(
     scope = "steady " if steady else ""
     reasons = _reasons_estimate_high(run, consumer, producer, findings)
     return (
-        f"The capacity estimate ({capacity_ratio:.2f}x the step's demand) says the loader keeps "
-        f"up, but the loop measurably waited {percent(stall)} of its {scope}time: the measured "
+        f"The capacity estimate ({capacity_ratio:.2f}x the step's demand) says "
+        f"{capacity_words(capacity_ratio)}, but the loop measurably waited {percent(stall)} of its {scope}time: the measured "
         "stall wins (it is timed directly; the estimate sums the workers' rates while busy and "
         f"misses what happens between batches). Likely here: {'; '.join(reasons)}."
     )
@@ -196,8 +197,8 @@ def _estimate_too_low(
     scope = "steady " if steady else ""
     wait = "" if wait_per_batch_s is None else f" ({seconds(wait_per_batch_s)} per batch)"
     return (
-        f"The capacity estimate ({capacity_ratio:.2f}x the step's demand) says the loader cannot "
-        f"keep up, but the loop waited only {percent(stall)} of its {scope}time{wait}: the "
+        f"The capacity estimate ({capacity_ratio:.2f}x the step's demand) says "
+        f"{capacity_words(capacity_ratio)}, but the loop waited only {percent(stall)} of its {scope}time{wait}: the "
         "measured stall wins (it is timed directly). The estimate is low: the workers' rates "
         "were measured while busy under this run's contention, and batches prefetched ahead "
         "hide their production time."

@@ -720,7 +720,9 @@ def data_gaps(run: RunRecord, consumer: ConsumerSummary, producer: ProducerSumma
     if consumer.batches == 0:
         return ["the loader yielded no batch"]
     if run.worker_probe == "none":
-        gaps.append("the loader is a generic iterable, so its producer side was not measured")
+        off = (run.probes_off or {}).get("workers")
+        gaps.append(f"its producer side was not measured ({off})" if off else
+                    "the loader is a generic iterable, so its producer side was not measured")
     elif producer.capacity_batches_per_s is None or producer.per_worker_batches_per_s is None:
         gaps.append("the worker probe recorded no finished batch")
     if consumer.demand_batches_per_s is None:

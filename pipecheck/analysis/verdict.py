@@ -236,11 +236,14 @@ def _slow_first_batch_finding(run: RunRecord) -> Optional[Finding]:
     steady_text = (
         "" if steady_wait_s is None else f", against a steady wait of {seconds(steady_wait_s)}"
     )
+    # Worker start-up is named only where the run had workers to start.
+    cause = ("worker start-up and the first fetch" if run.loader.num_workers
+             else "the first fetch and any lazy initialisation, in the main process")
     return Finding(
         kind=FindingKind.SLOW_FIRST_BATCH,
         severity="warning",
         message=f"Slow first batch: an epoch's first batch took {seconds(first_s)} on average "
-        f"(worker start-up and the first fetch), {percent(share)} of a {seconds(epoch_s)} "
+        f"({cause}), {percent(share)} of a {seconds(epoch_s)} "
         f"epoch{steady_text}.",
         evidence={
             "first_batch_s": first_s,

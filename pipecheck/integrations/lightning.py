@@ -131,7 +131,8 @@ class PipecheckCallback(Callback):
         gather_timeout_s: seconds (> 0) rank 0 waits for the other ranks' summaries.
         validation: also measure the validation dataloaders run during ``fit`` (default True).
         **wrap_options: passed to :func:`pipecheck.wrap` (``host_interval_s``, ``stacks``,
-            ``tokens``, ...).
+            ``tokens``, ``tune=True`` for online tuning of the train dataloaders:
+            :mod:`pipecheck.tune`; validation dataloaders are never tuned, ...).
 
     Attributes:
         report: the :class:`pipecheck.Report` of the first train dataloader once training
@@ -146,6 +147,9 @@ class PipecheckCallback(Callback):
         self.path, self.gather_timeout_s = callback_options(path, gather_timeout_s)
         self.validation = validation
         self.wrap_options = wrap_options
+        # Validation loaders are measured, never tuned: their epochs are short and their
+        # settings do not pace training.
+        self.validation_options = {k: v for k, v in wrap_options.items() if k != "tune"}
         self.report: Optional[pipecheck.Report] = None
         self.reports: list[pipecheck.Report] = []
         self.validation_reports: list[pipecheck.Report] = []
@@ -189,7 +193,7 @@ class PipecheckCallback(Callback):
                 return
             combined = getattr(val_loop, "_combined_loader", None)
             if combined is not None and hasattr(combined, "flattened"):
-                self._validation.wrap(combined, self.wrap_options)
+                self._validation.wrap(combined, self.validation_options)
 
         setattr(val_loop, _VAL_HOOK, setup_then_wrap)
 
@@ -241,7 +245,7 @@ class PipecheckCallback(Callback):
             return
         if val_loop.restarting:  # resumed mid-validation: measured from the next run on
             return
-        if self._validation.wrap(combined, self.wrap_options):
+        if self._validation.wrap(combined, self.validation_options):
             # Only without the setup_data hook: _EvaluationLoop.reset created this run's
             # iterator over the unwrapped loaders.
             iter(fetcher)

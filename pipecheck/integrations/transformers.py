@@ -49,7 +49,8 @@ class PipecheckCallback(TrainerCallback):
         path: JSON file the report is written to (per rank under torch.distributed);
             ``None``: not saved, only kept in :attr:`report`.
         gather_timeout_s: seconds (> 0) rank 0 waits for the other ranks' summaries.
-        **wrap_options: passed to :func:`pipecheck.wrap` (``host_interval_s``, ``tokens``...).
+        **wrap_options: passed to :func:`pipecheck.wrap` (``host_interval_s``, ``tokens``,
+            ``tune=True`` for online tuning of the train dataloader: :mod:`pipecheck.tune`...).
 
     Attributes:
         report: the :class:`pipecheck.Report` once training ended, else ``None``.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import re
 from typing import TYPE_CHECKING, Any
 
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND
@@ -53,7 +54,10 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bott
 .numbers{display:grid;grid-template-columns:repeat(auto-fill,minmax(190px,1fr));gap:8px;
  margin:12px 0}
 .number{background:#fff;border:1px solid #dde;border-radius:6px;padding:8px 10px}
-.number .v{font-size:18px;font-weight:600}.number .k{font-size:12px;color:#556}
+.number .v{font-size:20px;font-weight:600;overflow-wrap:anywhere}.number .k{font-size:12px;color:#556}
+.number .s{font-size:12px;color:#334;margin-top:2px}
+details.section>summary{cursor:pointer}details.section>summary h2{display:inline-block}
+td.nw{white-space:nowrap;overflow-wrap:normal}
 .alert{background:#fff4ce;border:1px solid #e0c060;border-radius:6px;padding:8px 12px;margin:10px 0}
 .chart{background:#fff;border:1px solid #dde;border-radius:6px;padding:6px;margin:8px 0}
 .chart svg{width:100%;height:auto;display:block}
@@ -87,11 +91,16 @@ class HtmlRenderer(Renderer):
     def render(self, report: "Report") -> str:
         document = build_document(report)
         body = [_banner(document)]
+        # The short view open (the changes that matter, the findings in a line or two; the
+        # cards above hold the key figures), then every section collapsed.
         body += [_section(section.title, [_block(block, report) for block in section.blocks])
+                 for section in document.summary if section.key != "figures"]
+        body += [_section(section.title, [_block(block, report) for block in section.blocks],
+                          collapsed=bool(document.summary))
                  for section in document.sections]
         for name, value in _extra_sections(report):
             body.append(_section(name.replace("_", " ").capitalize(),
-                                 [generic_html(value, name)]))
+                                 [generic_html(value, name)], collapsed=True))
         body.append(f"<footer>{_e(document.footer)} · self-contained page: no script, no "
                     "network</footer>\n")
         return visible(
@@ -116,20 +125,44 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _section(title: str, parts: list[str]) -> str:
+def _section(title: str, parts: list[str], collapsed: bool = False) -> str:
+    """A titled section; ``collapsed``: a ``<details>`` element the reader opens (no script)."""
+    if collapsed:
+        return (f'<details class="section"><summary><h2>{_e(title)}</h2></summary>\n'
+                f"{''.join(parts)}</details>\n")
     return f"<section><h2>{_e(title)}</h2>\n{''.join(parts)}</section>\n"
 
 
+_CARD_SPLIT = re.compile(r" · |: | \(|, ")
+"""Where a key number's value leaves its figure for the words about it."""
+
+
+def card_parts(value: str) -> tuple[str, str]:
+    """A key number's value as the figure with its unit (large type on its card) and the
+    rest (normal type below it): ``41.2% (steady state 38.0%)`` ->
+    ``("41.2%", "(steady state 38.0%)")``, ``0.70x: the loader ...`` -> ``("0.70x", "the
+    loader ...")``."""
+    match = _CARD_SPLIT.search(value)
+    if match is None:
+        return value, ""
+    rest = value[match.end():] if match.group() in (": ", " · ", ", ") else value[match.start():]
+    return value[:match.start()], rest.strip()
+
+
 def _banner(document: Document) -> str:
-    cards = "".join(
-        f'<div class="number"><div class="v">{_e(f.value)}</div><div class="k">{_e(f.label)}'
-        "</div></div>" for f in document.headline)
+    cards = []
+    for fact in document.headline:
+        figure, words = card_parts(fact.value)
+        below = f'<div class="s">{_e(words)}</div>' if words else ""
+        cards.append(f'<div class="number"><div class="k">{_e(fact.label)}</div>'
+                     f'<div class="v">{_e(figure)}</div>{below}</div>')
+    numbers = "".join(cards)
     notes = "".join(_note(note) for note in document.notes)
     return (
         f'<header class="banner {_VERDICT_CLASSES.get(document.verdict_kind, "")}">'
         f"<h1>{_e(document.verdict)}</h1>"
         f'<div class="context">{_e(document.context)}</div></header>\n'
-        f'{notes}<div class="numbers">{cards}</div>\n'
+        f'{notes}<div class="numbers">{numbers}</div>\n'
     )
 
 
@@ -162,7 +195,9 @@ def _note(note: Note) -> str:
 def _table(block: Table) -> str:
     """An HTML table of finished (unescaped) cells; ``right`` columns right-aligned."""
     def cls(i: int) -> str:
-        return ' class="n"' if i in block.right else ""
+        if i in block.right:
+            return ' class="n"'
+        return ' class="nw"' if i in block.no_wrap else ""  # "1." never breaks from its text
 
     def cell(i: int, text: str) -> str:
         return f"<code>{_e(text)}</code>" if i in block.code else _e(text)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from pipecheck.render.base import Renderer
 from pipecheck.render.inert import one_line, visible
 from pipecheck.render.model import Block, Chart, Document, Facts, Items, Note, Table
-from pipecheck.render.sections import build_summary_document
+from pipecheck.render.sections import build_document
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -43,14 +43,11 @@ class MarkdownRenderer(Renderer):
     name = "markdown"
     what = "markdown"
 
-    def __init__(self, title: Optional[str] = None, verbose: bool = False) -> None:
+    def __init__(self, title: Optional[str] = None) -> None:
         self.title = title
-        self.verbose = verbose
 
     def render(self, report: "Report") -> str:
-        """A multi-rank report as its job summary unless ``verbose``, as the terminal shows it
-        (:func:`~pipecheck.render.sections.build_summary_document`)."""
-        return self.render_document(build_summary_document(report, self.verbose))
+        return self.render_document(build_document(report))
 
     def render_document(self, document: Document) -> str:
         """A built document (``pipecheck report --compare``'s) as markdown; the key-numbers
@@ -74,10 +71,10 @@ class MarkdownRenderer(Renderer):
         return visible("\n".join(lines).rstrip("\n") + "\n")
 
 
-def render_markdown(report: "Report", title: Optional[str] = None, verbose: bool = False) -> str:
+def render_markdown(report: "Report", title: Optional[str] = None) -> str:
     """The report as markdown (:class:`MarkdownRenderer`). Raises nothing for any report that
     :meth:`pipecheck.Report.from_dict` accepts."""
-    return MarkdownRenderer(title, verbose).render(report)
+    return MarkdownRenderer(title).render(report)
 
 
 def _block(block: Block) -> list[str]:

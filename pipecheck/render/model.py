@@ -7,6 +7,11 @@ text with its unit (:mod:`pipecheck.units`); strings from the run are kept as th
 renderer makes them inert for its format at its own boundary (:mod:`pipecheck.render.inert`,
 HTML escaping). Blocks marked ``detail`` (epoch and process tables, evidence) are shown only by
 formats with room for them (HTML); :class:`Chart` is drawn only by HTML.
+
+Two views of one document: ``sections`` hold everything (the terminal's ``--verbose``,
+markdown, HTML); ``summary`` is the short view that fits a screen (the terminal's default, and
+the HTML page's open part above its collapsed sections): the changes that matter, the key
+figures and the findings in a line or two each (:mod:`pipecheck.render.sections.summary`).
 """
 
 from __future__ import annotations
@@ -83,12 +88,15 @@ class Table:
 
 @dataclasses.dataclass(frozen=True)
 class Item:
-    """A finding: severity, message, kind, and the evidence behind it (a JSON object)."""
+    """A finding: severity, message, kind, and the evidence behind it (a JSON object).
+    ``short``: the message in a line or two for the short view (its first sentence, naming
+    the docs page that explains the finding when the rest is left out); empty: ``text``."""
 
     severity: str
     text: str
     kind: str = ""
     evidence: Optional[dict[str, Any]] = None
+    short: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +137,9 @@ class Document:
 
     ``verdict`` is the verdict line, ``verdict_kind`` the verdict (``input-bound`` ...);
     ``notes`` are caveats shown under the context line; ``headline`` the key numbers (markdown
-    and HTML show them up front, the terminal in its sections)."""
+    and HTML show them up front, the terminal in its sections). ``summary``: the short view's
+    sections (empty: the document has no short view, show ``sections``); ``brief_context``:
+    the context line of the short view (empty: ``context``)."""
 
     verdict: str
     verdict_kind: str
@@ -138,6 +148,8 @@ class Document:
     headline: tuple[Fact, ...]
     sections: tuple[Section, ...]
     footer: str = ""
+    summary: tuple[Section, ...] = ()
+    brief_context: str = ""
 
 
 def line(*pairs: tuple[str, str], detail: bool = False) -> Facts:

@@ -6,9 +6,11 @@ renderer makes it inert for its format."""
 from __future__ import annotations
 
 import itertools
+import re
 from typing import TYPE_CHECKING, Any, Optional
 
 from pipecheck import units as fmt
+from pipecheck.effects import STEPS_PER_SAVING, ChangeEffect, capacity_words
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND, NO_DATA, FindingKind, Verdict
 from pipecheck.records import MODEL_ERROR_FRACTION, UNCERTAIN_WIDTH, interval_uncertain
 
@@ -19,6 +21,10 @@ if TYPE_CHECKING:
 CONTEXT_SETTINGS = ("num_workers", "prefetch_factor", "batch_size", "pin_memory",
                     "persistent_workers", "in_order")
 """Loader settings named in the context line (those not ``None``), in this order."""
+
+
+BRIEF_SETTINGS = ("num_workers", "prefetch_factor", "batch_size")
+"""Loader settings named in the short view's context line."""
 
 
 def number(value: Any) -> Optional[float]:
@@ -45,9 +51,10 @@ def config_text(config: Any) -> str:
     return fmt.NOT_MEASURED if config is None else str(config)
 
 
-def context_line(report: "Report") -> str:
+def context_line(report: "Report", brief: bool = False) -> str:
     """What was measured and where: report kind (and rank), time, loader and its settings, the
-    dataset type, CPUs, CUDA, Python, torch and the platform, joined by `` · ``."""
+    dataset type, CPUs, CUDA, Python, torch and the platform, joined by `` · ``. ``brief``
+    (the short view): the report kind, the loader's settings (not its type), CPUs and CUDA."""
     env, loader = report.environment, report.loader
     settings = [f"{name}={fmt.setting_value(getattr(loader, name))}"
                 for name in CONTEXT_SETTINGS if getattr(loader, name, None) is not None]
@@ -56,6 +63,11 @@ def context_line(report: "Report") -> str:
         "torch unknown" if report.kind == "attach" else "no torch")
     where = (f", rank {report.rank.rank} of {report.rank.world_size}"
              if report.rank is not None else "")
+    if brief:
+        settings = [f"{name}={fmt.setting_value(getattr(loader, name))}"
+                    for name in BRIEF_SETTINGS if getattr(loader, name, None) is not None]
+        return " · ".join([f"{report.kind} report{where}", " ".join(settings) or loader.type,
+                           f"{env.cpu_count} CPUs ({env.usable_cpus} usable), {cuda}"])
     parts = [f"{report.kind} report{where}, {report.created}", " ".join([loader.type, *settings])]
     if loader.dataset_type:
         parts.append(f"dataset {loader.dataset_type}")
@@ -107,11 +119,14 @@ def verdict_line(report: "Report") -> str:
 
 
 def capacity_phrase(report: "Report") -> Optional[str]:
-    """The capacity / demand figure with the report's one conclusion about it, e.g.
-    ``1.56x estimated, but the loader does not keep up with the step (measured stall)``;
-    ``None`` when capacity or demand was not measured. The conclusion comes from
-    ``diagnosis.judgement`` (it follows the measured stall, like the verdict); reports written
-    before it existed fall back to the ratio alone."""
+    """The capacity / demand figure in the words of its band
+    (:func:`pipecheck.effects.capacity_words`, one table for every ratio), then, where the
+    measured stall says otherwise, the stall's conclusion, which wins, e.g. ``1.79x: the loader
+    keeps up with the step; yet the loop waited for data 36.1% of the time (measured stall,
+    which wins): with num_workers=0 production and the step take turns``. ``None`` when
+    capacity or demand was not measured. The conclusion comes from ``diagnosis.judgement``
+    (it follows the measured stall, like the verdict); reports written before it existed get
+    the ratio's words alone."""
     diagnosis = report.diagnosis
     judgement = diagnosis.judgement
     demand = report.consumer.demand_batches_per_s
@@ -120,22 +135,21 @@ def capacity_phrase(report: "Report") -> Optional[str]:
         capacity / demand if demand and capacity is not None else None)
     if ratio is None:
         return None
+    estimated = " estimated" if judgement is not None and judgement.capacity_note else ""
+    text = f"{ratio:.2f}x{estimated}: {capacity_words(ratio)}"
     if judgement is None or judgement.loader_keeps_up is None:
-        side = "cannot keep up with" if ratio < 1 else "can keep up with"
-        return f"{ratio:.2f}x (the loader {side} the step)"
-    if (report.loader.num_workers == 0 and report.producer.probe == "main-process"
-            and diagnosis.verdict == INPUT_BOUND):
-        conclusion = ("the loader does not keep up with the step: with num_workers=0 production "
-                      "and the step take turns, so the loop waits for every batch")
-    elif diagnosis.verdict == BALANCED:
-        conclusion = "the loader nearly keeps up with the step"
-    elif judgement.loader_keeps_up:
-        conclusion = "the loader keeps up with the step"
-    else:
-        conclusion = "the loader does not keep up with the step"
-    if judgement.capacity_note:
-        return f"{ratio:.2f}x estimated, but {conclusion} by the measured stall, which wins"
-    return f"{ratio:.2f}x ({conclusion})"
+        return text
+    stall, _ = _verdict_stall(report)
+    waited = f"the loop waited for data {fmt.percent(stall)} of the time"
+    keeps_up_by_ratio = round(ratio, 2) >= 1.0
+    if diagnosis.verdict in (INPUT_BOUND, BALANCED) and keeps_up_by_ratio:
+        text += f"; yet {waited} (measured stall, which wins)"
+        if report.loader.num_workers == 0 and report.producer.probe == "main-process":
+            text += ": with num_workers=0 production and the step take turns"
+    elif diagnosis.verdict == COMPUTE_BOUND and not keeps_up_by_ratio:
+        text += (f"; yet the loop waited for data only {fmt.percent(stall)} of the time "
+                 "(measured stall, which wins)")
+    return text
 
 
 UNCERTAIN_WORDS = (f"uncertain: its 90% interval is over {UNCERTAIN_WIDTH:g}x wide; a short "
@@ -160,27 +174,113 @@ def expected_rate_text(rec: "Recommendation") -> str:
     return text
 
 
-def effect_text(rec: "Recommendation") -> Optional[str]:
-    """A recommendation's effect in the units users plan with: the gain in samples/s (and
-    tokens/s when counted) and the wall time saved per 10,000 steps and per epoch (when the
-    loader's ``len()`` is known); ``None`` when it has no such figures (e.g. ``pin_memory``)."""
-    expected = rec.expected
+def _signed_rate(value: float, unit: str) -> str:
+    return f"{'+' if value >= 0 else ''}{fmt.rate(value, unit)}"
+
+
+def _savings(per_epoch: Optional[float], per_10k_steps: Optional[float]) -> Optional[str]:
+    """``1.20 s per epoch, 2 min 0 s per 10,000 steps`` (the parts known); ``None`` when
+    neither is."""
     parts = []
-    if expected.gain_samples_per_s is not None:
-        gain = f"{'+' if expected.gain_samples_per_s >= 0 else ''}" \
-               f"{fmt.rate(expected.gain_samples_per_s, 'samples')}"
-        if expected.gain_tokens_per_s is not None:
-            gain += (f" ({'+' if expected.gain_tokens_per_s >= 0 else ''}"
-                     f"{fmt.rate(expected.gain_tokens_per_s, 'tokens')})")
-        parts.append(gain)
-    saved = []
-    if expected.saved_s_per_10k_steps is not None:
-        saved.append(f"{fmt.seconds(expected.saved_s_per_10k_steps)} per 10,000 steps")
-    if expected.saved_s_per_epoch is not None:
-        saved.append(f"{fmt.seconds(expected.saved_s_per_epoch)} per epoch")
-    if saved:
-        parts.append("saves " + ", ".join(saved))
-    return "; ".join(parts) if parts else None
+    if per_epoch is not None:
+        parts.append(f"{fmt.seconds(abs(per_epoch))} per epoch")
+    if per_10k_steps is not None:
+        parts.append(f"{fmt.seconds(abs(per_10k_steps))} per {STEPS_PER_SAVING:,} steps")
+    return ", ".join(parts) if parts else None
+
+
+SAME_RATE_FRACTION = 0.005
+"""A change whose expected samples/s is within 0.5% of the measured rate keeps the same
+throughput (its effect says so rather than ``+0 samples/s``)."""
+
+
+def effect_line(rec: "Recommendation", effect: ChangeEffect) -> str:
+    """A recommendation's effect in one line, each figure labelled: ``+154 samples/s this
+    change; saves 4.70 s per epoch, 7 min 50 s per 10,000 steps``; a chain's later change adds
+    ``, +194 samples/s with the changes above`` (its own figures are its share: the shares of
+    a chain add up to its last total, :func:`pipecheck.effects.change_effects`); a stress
+    report's figures are ``measured, every change together``. Savings per epoch and per 10,000 steps
+    come from the same seconds saved per step. Without a prediction: ``effect not predicted``
+    and why."""
+    if rec.expected.samples_per_s is None:
+        return rec.expected.note or "effect not predicted"
+    if effect.scope == "together":
+        gain, epoch, steps = (effect.total_gain_samples_per_s, effect.total_saved_s_per_epoch,
+                              effect.total_saved_s_per_10k_steps)
+        label = " measured, every change together"
+    else:
+        gain, epoch, steps = (effect.change_gain_samples_per_s, effect.change_saved_s_per_epoch,
+                              effect.change_saved_s_per_10k_steps)
+        label = " this change" if effect.scope == "chain" else ""
+    rate = rec.expected.samples_per_s
+    if effect.total_gain_samples_per_s is not None and \
+            abs(effect.total_gain_samples_per_s) < SAME_RATE_FRACTION * rate:
+        return "the same throughput"  # e.g. fewer workers: what it frees is in the reason
+    parts = []
+    if gain is not None:
+        text = f"{_signed_rate(gain, 'samples')}{label}"
+        if effect.after_others and effect.total_gain_samples_per_s is not None:
+            text += (f", {_signed_rate(effect.total_gain_samples_per_s, 'samples')} with the "
+                     "changes above")
+        parts.append(text)
+    saved = _savings(epoch, steps)
+    if saved is not None:
+        slower = (steps if steps is not None else epoch or 0.0) < 0
+        parts.append(f"{'costs' if slower else 'saves'} {saved}")
+    return "; ".join(parts) if parts else f"{fmt.rate(rec.expected.samples_per_s, 'samples')}"
+
+
+def effect_text(rec: "Recommendation", effect: ChangeEffect) -> str:
+    """The full effect (verbose, markdown, HTML): :func:`effect_line`, then tokens/s when
+    counted and, for a chain's later change, the savings of every change up to it."""
+    text = effect_line(rec, effect)
+    expected = rec.expected
+    if expected.samples_per_s is None:
+        return text
+    if expected.gain_tokens_per_s is not None:
+        text += f" ({_signed_rate(expected.gain_tokens_per_s, 'tokens')} in all)"
+    if effect.after_others:
+        saved = _savings(effect.total_saved_s_per_epoch, effect.total_saved_s_per_10k_steps)
+        if saved is not None:
+            text += f" (together with the changes above: {saved} saved)"
+    return text
+
+
+SHORT_CHARS = 190
+"""Longest short text (a finding's or a reason's first sentence) in the short view, in
+characters: two lines of a 100-column terminal."""
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z'(])")
+
+
+def first_sentence(text: str, limit: int = SHORT_CHARS) -> tuple[str, bool]:
+    """The first sentence of ``text`` and whether anything was left out. A first sentence
+    over ``limit`` characters is cut at its last ``;``, ``:`` or ``,`` outside brackets in its
+    second half before the limit (else between words) and ends in ``...``."""
+    parts = _SENTENCE_END.split(text.strip(), maxsplit=1)
+    first = parts[0]
+    cut = len(parts) > 1
+    if len(first) > limit:
+        stop = _last_clause_end(first[:limit])
+        if stop <= limit // 2:  # no clause ends late enough: cut between words
+            stop = first[:limit + 1].rfind(" ")
+        first = (first[:stop] if stop > 0 else first[:limit]).rstrip() + " ..."
+        cut = True
+    return first, cut
+
+
+def _last_clause_end(text: str) -> int:
+    """Index of the last ``;``, ``:`` or ``,`` before a blank in ``text`` outside brackets;
+    -1 when none."""
+    depth, found = 0, -1
+    for i, char in enumerate(text):
+        if char in "([":
+            depth += 1
+        elif char in ")]":
+            depth = max(0, depth - 1)
+        elif char in ";:," and depth == 0 and text[i + 1:i + 2] == " ":
+            found = i
+    return found
 
 
 def recommendations_caption(report: "Report") -> str:
@@ -188,7 +288,8 @@ def recommendations_caption(report: "Report") -> str:
     if report.kind == "stress":
         return ("Measured by the stress sweep: each figure is the recommended configuration's, "
                 "every change together.")
-    caption = "Cumulative: each figure assumes the changes above it."
+    caption = ("Cumulative: each expected figure assumes the changes above it; each effect "
+               "gives this change's own share, and the shares add up.")
     if any(r.expected.samples_per_s_low is not None for r in report.recommendations):
         caption += (" In brackets: the 90% interval from this run's own noise (other processes'"
                     " load, batch-to-batch variation), widened by the model's error measured on"

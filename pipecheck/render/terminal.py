@@ -1,10 +1,13 @@
 """The terminal summary of a Report, built with rich from the render model
 (:mod:`pipecheck.render.sections`): verdict first, then the numbers behind it.
 
-Sections, in order: verdict line, run context, (ranks,) throughput, data wait (stall), producer
-vs consumer, host, the optional probes (pipeline stages, shard assignment, hot stacks, GPU)
-when the report has them, findings, recommendations, and the stress sweep when the report has
-one. Every number carries its unit (:mod:`pipecheck.units`); values that were not measured show
+By default the short view, one screen (:mod:`pipecheck.render.sections.summary`): the verdict,
+the changes that matter with their effects, the key figures and the findings in a line or two
+each, then a line saying where the rest is. ``verbose`` (the CLI's ``--verbose``) shows every
+section. Sections of the full view, in order: verdict line, run context, (ranks,) throughput,
+data wait (stall), producer vs consumer, host, the optional probes (pipeline stages, shard
+assignment, hot stacks, GPU) when the report has them, findings, recommendations, and the
+stress sweep when the report has one. Every number carries its unit (:mod:`pipecheck.units`); values that were not measured show
 as ``n/a``. Charts and detail blocks (epoch and process tables) are left to the HTML page.
 :func:`renderables` returns the rich objects (``rich.print(report)`` uses them);
 :func:`render_terminal` renders them to a string. Both show strings from the report literally:
@@ -31,7 +34,8 @@ from pipecheck.render.base import Renderer
 from pipecheck.render.inert import Inert, fields
 from pipecheck.render.model import Block, Chart, Document, Facts, Items, Note, Section, Table
 from pipecheck.render.phrases import verdict_line
-from pipecheck.render.sections import build_summary_document
+from pipecheck.render.sections import build_document
+from pipecheck.render.sections.summary import MORE_HINT
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -79,35 +83,42 @@ class TerminalRenderer(Renderer):
 
     def render_document(self, document: Document) -> str:
         """A built document (``pipecheck report --compare``'s) as this summary's text."""
-        return _print(document_renderables(document), self.width, self.color)
+        return _print(document_renderables(document, self.verbose), self.width, self.color)
 
 
 def render_terminal(report: "Report", width: Optional[int] = None, color: bool = False,
                     verbose: bool = False) -> str:
-    """The report's terminal summary as a string (:class:`TerminalRenderer`)."""
+    """The report's terminal summary as a string (:class:`TerminalRenderer`): the short view
+    (one screen), or with ``verbose`` every section."""
     return TerminalRenderer(width, color, verbose).render(report)
 
 
 def renderables(report: "Report", verbose: bool = False) -> list[RenderableType]:
     """The summary as one rich renderable in a list: :class:`~pipecheck.render.inert.Inert`
     over the lines and sections (verdict line first), so any console shows the report's strings
-    literally. A multi-rank report shows the job summary unless ``verbose``
-    (:func:`~pipecheck.render.sections.build_summary_document`)."""
-    return document_renderables(build_summary_document(report, verbose))
+    literally. The short view unless ``verbose`` (then a multi-rank report's every-rank table
+    too)."""
+    return document_renderables(build_document(report, every_rank=verbose), verbose)
 
 
-def document_renderables(document: Document) -> list[RenderableType]:
+def document_renderables(document: Document, verbose: bool = False) -> list[RenderableType]:
     """A built document (:func:`renderables`' body; ``pipecheck report --compare`` builds its
-    own) as one inert rich renderable in a list."""
+    own) as one inert rich renderable in a list: its short view (``summary``, under the brief
+    context line, ending with where the rest is) unless ``verbose`` or the document has
+    none."""
+    brief = bool(document.summary) and not verbose
+    context = document.brief_context or document.context if brief else document.context
     parts: list[RenderableType] = [
         Hanging(Text(document.verdict, style=_VERDICT_STYLES.get(document.verdict_kind, "bold"))),
-        Hanging(Text(document.context, style=_DIM)),
+        Hanging(Text(context, style=_DIM)),
         *(_note(note) for note in document.notes),
     ]
-    for section in document.sections:
+    for section in document.summary if brief else document.sections:
         parts.append(Text(""))
         parts.append(Text(section.title, style="bold underline"))
         parts.append(Padding(Group(*section_renderables(section)), (0, 0, 0, 2), expand=False))
+    if brief:
+        parts += [Text(""), Hanging(Text(MORE_HINT, style=_DIM))]
     return [Inert(parts)]
 
 

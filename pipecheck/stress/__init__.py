@@ -10,12 +10,19 @@ in a killable child process), :mod:`.runner` (the sweep and the stress section),
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from pipecheck.environment import torch_has_in_order
 from pipecheck.errors import BadInputError
-from pipecheck.report_sections import EpochStart, ProfileOutcome, StressHeadline, StressSection
+from pipecheck.report_sections import (
+    EpochStart,
+    ProfileOutcome,
+    StressHeadline,
+    StressSection,
+    StressStep,
+)
 from pipecheck.stress.epoch_start import apply as apply_epoch_start
 from pipecheck.stress.epoch_start import measure_epoch_start
 from pipecheck.stress.epoch_start import trial_limits as epoch_trial_limits
@@ -26,12 +33,14 @@ from pipecheck.stress.search import candidate_configs, run_search
 from pipecheck.stress.settings import (
     DEFAULT_TRIAL_S,
     TORCH_DEFAULT_PREFETCH_FACTOR,
+    Step,
+    StepFunction,
     StepTime,
     TrialConfig,
     parse_step_time,
     sweep_configs,
 )
-from pipecheck.stress.target import given_config
+from pipecheck.stress.target import given_config, is_file_target, split_target
 from pipecheck.stress.tracker import ProgressCallback, ProgressEvent, Tracker
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
@@ -43,7 +52,8 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
            prefetch_factors: Optional[Sequence[int]] = None,
            persistent_workers: Optional[bool] = None,
            pin_memory: Optional[bool] = None, in_order: Optional[Sequence[bool]] = None,
-           step_time_s: Any = None, batch_size: Union[int, Sequence[int], None] = None,
+           step_time_s: Any = None, step_cpu_share: float = 0.0,
+           step: Union[str, Callable[[Any], Any], None] = None, batch_size: Union[int, Sequence[int], None] = None,
            baseline: Union[TrialConfig, Mapping[str, Any], None] = None,
            budget_s: float = 60.0, timeout_s: float = 30.0,
            trial_batches: Optional[int] = None, trial_s: float = DEFAULT_TRIAL_S,
@@ -76,6 +86,14 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
             ``in_order=False`` gives up the sampler's batch order (reproducibility).
         step_time_s: emulated step per batch in seconds: a number, ``(mean, jitter)``, a
             :class:`StepTime` or text such as ``"0.05+-0.01"``; ``None``: no step.
+        step_cpu_share: the share (0-1) of each emulated step spent busy on the CPU, the rest
+            asleep (:mod:`pipecheck.stress.step`): a CPU training step competes with the
+            workers for cores, a GPU step mostly waits. A wrapped run's report measures it
+            (the step's calling thread on the CPU). Default 0: a sleeping step.
+        step: the user's own training step instead of an emulated one, called with each batch:
+            ``"file.py:function"`` / ``"package.module:function"`` (with a TARGET string
+            ``source``, loaded in each trial's process), or a callable (only with a source that
+            runs in this process). Not with ``step_time_s``.
         batch_size: samples per batch, or several to compare (each one is searched; rates are
             compared in samples/s; the step time stays per batch); ``None`` keeps the target's.
         baseline: the configuration to beat (``TrialConfig`` or a dict of its fields), measured
@@ -130,7 +148,7 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
         raise BadInputError(f"workers must be a list of counts or 'auto', got {workers!r}")
     if in_order is not None and not torch_has_in_order():
         raise BadInputError("this torch's DataLoader has no in_order (added in torch 2.6)")
-    step = _step(step_time_s)
+    trial_step = _trial_step(step_time_s, step_cpu_share, step, isinstance(source, str))
     sizes: list[Optional[int]] = ([batch_size] if batch_size is None or isinstance(batch_size, int)
                                   else list(batch_size))
     auto = workers is None or workers == "auto"
@@ -169,7 +187,7 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
                          profile=unprofiled is None, limits=limits)
     tracker = Tracker(len(configs), budget_s, progress, reserve=later.reserve, started=started)
     tracker.later_trials = later.count()
-    sweep = run(runnable, configs, limits, step=step, budget_s=budget_s, timeout_s=timeout_s,
+    sweep = run(runnable, configs, limits, step=trial_step, budget_s=budget_s, timeout_s=timeout_s,
                 tracker=tracker)
     best = sweep.best()
     if best is None or best.record is None:
@@ -181,7 +199,7 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
     pin = later.pin and _pinnable(best.config)
     epoch = later.epoch and chosen.config.num_workers > 0
     short = epoch_trial_limits(chosen, limits)
-    extra = _ExtraTrials(runnable, step, timeout_s,
+    extra = _ExtraTrials(runnable, trial_step, timeout_s,
                          tracker.follow_on(int(pin) + 2 * int(epoch) + int(later.profile),
                                            progress))
     if pin:
@@ -203,7 +221,8 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
     if unprofiled is None and not extra.fits(limits):
         unprofiled = extra.shortfall(limits)
     record, profile = _profile(unprofiled, stacks, extra, chosen, limits)
-    section = dataclasses.replace(section, profile=profile, headline=headline(chosen))
+    section = dataclasses.replace(section, profile=profile, headline=headline(chosen),
+                                  step=_described(trial_step))
     return stress_report(record, section)
 
 
@@ -232,7 +251,7 @@ def stress_report(record: Any, section: StressSection) -> Any:
     report = build_report(record, stress=section)
     return dataclasses.replace(
         report, recommendations=stress_recommendations(section, report.recommendations),
-        diagnosis=stress_diagnosis(report.diagnosis))
+        diagnosis=stress_diagnosis(report.diagnosis, section.epoch_start))
 
 
 class _LaterTrials:
@@ -263,7 +282,7 @@ class _ExtraTrials:
     profiling trial) on ``tracker`` (a follow-on of the sweep's: the same clock, budget and
     live progress events)."""
 
-    def __init__(self, source: Source, step: Optional[StepTime], timeout_s: float,
+    def __init__(self, source: Source, step: Optional[Step], timeout_s: float,
                  tracker: Tracker) -> None:
         self._tracker = tracker
         self._source, self._step, self._timeout_s = source, step, timeout_s
@@ -358,13 +377,50 @@ def _baseline(given: Union[TrialConfig, Mapping[str, Any], None], source: Source
     return dataclasses.replace(config, **fill)
 
 
-def _step(value: Any) -> Optional[StepTime]:
-    if value is None or isinstance(value, StepTime):
-        return value
+def _step_time(value: Any, cpu_share: float) -> Optional[StepTime]:
+    if value is None:
+        if cpu_share:
+            raise BadInputError("a step CPU share needs a step time (--step-time)")
+        return None
+    if isinstance(value, StepTime):
+        return value if not cpu_share else dataclasses.replace(value, cpu_share=cpu_share)
     if isinstance(value, str):
-        return parse_step_time(value)
+        return dataclasses.replace(parse_step_time(value), cpu_share=cpu_share)
     if isinstance(value, (tuple, list)) and len(value) == 2:
-        return StepTime(float(value[0]), float(value[1]))
+        return StepTime(float(value[0]), float(value[1]), cpu_share)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return StepTime(float(value))
+        return StepTime(float(value), 0.0, cpu_share)
     raise BadInputError(f"step_time_s must be seconds or (mean, jitter), got {value!r}")
+
+
+def _trial_step(time_s: Any, cpu_share: float, function: Any, isolated: bool) -> Optional[Step]:
+    """The step every trial runs, from :func:`stress`'s ``step_time_s``, ``step_cpu_share``
+    and ``step``. Raises :class:`BadInputError` for both a time and a function, a callable with
+    a TARGET string, or a step file that does not exist."""
+    if function is None:
+        return _step_time(time_s, cpu_share)
+    if time_s is not None or cpu_share:
+        raise BadInputError("give the step as a time (--step-time) or as your function "
+                            "(--step), not both")
+    if callable(function):
+        if isolated:
+            raise BadInputError("with a TARGET string the step must be 'file.py:function' too "
+                                "(it runs in each trial's process)")
+        name = getattr(function, "__qualname__", type(function).__qualname__)
+        return StepFunction(f"{getattr(function, '__module__', '?')}:{name}", function)
+    if not isinstance(function, str):
+        raise BadInputError(f"step must be 'file.py:function' or a callable, got {function!r}")
+    where, _ = split_target(function)
+    if is_file_target(where) and not os.path.isfile(where):
+        raise BadInputError(f"step file not found: {where}")
+    return StepFunction(function)
+
+
+def _described(step: Optional[Step]) -> StressStep:
+    """The stress section's ``step`` entry for ``step``."""
+    if isinstance(step, StepFunction):
+        return StressStep(kind="function", function=step.target)
+    if step is None or step.mean_s <= 0:
+        return StressStep(kind="none")
+    return StressStep(kind="emulated", mean_s=step.mean_s, jitter_s=step.jitter_s,
+                      cpu_share=step.cpu_share)

@@ -8,14 +8,17 @@ memory. So among the measured trials with the fastest one's batch size and ``pin
 samples/s is at least ``fastest x (1 - tolerance)``, the recommendation is the first by: in
 order (``in_order`` not False), fewest workers, smallest ``prefetch_factor``, then faster.
 ``tolerance = max(the fastest trial's measured noise, MIN_WORTHWHILE_GAIN)``, the search's own
-stop threshold (:mod:`pipecheck.stress.noise`).
+stop threshold (:mod:`pipecheck.stress.noise`). The rule itself is
+:func:`pipecheck.analysis.choice.cheapest_within`, which the online tuner (``wrap(tune=True)``)
+shares.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from pipecheck.stress.noise import MIN_WORTHWHILE_GAIN, rate_noise_fraction
+from pipecheck.analysis.choice import cheapest_within, tolerance
+from pipecheck.stress.noise import rate_noise_fraction
 from pipecheck.stress.trial import TrialResult
 
 
@@ -25,11 +28,12 @@ def cheapest_within_noise(best: TrialResult,
     ties with it) and the tolerance used (a fraction, 0-1). ``best`` must be a measured trial
     of ``trials``."""
     assert best.samples_per_s is not None
-    tolerance = max(rate_noise_fraction(best.record) or 0.0, MIN_WORTHWHILE_GAIN)
-    floor = best.samples_per_s * (1.0 - tolerance)
-    ties = [t for t in trials if t.ok and (t.samples_per_s or 0.0) >= floor
-            and t.config.batch_size == best.config.batch_size
+    within = tolerance(rate_noise_fraction(best.record))
+    same = [t for t in trials if t.ok and t.config.batch_size == best.config.batch_size
             and t.config.pin_memory == best.config.pin_memory]
-    chosen = min(ties, key=lambda t: (t.config.in_order is False, t.config.num_workers,
-                                      t.config.prefetch_factor or 0, -(t.samples_per_s or 0.0)))
-    return chosen, tolerance
+    chosen = cheapest_within(
+        best.samples_per_s, same, rate=lambda t: t.samples_per_s or 0.0,
+        cost=lambda t: (t.config.in_order is False, t.config.num_workers,
+                        t.config.prefetch_factor or 0),
+        within=within)
+    return chosen, within

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from pipecheck.errors import BadInputError
 from pipecheck.stress.isolate import run_isolated
-from pipecheck.stress.settings import StepTime, TrialConfig
+from pipecheck.stress.settings import Step, TrialConfig
 from pipecheck.stress.target import Factory, call_factory, rebuild_loader
 from pipecheck.stress.trial import TrialLimits, TrialResult, failed, measure
 
@@ -26,7 +26,7 @@ this often; calling it per batch would cost fast loaders measurable time)."""
 
 
 def run_trial(source: Source, config: TrialConfig, limits: TrialLimits, *,
-              step: Optional[StepTime], timeout_s: float,
+              step: Optional[Step], timeout_s: float,
               on_batches: Optional[Callable[[int], None]] = None) -> TrialResult:
     """Measure one configuration: in a child process for a string ``source``, here otherwise
     (:mod:`pipecheck.stress.runner` docstring). ``on_batches`` is called with the batches delivered so far, at most
@@ -39,7 +39,7 @@ def run_trial(source: Source, config: TrialConfig, limits: TrialLimits, *,
 
 
 def _run_here(source: Union[Factory, DataLoader], config: TrialConfig, limits: TrialLimits,
-              step: Optional[StepTime], timeout_s: float,
+              step: Optional[Step], timeout_s: float,
               on_batches: Optional[Callable[[int], None]]) -> TrialResult:
     try:
         if isinstance(source, DataLoader):

@@ -26,7 +26,7 @@ from pipecheck import _owned
 from pipecheck.errors import BadInputError
 from pipecheck.probes._ring import AREA_PREFIX, shared_dir
 from pipecheck.probes.stages import FOLDER_PREFIX
-from pipecheck.stress.settings import StepTime, TrialConfig
+from pipecheck.stress.settings import Step, TrialConfig
 from pipecheck.stress.target import is_file_target, split_target
 from pipecheck.stress.trial import TrialLimits, TrialResult, failed, result_from_json
 
@@ -110,7 +110,7 @@ def run_child(module: str, request: dict, timeout_s: float,
 
 
 def run_isolated(target: str, config: TrialConfig, limits: TrialLimits, *,
-                 step: Optional[StepTime], timeout_s: float,
+                 step: Optional[Step], timeout_s: float,
                  on_batches: Optional[Callable[[int], None]] = None) -> TrialResult:
     """Run the trial in a child process and return its result.
 

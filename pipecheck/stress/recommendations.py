@@ -42,17 +42,34 @@ def stress_recommendations(section: StressSection,
     return measured + [p for p in proposals if p.setting not in searched]
 
 
-def stress_diagnosis(diagnosis: Diagnosis) -> Diagnosis:
+def stress_diagnosis(diagnosis: Diagnosis,
+                     epoch_start: Optional[EpochStart] = None) -> Diagnosis:
     """``diagnosis`` with its ``insufficient-data`` finding restated for a stress report.
 
     That finding says why the what-if model made no proposal ("No recommendations: ..."); in a
     stress report the recommendations come from the sweep's measurements
     (:func:`stress_recommendations`) and the model only proposes the settings the sweep did not
     search, so the finding says that instead, and whether there are recommendations is told
-    by the stress section alone."""
+    by the stress section alone.
+
+    Where the sweep measured epoch start (``epoch_start``, status ``ok``) and found it not
+    worth changing, a ``slow-first-batch`` warning is restated as information saying so: the
+    report does not warn of what its own measurement cleared."""
     findings = [_restated(f) if f.kind == FindingKind.INSUFFICIENT_DATA else f
                 for f in diagnosis.findings]
+    if epoch_start is not None and epoch_start.status == "ok" and epoch_start.matters is False:
+        findings = [_cleared_first_batch(f, epoch_start)
+                    if f.kind == FindingKind.SLOW_FIRST_BATCH else f for f in findings]
     return dataclasses.replace(diagnosis, findings=findings)
+
+
+def _cleared_first_batch(finding: Finding, epoch_start: EpochStart) -> Finding:
+    share = ("" if epoch_start.fraction is None
+             else f" (persistent_workers would save {percent(epoch_start.fraction)} of each "
+                  "epoch)")
+    return dataclasses.replace(finding, severity="info", message=(
+        f"{finding.message.rstrip('.')}. The sweep measured the epoch start: not worth "
+        f"changing{share}."))
 
 
 def _restated(finding: Finding) -> Finding:

@@ -29,7 +29,7 @@ from pipecheck.report_sections import (
 from pipecheck.stress.choice import cheapest_within_noise
 from pipecheck.stress.execute import Source as Source  # re-exported: stress and search use it
 from pipecheck.stress.execute import run_trial as run_trial  # re-exported for callers
-from pipecheck.stress.settings import StepTime, TrialConfig
+from pipecheck.stress.settings import Step, TrialConfig
 from pipecheck.stress.target import call_factory, load_factory
 from pipecheck.stress.tracker import ProgressCallback, Tracker
 from pipecheck.stress.trial import TrialLimits, TrialResult
@@ -144,7 +144,7 @@ def validate(source: Source, config: TrialConfig) -> Source:
 
 
 def run_sweep(source: Source, configs: Sequence[TrialConfig], limits: TrialLimits, *,
-              step: Optional[StepTime], budget_s: float,
+              step: Optional[Step], budget_s: float,
               timeout_s: float, progress: Optional[ProgressCallback] = None,
               tracker: Optional[Tracker] = None) -> Sweep:
     """Run ``configs`` in order while each next trial is expected to end within ``budget_s``

@@ -58,7 +58,7 @@ from pipecheck.stress.memory import skip_reason
 from pipecheck.stress.noise import MIN_WORTHWHILE_GAIN, rate_noise_fraction
 from pipecheck.stress.runner import Source, Sweep
 from pipecheck.stress.settings import (
-    StepTime,
+    Step,
     TrialConfig,
     sweep_configs,
     usable_cpus,
@@ -106,7 +106,7 @@ def candidate_configs(prefetch_factors: Optional[Sequence[int]] = None, *,
 
 
 def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialLimits, *,
-               step: Optional[StepTime], budget_s: float, timeout_s: float,
+               step: Optional[Step], budget_s: float, timeout_s: float,
                progress: Optional[ProgressCallback] = None,
                tracker: Optional[Tracker] = None) -> Sweep:
     """Search ``candidates`` (the first is the baseline) as the module docstring describes.

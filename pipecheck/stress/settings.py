@@ -1,5 +1,5 @@
 """What one stress trial runs with: the loader settings (:class:`TrialConfig`), the emulated
-training step (:class:`StepTime`) and the sweep's list of configurations (:func:`sweep_configs`).
+training step (:class:`StepTime`, or the user's own: :class:`StepFunction`) and the sweep's list of configurations (:func:`sweep_configs`).
 
 Pure values and parsing; nothing here starts a loader.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Optional, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from pipecheck.errors import BadInputError
 
@@ -77,18 +77,24 @@ _OPTIONAL_SETTINGS = ("pin_memory", "in_order", "batch_size")
 
 @dataclass(frozen=True)
 class StepTime:
-    """An emulated training step: sleep ``mean_s`` seconds per batch, plus uniform jitter in
-    ``[-jitter_s, +jitter_s]`` (never below 0). Both in seconds, ``0 <= jitter_s <= mean_s``,
-    ``mean_s`` finite; raises :class:`BadInputError` otherwise."""
+    """An emulated training step: ``mean_s`` seconds per batch, plus uniform jitter in
+    ``[-jitter_s, +jitter_s]`` (never below 0), of which the share ``cpu_share`` (0-1) is spent
+    busy on the CPU and the rest asleep (:mod:`pipecheck.stress.step`). Seconds finite,
+    ``0 <= jitter_s <= mean_s``, ``0 <= cpu_share <= 1``; raises :class:`BadInputError`
+    otherwise."""
 
     mean_s: float
     jitter_s: float = 0.0
+    cpu_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not (0 <= self.mean_s < float("inf") and 0 <= self.jitter_s <= self.mean_s):
             raise BadInputError(
                 f"step time needs a finite mean and 0 <= jitter <= mean seconds, got "
                 f"{self.mean_s}+-{self.jitter_s}")
+        if not 0 <= self.cpu_share <= 1:
+            raise BadInputError(
+                f"step CPU share must be between 0 and 1, got {self.cpu_share!r}")
 
     def sampler(self, seed: int = 0) -> "Any":
         """A function returning successive step durations in seconds (seeded, reproducible)."""
@@ -96,8 +102,34 @@ class StepTime:
         mean_s, jitter_s = self.mean_s, self.jitter_s
         return lambda: max(0.0, mean_s + rng.uniform(-jitter_s, jitter_s)) if jitter_s else mean_s
 
-    def to_dict(self) -> dict[str, float]:
-        return {"mean_s": self.mean_s, "jitter_s": self.jitter_s}
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "emulated", "mean_s": self.mean_s, "jitter_s": self.jitter_s,
+                "cpu_share": self.cpu_share}
+
+
+@dataclass(frozen=True)
+class StepFunction:
+    """The user's own training step, called with each batch: ``target`` names it as
+    ``file.py:function`` or ``package.module:function`` (loaded in each trial's process), or,
+    for a source that runs in this process, ``function`` is the callable itself."""
+
+    target: str
+    function: Optional[Any] = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "function", "target": self.target}
+
+
+Step = Union[StepTime, StepFunction]
+"""What a trial runs after each batch (:mod:`pipecheck.stress.step`)."""
+
+
+def step_from_dict(data: Optional[dict[str, Any]]) -> Optional[Step]:
+    """The inverse of ``to_dict`` of either step (``None`` for none)."""
+    if not data:
+        return None
+    fields_ = {k: v for k, v in data.items() if k != "kind"}
+    return StepFunction(**fields_) if data.get("kind") == "function" else StepTime(**fields_)
 
 
 def parse_step_time(text: str) -> StepTime:

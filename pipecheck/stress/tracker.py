@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from pipecheck.stress.execute import BATCH_EVENT_INTERVAL_S as BATCH_EVENT_INTERVAL_S  # re-export
 from pipecheck.stress.execute import Source, run_trial
-from pipecheck.stress.settings import StepTime, TrialConfig
+from pipecheck.stress.settings import Step, TrialConfig
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
 
@@ -170,7 +170,7 @@ class Tracker:
         return self._offset + done + int(running) + left + self.later_trials
 
     def run(self, source: Source, config: TrialConfig, limits: TrialLimits, *,
-            step: Optional[StepTime], timeout_s: float, done: int) -> TrialResult:
+            step: Optional[Step], timeout_s: float, done: int) -> TrialResult:
         """Run one trial with ``start``, ``batch`` and ``done`` events around it."""
         trial_started = self._clock()
         self._limits = limits

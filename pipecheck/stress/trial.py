@@ -22,7 +22,8 @@ from pipecheck.analysis.consumer import (cold_start_s, started_steady_s, steady_
                                          summarize_consumer)
 from pipecheck.records import RunRecord, from_jsonable, to_jsonable
 from pipecheck.report_sections import TrialEntry
-from pipecheck.stress.settings import StepTime, TrialConfig
+from pipecheck.stress.settings import Step, TrialConfig, step_from_dict
+from pipecheck.stress.step import step_runner
 
 
 @dataclass(frozen=True)
@@ -101,17 +102,18 @@ def failed(config: TrialConfig, error: str, wall_s: float = 0.0) -> TrialResult:
 
 
 def measure(loader: Any, config: TrialConfig, limits: TrialLimits,
-            step: Optional[StepTime] = None,
+            step: Optional[Step] = None,
             on_batch: Optional[Callable[[], object]] = None) -> TrialResult:
     """Iterate ``loader`` (built with ``config``) through ``pipecheck.wrap`` within ``limits``,
-    sleeping ``step`` per batch. Exceptions from the loader become a failed result whose error
-    names the exception; ``KeyboardInterrupt`` propagates."""
+    running ``step`` after each batch (:func:`pipecheck.stress.step.step_runner`). Exceptions
+    from the loader or the step become a failed result whose error names the exception;
+    ``KeyboardInterrupt`` propagates."""
     from pipecheck.wrap import wrap
 
     started = time.perf_counter()
     if limits.epoch_batches is not None:
         loader = shorten_epochs(loader, config, limits.epoch_batches)
-    step_s = step.sampler() if step is not None and step.mean_s > 0 else None
+    run_step = step_runner(step)
     wrapped = wrap(loader, stacks=limits.stacks, stacks_window_s=limits.seconds)
     error: Optional[str] = None
     try:
@@ -120,12 +122,13 @@ def measure(loader: Any, config: TrialConfig, limits: TrialLimits,
             share = 1.0 if limits.epochs is None else (epoch + 1) / limits.epochs
             ends_s, cap = limits.seconds * share, _batch_cap(limits, share)
             before = delivered
-            for _batch in wrapped:
+            for batch in wrapped:
                 delivered += 1
                 if on_batch is not None:
                     on_batch()
-                if step_s is not None:
-                    time.sleep(step_s())
+                if run_step is not None:
+                    run_step(batch)
+                del batch  # not held through the next fetch
                 if delivered >= cap or time.perf_counter() - started >= ends_s:
                     break
             epoch += 1
@@ -245,7 +248,7 @@ def _child(request_path: str) -> int:
     try:
         loader = call_factory(load_factory(request["target"]), config, name=request["target"])
         progress.write(b"l")
-        step = StepTime(**request["step"]) if request["step"] else None
+        step = step_from_dict(request["step"])
         result = measure(loader, config, TrialLimits(**request["limits"]), step,
                          on_batch=lambda: progress.write(b"b"))
     except Exception as err:

@@ -28,7 +28,7 @@ def test_report_renders_a_saved_report(saved, capsys):
     assert main(["report", str(saved), "--width", "100"]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines()[0] == VERDICT
-    assert "Recommendations" in out and "num_workers" in out
+    assert "Changes that matter" in out and "num_workers" in out  # the short view
     assert err == ""
 
 

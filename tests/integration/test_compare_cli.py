@@ -122,7 +122,7 @@ def test_wrap_save_keeps_the_comparison_with_the_report_it_replaced(runs):
     assert report.comparison.old_created == load(runs / "old.json").created
     summary = (runs / "later.out").read_text()
     assert "THROUGHPUT FELL " in summary  # the one-line verdict in the terminal summary
-    assert summary.index("THROUGHPUT FELL ") < summary.index("Throughput\n")
+    assert summary.index("THROUGHPUT FELL ") < summary.index("Changes that matter\n")
 
 
 @pytest.mark.slow

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(
     reason="no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
 
 # Every chart: its size on screen, the size of what it drew, and how many shapes it holds.
-CHARTS = """JSON.stringify({
+CHARTS = """(document.querySelectorAll('details').forEach(d => { d.open = true; }),
+JSON.stringify({
   figures: document.querySelectorAll('figure.chart').length,
   scripts: document.scripts.length,
   text: document.body.innerText,
@@ -29,7 +30,9 @@ CHARTS = """JSON.stringify({
     return {width: box.width, height: box.height, drawnWidth: drawn.width,
             drawnHeight: drawn.height, shapes: svg.querySelectorAll('path, text, use').length};
   })
-})"""
+}))"""
+"""Opens every collapsed section first (the test's own script over DevTools; the page has
+none), then measures."""
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +73,32 @@ def test_script_in_report_strings_is_shown_not_run(browser, tmp_path):
     assert f"ValueError: bad sample {SCRIPT}" in page["text"]
     assert f"<MyDataset {SCRIPT} at 0x7f>" in page["text"]
     assert page["figures"] == len(page["svgs"]) == 7
+
+
+COLLAPSED = """JSON.stringify({
+  sections: document.querySelectorAll('details.section').length,
+  open: document.querySelectorAll('details.section[open]').length,
+  cardHeights: Array.from(document.querySelectorAll('.number'))
+    .map(c => c.getBoundingClientRect().height),
+  listNumbers: Array.from(document.querySelectorAll('td.nw'))
+    .filter(td => /^[0-9]+[.]$/.test(td.textContent))
+    .map(td => { const r = document.createRange(); r.selectNodeContents(td);
+                 return r.getClientRects().length === 1; }),
+})"""
+
+
+@pytest.mark.parametrize("width", [1280, 420])
+def test_sections_start_collapsed_and_cards_and_list_numbers_stay_short(browser, tmp_path, width):
+    path = tmp_path / "run.html"
+    real_report().save_html(path)
+    browser.set_width(width)
+    try:
+        browser.open(path.resolve().as_uri())
+        page = json.loads(browser.evaluate(COLLAPSED))
+        browser.screenshot(str(tmp_path / f"run-{width}.png"))  # kept by pytest for a look
+    finally:
+        browser.set_width(1280)
+    assert (tmp_path / f"run-{width}.png").stat().st_size > 1000
+    assert page["sections"] > 3 and page["open"] == 0
+    assert max(page["cardHeights"]) < 140  # a figure and a line or two of words, not a paragraph
+    assert page["listNumbers"] and all(page["listNumbers"])

@@ -144,6 +144,35 @@ def test_lightning_callback_reports_each_validation_dataloader_after_the_train_o
         assert callback.validation_reports[index].consumer.batches == val_batches[index]
 
 
+def test_lightning_callback_tunes_the_train_dataloader_only(tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from pipecheck.analysis.choice import NOISE_BLOCKS
+    from pipecheck.integrations.lightning import PipecheckCallback
+    from pipecheck.tune import TuneLimits
+
+    def train_loader():
+        return DataLoader(_Slow(), batch_size=BATCH_SIZE, shuffle=True,
+                          generator=torch.Generator().manual_seed(1))
+
+    epochs = 4  # 6-batch epochs: each trial's window of 4 batches waits for the next epoch
+    plain = _tiny_lightning_module(pl, train_loader)
+    _trainer(pl, [], max_epochs=epochs).fit(plain)
+    limits = TuneLimits(min_batches=2, min_seconds=0.0, warmup_batches=0,
+                        max_blocks=NOISE_BLOCKS, budget_fraction=1.0)
+    callback = PipecheckCallback(tmp_path / "run.json", host_interval_s=0.2, tune=limits)
+    tuned = _tiny_lightning_module(
+        pl, train_loader, [lambda: DataLoader(_Slow(), batch_size=BATCH_SIZE)])
+    _trainer(pl, [callback], max_epochs=epochs).fit(tuned)
+    # The same batches in the same order as without pipecheck, through the trials' switches
+    # and in later epochs (Lightning ends each epoch by count, never past the last batch).
+    assert len(tuned.seen) == len(plain.seen) == epochs * SAMPLES // BATCH_SIZE
+    assert all(torch.equal(a, b) for a, b in zip(tuned.seen, plain.seen))
+    section = load(tmp_path / "run.json").tune
+    assert section is not None and section.status in ("settled", "tuning"), section
+    assert len({t.settings for t in section.trials}) >= 2, section  # tried more than the start
+    assert all(r.tune is None for r in callback.validation_reports)  # never tuned
+
+
 def test_lightning_callback_leaves_validation_alone_when_asked(tmp_path):
     pl = pytest.importorskip("lightning.pytorch")
     from pipecheck.integrations.lightning import PipecheckCallback

@@ -49,9 +49,13 @@ def test_sections_numbers_and_charts_of_a_stress_report():
     text = render_html(stress_report())
     page = _Page(text)
     assert text.startswith("<!DOCTYPE html>")
+    # the short view open first (the cards hold the key figures), then every section,
+    # collapsed: <details> the reader opens, no script
     assert _headings(page, text) == [
+        "Changes that matter", "Findings",
         "Throughput", "Data wait (stall)", "Producer vs consumer", "Host", "Findings",
         "Recommendations", "Stress sweep"]
+    assert text.count('<details class="section">') == 7
     words = page.visible_text()
     assert ("INPUT-BOUND: the training loop waited for data 41.2% of the time (threshold 10%)"
             in words)
@@ -308,3 +312,21 @@ def test_a_report_of_huge_lists_renders_a_page_of_bounded_size():
         assert said in page, said
     assert len(page) < len(small) + 3_000_000
     assert _Page(page).count("svg") == _Page(small).count("svg")
+
+
+def test_key_number_cards_show_the_figure_large_and_the_words_below():
+    text = render_html(stress_report())
+    cards = re.findall(r'<div class="number">(.*?)</div></div>', text)
+    capacity = next(card for card in cards if "capacity / demand" in card)
+    assert '<div class="v">0.70x</div>' in capacity
+    assert '<div class="s">the loader cannot keep up with the step' in capacity
+    stall = next(card for card in cards if ">data stall<" in card)
+    assert '<div class="v">41.2%</div><div class="s">(steady state 38.0%)' in stall
+
+
+def test_list_numbers_stay_on_their_line():
+    text = render_html(stress_report())
+    # the numbered reasons' first column never wraps ("1." would otherwise break from "." with
+    # overflow-wrap:anywhere)
+    assert '<td class="nw">1.</td>' in text
+    assert "td.nw{white-space:nowrap" in text

@@ -134,7 +134,7 @@ def test_a_crashing_worker_fails_its_trial_with_the_error(tmp_path, capsys):
     assert crashed["error"].endswith("RuntimeError: sample 0 is corrupt")
     assert "\n" not in crashed["error"] and "Traceback" not in crashed["error"]
     captured = capsys.readouterr()
-    assert "Stress sweep" in captured.out
+    assert "Key figures" in captured.out  # the short view names the failed trial
     assert "failed: num_workers=1" in captured.out and "sample 0 is corrupt" in captured.out
     # with --quiet there is no summary, so the failure goes to stderr instead
     assert main(["stress", _target("crashes_in_workers"), "--workers", "0,1", "--batches", "5",
@@ -249,7 +249,7 @@ def test_headline_is_the_recommended_sweep_trials_steady_rate_with_the_whole_run
     assert headline.run_samples_per_s == trial.run_samples_per_s \
         == pytest.approx(report.consumer.samples_per_s)
     assert trial.epochs >= 2 and headline.run_samples_per_s < trial.samples_per_s
-    text = report.render(width=200)
+    text = report.render(width=200, verbose=True)
     steady_line, whole_line = text.split("Throughput\n", 1)[1].splitlines()[:2]
     assert steady_line.startswith(f"  steady {rate(trial.samples_per_s, 'samples')} · ")
     whole = rate(report.consumer.samples_per_s, "samples")
@@ -266,7 +266,7 @@ def test_headline_is_the_recommended_sweep_trials_steady_rate_with_the_whole_run
     for entry in data["stress"]["trials"]:
         del entry["run_samples_per_s"], entry["run_batches_per_s"]
     saved.write_text(json.dumps(data))
-    old_text = pipecheck.load(saved).render(width=200)
+    old_text = pipecheck.load(saved).render(width=200, verbose=True)
     assert "whole run" not in old_text
     assert old_text.split("Throughput\n", 1)[1].startswith(
         f"  {rate(report.consumer.samples_per_s, 'samples')} · ")

@@ -22,39 +22,16 @@ from pipecheck.stress.settings import StepTime, TrialConfig
 from pipecheck.stress.tracker import Tracker
 from pipecheck.stress.trial import TrialLimits, measure
 from helpers_datasets import IndexDataset
+from stress_fakes import FakeClock, fake_runner, short_trial
 from stress_targets import sleepy_loader
 from paths import STRESS_TARGETS
 
 TARGETS = STRESS_TARGETS
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture(scope="module")
 def short_result():
-    """A real trial with fewer steady batches than the model needs."""
-    loader = sleepy_loader(batch_size=4)
-    result = measure(loader, TrialConfig(0), TrialLimits(batches=MIN_STEADY_BATCHES // 2))
-    assert result.ok
-    return result
-
-
-def _fake_runner(clock: FakeClock, template, overhead_s: float, started: list):
-    """A trial runner that takes its time limit plus ``overhead_s`` on ``clock``."""
-
-    def run(source, config, limits, *, step, timeout_s, on_batches=None):
-        started.append((clock.now, config))
-        clock.now += limits.seconds + overhead_s
-        return dataclasses.replace(template, config=config, wall_s=limits.seconds,
-                                   samples_per_s=100.0 + config.num_workers)
-
-    return run
+    return short_trial()
 
 
 def _candidates(count: int) -> list[TrialConfig]:
@@ -65,7 +42,7 @@ def test_no_trial_starts_unless_it_ends_within_the_budget_with_the_reserve_held(
     clock, started = FakeClock(), []
     limits = TrialLimits(seconds=3.0)
     tracker = Tracker(0, 40.0, reserve=lambda t: 8.0, clock=clock,
-                      runner=_fake_runner(clock, short_result, 2.0, started))
+                      runner=fake_runner(clock, short_result, 2.0, started))
     sweep = run_search("target", _candidates(12), limits, step=None, budget_s=40.0,
                        timeout_s=10.0, tracker=tracker)
     # baseline 5 s, calibration 2 x 3 s + 2 s = 8 s, then 5 s each: 5 + 8 + 3 x 5 = 28 s, and a
@@ -79,7 +56,7 @@ def test_no_trial_starts_unless_it_ends_within_the_budget_with_the_reserve_held(
 def test_the_search_keeps_its_no_model_reason_when_the_budget_then_stops_it(short_result):
     clock, started = FakeClock(), []
     tracker = Tracker(0, 30.0, clock=clock,
-                      runner=_fake_runner(clock, short_result, 1.0, started))
+                      runner=fake_runner(clock, short_result, 1.0, started))
     sweep = run_search("target", _candidates(12), TrialLimits(seconds=3.0), step=None,
                        budget_s=30.0, timeout_s=10.0, tracker=tracker)
     reasons = sweep.search.stop_reasons
@@ -95,7 +72,7 @@ def test_the_search_keeps_its_no_model_reason_when_the_budget_then_stops_it(shor
 
 def test_expected_trial_time_is_its_limit_plus_the_largest_overhead_measured(short_result):
     clock, started = FakeClock(), []
-    runner = _fake_runner(clock, short_result, 0.0, started)
+    runner = fake_runner(clock, short_result, 0.0, started)
     overheads = iter([1.5, 4.0, 0.5])
 
     def uneven(*args, **kwargs):

@@ -30,8 +30,8 @@ def _stress(factory, **options):
 
 
 def _text(report) -> str:
-    """The terminal report with its line wrapping undone."""
-    return " ".join(report.render(width=120).split())
+    """The terminal report (every section: --verbose) with its line wrapping undone."""
+    return " ".join(report.render(width=120, verbose=True).split())
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ pseudo-terminal."""
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import io
 import os
@@ -23,14 +22,13 @@ import termios
 import pytest
 from rich.console import Console
 
-from pipecheck.analysis.model import MIN_STEADY_BATCHES
 from pipecheck.stress.progress import SweepProgress
 from pipecheck.stress.search import run_search
 from pipecheck.stress.settings import TrialConfig
 from pipecheck.stress.tracker import ProgressEvent, Tracker
-from pipecheck.stress.trial import TrialLimits, measure
+from pipecheck.stress.trial import TrialLimits
 from paths import REPO_ROOT, STRESS_TARGETS, SUPPORT
-from stress_targets import sleepy_loader
+from stress_fakes import FakeClock, fake_runner, short_trial
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 DESCRIPTION = ("num_workers=12 prefetch_factor=4 persistent_workers=False in_order=False: "
@@ -93,36 +91,16 @@ def test_nothing_is_drawn_when_stderr_is_not_a_terminal():
 # -- the plan ------------------------------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture(scope="module")
 def short_result():
-    loader = sleepy_loader(batch_size=4)
-    result = measure(loader, TrialConfig(0), TrialLimits(batches=MIN_STEADY_BATCHES // 2))
-    assert result.ok
-    return result
-
-
-def _fake_runner(clock: FakeClock, template, overhead_s: float):
-    def run(source, config, limits, *, step, timeout_s, on_batches=None):
-        clock.now += limits.seconds + overhead_s
-        return dataclasses.replace(template, config=config, wall_s=limits.seconds,
-                                   samples_per_s=100.0 + config.num_workers)
-
-    return run
+    return short_trial()
 
 
 def test_the_planned_count_is_what_the_budget_holds_not_every_candidate(short_result):
     clock, events = FakeClock(), []
     candidates = [TrialConfig(0)] + [TrialConfig(n, 2) for n in range(1, 31)]
     tracker = Tracker(0, 20.0, events.append, clock=clock,
-                      runner=_fake_runner(clock, short_result, 2.0))
+                      runner=fake_runner(clock, short_result, 2.0))
     tracker.later_trials = 1  # e.g. the profiling trial, held in no reserve here
     sweep = run_search("target", candidates, TrialLimits(seconds=3.0), step=None, budget_s=20.0,
                        timeout_s=10.0, tracker=tracker)
@@ -138,7 +116,7 @@ def test_the_planned_count_is_what_the_budget_holds_not_every_candidate(short_re
 def test_follow_on_trials_continue_the_count(short_result):
     clock, events = FakeClock(), []
     tracker = Tracker(2, 60.0, events.append, clock=clock,
-                      runner=_fake_runner(clock, short_result, 0.5))
+                      runner=fake_runner(clock, short_result, 0.5))
     tracker.later_trials = 2
     limits = TrialLimits(seconds=1.0)
     for done, config in enumerate([TrialConfig(0), TrialConfig(1, 2)]):

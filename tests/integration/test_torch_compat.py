@@ -107,11 +107,16 @@ def test_the_main_process_fetcher_is_where_sampling_points_it():
         instrumented = fetcher.collate_fn
         assert instrumented.collate_fn is loader.collate_fn
         set_fetcher_timed(fetcher, False, loader.collate_fn)  # torch's own fetch, untimed
-        assert type(fetcher) is compat._MAP_FETCHER and fetcher.collate_fn is loader.collate_fn
+        assert fetcher.collate_fn is loader.collate_fn
+        assert type(fetcher) is compat.TimedMapFetcher  # never re-classed (slower reads after)
+        accumulator = instrumented.timer
+        timed_before = accumulator.timed
         assert next(iterator).tolist() == [0, 1]
+        assert accumulator.timed == timed_before  # untimed: nothing committed
         set_fetcher_timed(fetcher, True, instrumented)
         assert main_process_fetcher(iterator) is fetcher
         assert next(iterator).tolist() == [2, 3]
+        assert accumulator.timed == timed_before + 1
         # A loader pipecheck does not time gets torch's own fetcher.
         assert main_process_fetcher(iter(DataLoader(list(range(8))))) is None
         assert main_process_fetcher(iter(DataLoader(list(range(8)), num_workers=1))) is None

@@ -138,6 +138,19 @@ class Browser:
             raise RuntimeError(f"evaluation failed: {result['exceptionDetails']}")
         return result["result"].get("value")
 
+    def set_width(self, width: int, height: int = 900) -> None:
+        """Lay the page out in a viewport ``width`` x ``height`` CSS pixels."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+
+    def screenshot(self, path: str) -> None:
+        """Save the viewport as a PNG at ``path``."""
+        import base64
+
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        with open(path, "wb") as handle:
+            handle.write(base64.b64decode(data))
+
     # -- start-up ------------------------------------------------------------------------------
 
     def _wait_for_port(self) -> int:

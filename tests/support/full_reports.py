@@ -13,7 +13,8 @@ from pipecheck.render.inert import CONTROL
 
 from pipecheck.records import (ChangedValue, ComparedFigure, Comparison, DeviceRecord,
                                HeadOfLineSummary, HotFunction, RankInfo, RankSummary,
-                               RanksSummary, StacksRecord, StageRow)
+                               RanksSummary, StacksRecord, StageRow, TuneSection,
+                               TuneSettings, TuneTrial)
 from pipecheck.report import Report, load
 from paths import SUPPORT
 from render_fixtures import stress_section
@@ -62,7 +63,23 @@ def every_section_report() -> Report:
         rank=RankInfo(rank=1, world_size=4, hostname="node1", backend="gloo",
                       shards=[["a.tar"], ["b.tar"]]),
         ranks=RanksSummary(world_size=4, ranks=summaries, straggler=1, missing=[2, 3]),
-        sharding=sharding, comparison=comparison())
+        sharding=sharding, comparison=comparison(), tune=tune_section())
+
+
+def tune_section() -> TuneSection:
+    """Online tuning that settled on 2 workers after three trials, with a guard's note."""
+    start = TuneSettings(num_workers=0)
+    chosen = TuneSettings(num_workers=2, prefetch_factor=2)
+    trials = [TuneTrial(settings=s, batches=40, samples=160, seconds=secs,
+                        samples_per_s=160 / secs, stall_fraction=stall, noise_fraction=0.02,
+                        warmup_batches=w)
+              for s, secs, stall, w in ((start, 0.8, 0.9, 1), (chosen, 0.4, 0.5, 5),
+                                        (TuneSettings(2, 4), 0.41, 0.5, 9))]
+    return TuneSection(status="settled", reason=None, start=start, chosen=chosen,
+                       trials=trials, speedup=2.0, tuning_s=1.7, cost_s=0.05,
+                       pin_line="DataLoader(..., num_workers=2, prefetch_factor=2)",
+                       notes=["num_workers=4 not tried: 4 x 900 MiB measured per worker is "
+                              "more than 50% of the 3000 MiB available"])
 
 
 def comparison() -> Comparison:

@@ -125,3 +125,16 @@ def returns_text(**kwargs):
 
 
 NOT_A_FUNCTION = 42
+
+
+STEP_LOG_ENV = "PIPECHECK_TEST_STEP_LOG"
+"""Environment variable naming the file :func:`logging_step` appends to."""
+
+
+def logging_step(batch) -> None:
+    """A user training step for ``--step``: appends the batch's first value to the file named
+    by :data:`STEP_LOG_ENV`, so a test can see it ran in the trial's process."""
+    import os
+
+    with open(os.environ[STEP_LOG_ENV], "a", encoding="utf-8") as handle:
+        handle.write(f"{os.getpid()} {int(batch.flatten()[0])}\n")

@@ -179,7 +179,9 @@ def test_the_comparison_round_trips_through_json_and_every_format_shows_it():
     assert data["comparison"]["settings"] == [{"name": "num_workers", "old": 0, "new": 2}]
     again = Report.from_dict(data)
     assert again.comparison == report.comparison
-    summary = render_terminal(report, width=200)
+    # The short view gives the one-line verdict; --verbose the section too.
+    assert "THROUGHPUT FELL 20.3%" in render_terminal(report, width=200)
+    summary = render_terminal(report, width=200, verbose=True)
     # The one-line verdict sits under the verdict and the context line, above every section.
     assert summary.index("THROUGHPUT FELL 20.3%") < summary.index("Throughput\n")
     assert "Compared with the earlier report" in summary

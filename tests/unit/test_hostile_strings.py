@@ -39,18 +39,16 @@ SHOWN = {
 @pytest.mark.parametrize("name", REPORTS)
 def test_a_separator_in_any_string_field_starts_no_line(name):
     report, planted = forged(REPORTS[name]())
-    # verbose: every section (a multi-rank report's full report); plain: its job summary
     shown = assert_no_forged_line(render_terminal(report, width=100, verbose=True), planted)
     assert set(SHOWN[name]) <= shown, set(SHOWN[name]) - shown
-    assert_no_forged_line(render_terminal(report, width=100), planted)
-    assert_no_forged_line(render_terminal(report, width=60, verbose=True), planted)  # stacked
-    coloured = render_terminal(report, width=100, color=True, verbose=True)
+    assert_no_forged_line(render_terminal(report, width=100), planted)  # the short view
+    assert_no_forged_line(render_terminal(report, width=60), planted)  # wrapped, stacked
+    coloured = render_terminal(report, width=100, color=True)
     assert SGR.search(coloured)
     assert_no_forged_line(SGR.sub("", coloured), planted)
-    shown = assert_no_forged_line(render_markdown(report, title="run\nFORGED0: a file name",
-                                                  verbose=True), planted, markdown=True)
+    shown = assert_no_forged_line(render_markdown(report, title="run\nFORGED0: a file name"),
+                                  planted, markdown=True)
     assert set(SHOWN[name]) <= shown
-    assert_no_forged_line(render_markdown(report), planted, markdown=True)
 
 
 @pytest.mark.parametrize("name", REPORTS)
@@ -69,9 +67,9 @@ def test_a_string_is_cut_to_2000_characters_saying_so():
     report = every_section_report()
     long = plant_strings(report, lambda path, s: s if "findings[0].message" not in path
                          else "x" * 100_000)[0]
-    text = render_markdown(long, verbose=True)
+    text = render_markdown(long)
     assert "x" * 2000 + "... (98,000 more characters; see the JSON)" in text
-    assert len(text) < len(render_markdown(report, verbose=True)) + 4000
+    assert len(text) < len(render_markdown(report)) + 4000
 
 
 # -- markdown: no image, link, autolink, HTML or table break ------------------------------------

@@ -36,15 +36,15 @@ def test_verdict_numbers_findings_and_recommendations():
     assert numbers["throughput"] == "256 samples/s · 8.00 batches/s"
     assert numbers["data stall"] == "41.2% (steady state 38.0%)"
     assert numbers["producer capacity"] == "9.50 batches/s"
-    assert numbers["capacity / demand"] == "0.70x (the loader cannot keep up with the step)"
+    assert numbers["capacity / demand"] == "0.70x: the loader cannot keep up with the step"
     findings = lines[lines.index("### Findings") + 2:lines.index("### Recommendations") - 1]
     assert findings[0].startswith("- **critical**: the loop waited for data 41.2%")
     recommendations = _table_after(lines, "### Recommendations")
     assert recommendations[0] == ["#", "setting", "current -> proposed", "expected throughput",
                                   "expected stall"]
     assert recommendations[1] == ["1.", "`num_workers`", "2 -> 4", "410 samples/s", "6.0%"]
-    assert ("1. num_workers: each worker delivers 4.8 batches/s; the step takes 13.6 (capped by "
-            "2 usable CPUs)") in lines  # the reason, as the terminal numbers it
+    assert ("1. num_workers: each worker delivers 4.8 batches/s; the step takes 13.6 Effect: "
+            "+154 samples/s this change. (capped by 2 usable CPUs)") in lines  # as --verbose
     assert text.endswith("\n") and not text.endswith("\n\n")
 
 

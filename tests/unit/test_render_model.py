@@ -52,12 +52,16 @@ def test_every_format_shows_the_same_sections_under_the_same_titles():
     assert titles == ["Throughput", "Data wait (stall)", "Producer vs consumer", "Host",
                       "Shard assignment", "Hot stacks (py-spy)", "GPU (CUDA events)", "Findings",
                       "Recommendations"]
-    terminal = render_terminal(report, width=100).splitlines()
+    terminal = render_terminal(report, width=100, verbose=True).splitlines()
     assert [line for line in terminal if line in titles] == titles
     markdown = render_markdown(report).splitlines()
     assert [line[4:] for line in markdown if line.startswith("### ")] == titles
     page = render_html(report)
-    assert [html.unescape(t) for t in re.findall(r"<h2>(.*?)</h2>", page)] == titles
+    # the page opens with the short view, then every section (collapsed)
+    summary = [section.title for section in build_document(report).summary
+               if section.key != "figures"]
+    assert summary == ["Changes that matter", "Findings"]
+    assert [html.unescape(t) for t in re.findall(r"<h2>(.*?)</h2>", page)] == summary + titles
 
 
 def test_probe_sections_are_real_sections_in_html_not_key_value_dumps():
@@ -78,8 +82,13 @@ def test_one_context_line_with_rank_dataset_and_platform_in_every_format():
     assert context.startswith("wrap report, rank 1 of 2, 2024-05-01T12:00:00+00:00 · DataLoader")
     assert f"dataset {report.loader.dataset_type}" in context
     assert context.endswith(report.environment.platform)
-    terminal = render_terminal(report, width=400).splitlines()
+    terminal = render_terminal(report, width=400, verbose=True).splitlines()
     assert terminal[1] == context
+    # the short view's context: the kind, the loader's main settings, the machine
+    brief = build_document(report).brief_context
+    assert brief == ("wrap report, rank 1 of 2 · num_workers=2 prefetch_factor=2 batch_size=32 · "
+                     "2 CPUs (2 usable), no CUDA")
+    assert render_terminal(report, width=400).splitlines()[1] == brief
     assert f"<sub>{context}</sub>" in render_markdown(report).splitlines()
     assert f'<div class="context">{html.escape(context)}</div>' in render_html(report)
 

@@ -50,13 +50,14 @@ def test_input_bound_with_an_ample_capacity_estimate_says_which_evidence_wins():
     assert "the measured stall wins" in judgement.capacity_note
     assert "slow batches (p99 200 ms) take longer than the 80.0 ms prefetch lead" \
         in judgement.capacity_note
-    text = _flat(render_terminal(report, width=120))
-    assert "can keep up" not in text and "(the loader keeps up" not in text
-    assert (f"capacity / demand {judgement.capacity_demand_ratio:.2f}x estimated, but the loader "
-            "does not keep up with the step by the measured stall, which wins") in text
+    text = _flat(render_terminal(report, width=120, verbose=True))
+    # the ratio's words follow the ratio (one table); the measured stall's clause follows them
+    assert (f"capacity / demand {judgement.capacity_demand_ratio:.2f}x estimated: the loader "
+            "keeps up with the step") in text
+    assert "; yet the loop waited for data" in text and "(measured stall, which wins)" in text
     assert _flat(judgement.capacity_note) in text
     markdown = render_markdown(report)
-    assert "does not keep up" in markdown and "can keep up" not in markdown
+    assert "measured stall, which wins" in markdown
     assert "the measured stall wins" in render_html(report)
 
 
@@ -77,8 +78,10 @@ def test_compute_bound_with_a_low_capacity_estimate_says_the_stall_wins():
     assert judgement.loader_keeps_up is True
     assert "says the loader cannot keep up" in judgement.capacity_note
     assert "the measured stall wins" in judgement.capacity_note
-    text = _flat(render_terminal(report, width=120))
-    assert "0.25x estimated, but the loader keeps up with the step by the measured stall" in text
+    text = _flat(render_terminal(report, width=120, verbose=True))
+    assert ("0.25x estimated: the loader cannot keep up with the step; yet the loop waited "
+            "for data only") in text
+    assert "(measured stall, which wins)" in text
 
 
 def test_verdict_and_capacity_line_agree_on_every_simulated_run():
@@ -89,18 +92,19 @@ def test_verdict_and_capacity_line_agree_on_every_simulated_run():
         report = build_report(simulate(spec))
         judgement = report.diagnosis.judgement
         assert judgement.loader_keeps_up is (report.diagnosis.verdict != "input-bound")
-        text = render_terminal(report, width=200)
-        if report.diagnosis.verdict == "input-bound":
-            assert "does not keep up" in text and "can keep up" not in text
-        else:
-            assert "does not keep up" not in text and "cannot keep up" not in text
+        text = _flat(render_terminal(report, width=200, verbose=True))
+        ratio = judgement.capacity_demand_ratio
+        if report.diagnosis.verdict == "input-bound" and round(ratio, 2) >= 1:
+            assert "(measured stall, which wins)" in text
+        if round(ratio, 2) >= 1:
+            assert "cannot keep up" not in text and "does not keep up" not in text
 
 
 def test_input_bound_without_a_recommendation_says_why_in_the_same_terms():
     # TAILED's only proposal is prefetch_factor; take it away (e.g. /dev/shm too small) and the
     # "no recommendations" sentence must not claim nothing would help an input-bound loop.
     report = dataclasses.replace(build_report(simulate(TAILED)), recommendations=[])
-    text = _flat(render_terminal(report, width=120))
+    text = _flat(render_terminal(report, width=120, verbose=True))
     assert "no change is predicted to help" not in text
     assert "No recommendations: the measured stall says the loop is input-bound, but the what-if" \
         " model is built on the capacity estimate" in text
@@ -236,10 +240,10 @@ def test_effects_travel_through_json_and_every_renderer():
     from pipecheck import units
 
     gain = f"+{units.rate(rec.expected.gain_samples_per_s, 'samples')}"
-    per_10k = f"saves {units.seconds(rec.expected.saved_s_per_10k_steps)} per 10,000 steps"
-    per_epoch = f"{units.seconds(rec.expected.saved_s_per_epoch)} per epoch"
-    for text in (render_terminal(report, width=160), render_markdown(report),
-                 render_html(report)):
+    per_epoch = f"saves {units.seconds(rec.expected.saved_s_per_epoch)} per epoch"
+    per_10k = f"{units.seconds(rec.expected.saved_s_per_10k_steps)} per 10,000 steps"
+    for text in (render_terminal(report, width=160), render_terminal(report, verbose=True),
+                 render_markdown(report), render_html(report)):
         flat = _flat(text)
         assert gain in flat and per_10k in flat and per_epoch in flat
     assert "data goodput" in render_html(report)

@@ -23,7 +23,7 @@ from pipecheck.render.model import Document, Fact, Note, Section
 from pipecheck.render.phrases import (capacity_phrase, comparison_line, context_line,
                                       ended_line, verdict_line)
 from pipecheck.render.sections import (advice, attach, comparison, probes, ranks, run, sharding,
-                                      stress)
+                                      stress, summary, tune)
 from pipecheck.render.sections.comparison import comparison_section
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("device", probes.device),
     ("findings", advice.findings),
     ("recommendations", advice.recommendations),
+    ("tune", tune.tune),  # wrap(tune=True): what was tried in the run and kept
     ("stress", stress.stress),
 )
 """The section builders in display order."""
@@ -56,65 +57,21 @@ NEED_BATCH_TIMING = frozenset({"throughput", "stall", "producer"})
 RENDERED_FIELDS = frozenset({
     "kind", "created", "environment", "loader", "consumer", "producer", "host", "diagnosis",
     "recommendations", "timeline", "stress", "schema", "rank", "ranks", "sharding", "stacks",
-    "device", "attach", "comparison",
+    "device", "attach", "comparison", "tune",
 })
 """Report fields the document shows; HTML renders any other non-empty field generically."""
 
 
-def is_job(report: "Report") -> bool:
-    """Whether ``report`` is a merged or gathered multi-rank report (``ranks`` with 2+ ranks):
-    the terminal and markdown then show :func:`build_job_document` unless asked for more."""
-    return report.ranks is not None and len(report.ranks.ranks) > 1
-
-
-def build_summary_document(report: "Report", verbose: bool = False) -> Document:
-    """What the terminal and markdown show: :func:`build_job_document` for a multi-rank report
-    (:func:`is_job`) unless ``verbose``; else :func:`build_document`, with the every-rank
-    table shown when ``verbose``."""
-    if is_job(report) and not verbose:
-        return build_job_document(report)
-    return build_document(report, every_rank=verbose)
-
-
-JOB_SECTIONS = ("ranks", "straggler")
-"""The sections of the job summary, in order."""
-
-
-def build_job_document(report: "Report") -> Document:
-    """The short summary of a multi-rank report (``pipecheck report run.rank*.json`` in a
-    terminal): the straggler's verdict and context line, the job's shape
-    (:func:`pipecheck.render.sections.ranks.job_blocks`: the wait over ranks and nodes, the
-    slowest ranks and nodes, the straggler's scope, ranks missing or failed) and the
-    straggler's diagnosis and first recommendation (:func:`ranks.straggler_section`). Its
-    length does not grow with the ranks: at most about 60 lines at 100 columns (the rank
-    findings and one finding of the straggler's own; ``benchmarks/many_ranks.py`` counts
-    them). Every string one inert line, as in :func:`build_document`."""
-    assert report.ranks is not None
-    notes = []
-    ended = ended_line(report) if report.attach is None else None
-    if ended is not None:
-        notes.append(Note(ended, "alert"))
-    sections = [Section("ranks", "Ranks", tuple(ranks.job_blocks(report.ranks)))]
-    straggler = ranks.straggler_section(report)
-    if straggler is not None:
-        sections.append(straggler)
-    version = report.environment.pipecheck or "unknown version"
-    return fields(Document(
-        verdict=verdict_line(report), verdict_kind=report.diagnosis.verdict,
-        context=context_line(report), notes=tuple(notes), headline=headline(report),
-        sections=tuple(sections),
-        footer=f"pipecheck {version} · schema {report.schema}",
-    ))
-
-
 def build_document(report: "Report", every_rank: bool = False) -> Document:
-    """The report's document: verdict, context, caveats, key numbers and every section; every
+    """The report's document: verdict, context, caveats, key numbers and every section, and
+    the short view's sections (:mod:`pipecheck.render.sections.summary`; for a multi-rank
+    report the job summary, :func:`pipecheck.render.sections.summary.job_sections`); every
     string in it one inert line (:func:`pipecheck.render.inert.fields`: control characters and
     line breaks as escapes, at most :data:`~pipecheck.render.inert.MAX_FIELD_CHARS`
     characters), whatever the report's strings hold. Each builder caps the lists it shows
     and says how many it left out, so the cost does not grow with the report's lists beyond
-    one pass over them. ``every_rank``: the every-rank table of a multi-rank report is shown
-    by every format (``--verbose``), not only by HTML."""
+    one pass over them. ``every_rank``: the every-rank table of a multi-rank report is in the
+    full view of every format (the terminal's ``--verbose``), not only in HTML's."""
     notes = []
     ended = ended_line(report) if report.attach is None else None
     if ended is not None:
@@ -133,6 +90,8 @@ def build_document(report: "Report", every_rank: bool = False) -> Document:
         context=context_line(report), notes=tuple(notes), headline=headline(report),
         sections=sections,
         footer=f"pipecheck {version} · schema {report.schema}",
+        summary=summary.summary_sections(report, sections),
+        brief_context=context_line(report, brief=True),
     ))
 
 

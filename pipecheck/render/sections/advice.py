@@ -9,10 +9,15 @@ from typing import TYPE_CHECKING, Any, Optional
 from pipecheck import units as fmt
 from pipecheck.render.model import (Block, Item, Items, Note, Section, by_severity, capped,
                                     line, more, table)
-from pipecheck.render.phrases import (effect_text, expected_rate_text, recommendations_caption,
-                                     why_no_recommendations)
+from pipecheck.effects import change_effects
+from pipecheck.kinds import FINDING_KINDS, FINDINGS_PAGE
+from pipecheck.render.phrases import (effect_line, effect_text, expected_rate_text,
+                                     first_sentence,
+                                     recommendations_caption, why_no_recommendations)
 
 if TYPE_CHECKING:
+    from pipecheck.effects import ChangeEffect
+    from pipecheck.records import Recommendation
     from pipecheck.report import Report
 
 FINDING_ROWS = 50
@@ -27,7 +32,8 @@ RECOMMENDATION_ROWS = 20
 
 def findings(report: "Report") -> Section:
     """The findings, most severe first (at most :data:`FINDING_ROWS`), with their kind and
-    evidence (at most :data:`EVIDENCE_KEYS` keys each)."""
+    evidence (at most :data:`EVIDENCE_KEYS` keys each), and each one's short text for the
+    short view (:func:`short_finding`)."""
     every = report.diagnosis.findings
     # nsmallest is sorted()[:n], stable, without sorting all of a runaway list.
     found = heapq.nsmallest(FINDING_ROWS, every, key=lambda f: by_severity(f.severity))
@@ -35,10 +41,29 @@ def findings(report: "Report") -> Section:
     if not found:
         return Section("findings", "Findings", (Note("none", "dim"),))
     blocks: list[Block] = [Items(tuple(
-        Item(f.severity, f.message, f.kind, _evidence(f.evidence)) for f in found))]
+        Item(f.severity, f.message, f.kind, _evidence(f.evidence), short_finding(f.message,
+                                                                            f.kind))
+        for f in found))]
     if hidden:
         blocks.append(more(hidden, "findings"))
     return Section("findings", "Findings", tuple(blocks))
+
+
+def short_finding(message: str, kind: str) -> str:
+    """A finding in a line or two: the message's first sentence
+    (:func:`~pipecheck.render.phrases.first_sentence`) and, when the rest is left out and
+    the kind is a documented one (:data:`pipecheck.kinds.FINDING_KINDS`), ``see
+    docs/findings.md#<kind>``."""
+    link = f" (see {FINDINGS_PAGE}#{kind})" if kind in FINDING_KINDS else ""
+    short, cut = first_sentence(message, SHORT_FINDING_CHARS - len(link))
+    if cut and link and FINDINGS_PAGE not in short:
+        short += link
+    return short
+
+
+SHORT_FINDING_CHARS = 170
+"""Longest short finding with its docs link, in characters: two lines beside the severity
+column of a 100-column terminal."""
 
 
 def _evidence(evidence: dict[str, Any]) -> Optional[dict[str, Any]]:
@@ -59,7 +84,7 @@ def recommendations(report: "Report") -> Section:
                        (Note(why_no_recommendations(report)),))
     shown, hidden = capped(report.recommendations, RECOMMENDATION_ROWS)
     rows, narrow, reasons = [], [], []
-    for number, rec in enumerate(shown, start=1):
+    for number, (rec, effect) in enumerate(zip(shown, effects_of(report, shown)), start=1):
         change = f"{fmt.setting_value(rec.current)} -> {fmt.setting_value(rec.proposed)}"
         expected_rate = expected_rate_text(rec)
         expected_stall = fmt.percent(rec.expected.stall_fraction)
@@ -67,9 +92,8 @@ def recommendations(report: "Report") -> Section:
         narrow.append(line((f"{number}. {rec.setting}:", change), ("expected", expected_rate),
                            ("stall", expected_stall)))
         reason = f"{rec.setting}: {rec.reason}"
-        effect = effect_text(rec)
-        if effect is not None:
-            reason += f" Effect: {effect}."
+        if rec.expected.samples_per_s is not None:
+            reason += f" Effect: {effect_text(rec, effect)}."
         if rec.expected.note:
             reason += f" ({rec.expected.note})"
         reasons.append([f"{number}.", reason])
@@ -80,3 +104,40 @@ def recommendations(report: "Report") -> Section:
         table([], reasons, no_wrap=(0,), grid=True),
         *([more(hidden, "recommendations")] if hidden else []),
     ))
+
+
+def effects_of(report: "Report", shown: "list[Recommendation]") -> "list[ChangeEffect]":
+    """Each shown recommendation's effect on its own and with the changes above it
+    (:func:`pipecheck.effects.change_effects`, from the report's own figures)."""
+    consumer = report.consumer
+    return change_effects(shown, consumer.samples_per_s, consumer.batches_per_s,
+                          report.loader.batches_per_epoch, together=report.kind == "stress")
+
+
+def brief_recommendations(report: "Report") -> Section:
+    """The changes that matter for the short view: per change one line of what to change and
+    its effect (:func:`~pipecheck.render.phrases.effect_line`), then its reason's first
+    sentence; the caption says how the figures add up. At most
+    :data:`BRIEF_RECOMMENDATIONS` changes; the rest are counted."""
+    title = "Changes that matter"
+    if not report.recommendations:
+        return Section("recommendations", title, (Note(why_no_recommendations(report)),))
+    shown, hidden = capped(report.recommendations, BRIEF_RECOMMENDATIONS)
+    blocks: list[Block] = []
+    if len(shown) > 1 or report.kind == "stress":  # how the figures add up, or were measured
+        blocks.append(Note(recommendations_caption(report).split(" In brackets")[0], "dim"))
+    rows = []
+    for number, (rec, effect) in enumerate(zip(shown, effects_of(report, shown)), start=1):
+        change = (f"{rec.setting} {fmt.setting_value(rec.current)} -> "
+                  f"{fmt.setting_value(rec.proposed)}")
+        rows.append([f"{number}.", f"{change}: {effect_line(rec, effect)}"])
+        rows.append(["", first_sentence(rec.reason)[0]])
+    blocks.append(table([], rows, no_wrap=(0,), grid=True))
+    if hidden:
+        blocks.append(Note(f"... and {hidden:,} more changes (--verbose)", "dim"))
+    return Section("recommendations", title, tuple(blocks))
+
+
+BRIEF_RECOMMENDATIONS = 3
+"""Changes the short view lists (the rules give one or two that matter); ``--verbose``, the
+markdown, the HTML page and the JSON list every one."""

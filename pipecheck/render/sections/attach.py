@@ -36,10 +36,15 @@ def _interval(value: Optional[list[float]]) -> str:
 
 
 def _growth(rate: Optional[float], significant: Optional[bool]) -> str:
+    """A memory slope (bytes/s, Theil-Sen) in words: ``growing 2.00 MiB/s``, ``shrinking 7.81
+    MiB/s`` (a negative slope is no growth), each with whether it is significant."""
     if rate is None:
         return fmt.NOT_MEASURED
-    verdict = "growing" if significant is True else "not significant"
-    return f"{fmt.size(rate)}/s ({verdict})"
+    direction = "growing" if rate > 0 else "shrinking" if rate < 0 else "flat"
+    verdict = "significant" if significant is True else "not significant"
+    if rate == 0:
+        return f"flat ({verdict})"
+    return f"{direction} {fmt.size(abs(rate))}/s ({verdict})"
 
 
 def attach_facts(section: AttachSection) -> list[tuple[str, str]]:

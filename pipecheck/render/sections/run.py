@@ -38,7 +38,8 @@ def throughput(report: "Report") -> Section:
     if consumer.tokens_per_s is not None:
         rates.append(("", fmt.rate(consumer.tokens_per_s, "tokens")))
     if blocks:
-        rates.append(("", "(worker start-up included)"))
+        rates.append(("", "(worker start-up included)" if report.loader.num_workers
+                       else "(each epoch's first batch included)"))
     return Section("throughput", "Throughput", (
         *blocks,
         line(*rates),

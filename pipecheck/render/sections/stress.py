@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from pipecheck import units as fmt
 from pipecheck.render.model import Block, Chart, Note, Section, capped, line, more, table
 from pipecheck.render.phrases import config_text
-from pipecheck.report_sections import EpochStart, StressSection, SweepTrial
+from pipecheck.report_sections import EpochStart, StressSection, StressStep, SweepTrial
 
 if TYPE_CHECKING:
     from pipecheck.report import Report
@@ -152,6 +152,9 @@ def summary_facts(stress: StressSection) -> list[tuple[str, str]]:
         facts.append((f"skipped ({reason}):", text))
     if hidden:
         facts.append(("skipped:", f"for {hidden:,} more reasons (see the JSON)"))
+    step = step_text(stress.step)
+    if step is not None:
+        facts.append(("training step:", step))
     search = stress.search
     if search is not None:
         facts.append(("model-guided search:", f"measured {search.measured} of "
@@ -189,6 +192,22 @@ def summary_facts(stress: StressSection) -> list[tuple[str, str]]:
             facts.append(("note:", "in_order=False delivers batches as workers finish them, "
                                    "not in sampler order"))
     return facts
+
+
+def step_text(step: Optional[StressStep]) -> Optional[str]:
+    """One line for the stress section's ``step`` entry (what each trial ran after every
+    batch); ``None`` when absent (reports before it)."""
+    if step is None:
+        return None
+    if step.kind == "function":
+        return f"your function {step.function}"
+    if step.kind != "emulated" or not step.mean_s:
+        return "none: the loader alone, each batch taken as soon as it is delivered"
+    jitter = f" +- {fmt.seconds(step.jitter_s)}" if step.jitter_s else ""
+    share = step.cpu_share or 0.0
+    how = ("asleep (a GPU step's wait)" if share <= 0 else "busy on the CPU" if share >= 1
+           else f"{fmt.percent(share)} busy on the CPU, the rest asleep")
+    return f"emulated, {fmt.seconds(step.mean_s)}{jitter}, {how}"
 
 
 def epoch_start_text(entry: Optional[EpochStart]) -> Optional[str]:

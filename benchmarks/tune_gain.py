@@ -1,0 +1,198 @@
+"""Does ``wrap(tune=True)`` find the best loader settings in the live run, and does the whole
+tuned run beat the untuned one? (issue 27's acceptance)
+
+For each pipeline of ``benchmarks/pipelines.py`` asked for (default: map-style ``latency``,
+``jpeg``, ``text`` and ``fft``, the iterable ``wds``, and ``long``: the latency pipeline as one
+epoch of 262,144 samples, the single long epoch of LLM-style pretraining), in each condition
+(``quiet``; ``busy``: one CPU-burning neighbour started with ``setsid``, killed on every way
+out), starting from ``num_workers=0``:
+
+1. **untuned**: the same number of batches (``--batches``) with ``num_workers=0``, under
+   ``pipecheck.wrap`` without tuning (so both runs pay the same measurement): the whole run's
+   wall seconds;
+2. **tuned**: the same batches under ``pipecheck.wrap(loader, tune=True)``: the whole run's
+   wall seconds, the settings it kept, and its samples/s after tuning settled (over the batches
+   after the tune section's ``tuning_s`` of loop time: the loop's own clock, batch by batch);
+3. **grid**: unwrapped, ``num_workers`` in ``--grid`` (``prefetch_factor`` 2), each trained
+   ``--seconds`` after 3 warm-up batches (``pipelines.train_for``), interleaved over
+   ``--rounds`` rounds, each figure the median of its rounds: the best.
+
+Per row: pipeline, condition, kept settings, rate after tuning, grid best (and its setting),
+after / best (target >= 0.95), untuned and tuned wall seconds (target: tuned faster), and the
+tuning time and cost the tune section reports. A summary counts the rows meeting each target.
+
+    python benchmarks/tune_gain.py [--pipelines latency,jpeg,...] [--conditions quiet,busy]
+        [--batches 400] [--seconds 6] [--rounds 2] [--grid 0,1,2,4,8] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import pipecheck  # noqa: E402
+from pipelines import (PIPELINES, LatencyDataset, Neighbour, Pipeline,  # noqa: E402
+                       loader_with, train_for)
+
+AFTER_TARGET = 0.95
+"""The tuned run's rate after tuning, over the grid's best, at least this (issue 27)."""
+
+LONG_EPOCH_SAMPLES = 262_144
+"""Samples in the ``long`` pipeline's one epoch (4,096 batches of 64: a run of ``--batches`` takes
+its first part, as a long pretraining epoch's first minutes)."""
+
+EXTRA: dict[str, Pipeline] = {
+    "long": Pipeline("long", "single long epoch",
+                     f"the latency pipeline as one epoch of {LONG_EPOCH_SAMPLES:,} samples",
+                     lambda _: LatencyDataset(n=LONG_EPOCH_SAMPLES, delay_s=0.002,
+                                              jitter_s=0.004)),
+}
+
+
+@dataclass
+class Row:
+    pipeline: str
+    condition: str
+    kept: Optional[str]
+    tune_status: str
+    after_samples_per_s: Optional[float]
+    grid_best_samples_per_s: float
+    grid_best: str
+    grid: dict[str, float]
+    untuned_s: float
+    tuned_s: float
+    tuning_s: Optional[float]
+    cost_s: Optional[float]
+
+    @property
+    def after_over_best(self) -> Optional[float]:
+        if self.after_samples_per_s is None:
+            return None
+        return self.after_samples_per_s / self.grid_best_samples_per_s
+
+
+def run_batches(loader: Any, model: Any, batches: int) -> tuple[float, list[tuple[float, int]]]:
+    """Train ``batches`` batches (epochs repeat); returns the wall seconds and each batch's
+    (time after its step, samples)."""
+    marks: list[tuple[float, int]] = []
+    started = time.perf_counter()
+    while len(marks) < batches:
+        for batch in loader:
+            model.step(batch)
+            marks.append((time.perf_counter(), len(batch[1])))
+            if len(marks) >= batches:
+                break
+    return time.perf_counter() - started, marks
+
+
+def after_rate(marks: list[tuple[float, int]], started: float,
+               tuning_s: Optional[float]) -> Optional[float]:
+    """Samples/s over the batches that ended after ``tuning_s`` seconds of the run, ``None``
+    when fewer than 10 batches are left."""
+    if tuning_s is None:
+        return None
+    settle = started + tuning_s
+    after = [(t, n) for t, n in marks if t > settle]
+    if len(after) < 10:
+        return None
+    return sum(n for _, n in after[1:]) / (after[-1][0] - after[0][0])
+
+
+def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) -> Row:
+    iterable = pipeline.iterable
+    # 1. untuned, measured the same way
+    loader = pipecheck.wrap(loader_with(pipeline.dataset(data), {"num_workers": 0}, iterable),
+                            host=False)
+    untuned_s, _ = run_batches(loader, pipeline.model(), args.batches)
+    loader.close()
+    # 2. tuned
+    loader = pipecheck.wrap(loader_with(pipeline.dataset(data), {"num_workers": 0}, iterable),
+                            host=False, tune=True)
+    started = time.perf_counter()
+    tuned_s, marks = run_batches(loader, pipeline.model(), args.batches)
+    section = loader.report().tune
+    loader.close()
+    kept = section.chosen.label() if section.chosen is not None else None
+    # 3. the grid, unwrapped, interleaved
+    rates: dict[str, list[float]] = {str(n): [] for n in args.grid}
+    for _ in range(args.rounds):
+        for n in args.grid:
+            grid_loader = loader_with(pipeline.dataset(data), {"num_workers": n}, iterable)
+            rates[str(n)].append(train_for(grid_loader, args.seconds, pipeline.model())
+                                 .samples_per_s)
+            del grid_loader
+    grid = {n: statistics.median(r) for n, r in rates.items()}
+    best = max(grid, key=grid.get)
+    return Row(pipeline.name, condition, kept, section.status,
+               after_rate(marks, started, section.tuning_s), grid[best],
+               f"num_workers={best}", grid, untuned_s, tuned_s, section.tuning_s, section.cost_s)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipelines", default="latency,jpeg,text,fft,wds,long")
+    parser.add_argument("--conditions", default="quiet,busy")
+    parser.add_argument("--batches", type=int, default=400,
+                        help="batches of each tuned and untuned run (default 400)")
+    parser.add_argument("--seconds", type=float, default=6.0,
+                        help="seconds each grid entry trains per round (default 6)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--grid", default="0,1,2,4,8")
+    parser.add_argument("--json", help="write the rows and summary here")
+    args = parser.parse_args(argv)
+    args.grid = [int(n) for n in args.grid.split(",")]
+    known = {**PIPELINES, **EXTRA}
+    names = args.pipelines.split(",")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown pipeline(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="pipecheck-tune-gain-") as folder:
+        for name in names:
+            pipeline = known[name]
+            data = None
+            if pipeline.prepare is not None:
+                data = os.path.join(folder, name)
+                os.makedirs(data)
+                pipeline.prepare(data)
+            for condition in args.conditions.split(","):
+                neighbour = Neighbour("session") if condition == "busy" else None
+                try:
+                    if neighbour is not None:
+                        neighbour.start()
+                    row = measure(pipeline, data, condition, args)
+                finally:
+                    if neighbour is not None:
+                        neighbour.stop()
+                rows.append(row)
+                ratio = row.after_over_best
+                print(f"{row.pipeline:8s} {row.condition:5s} kept {row.kept or 'n/a':34s} "
+                      f"after {row.after_samples_per_s or 0:8.0f} samples/s; grid best "
+                      f"{row.grid_best_samples_per_s:8.0f} ({row.grid_best}); after/best "
+                      f"{'n/a' if ratio is None else f'{ratio:.2f}'}; run {row.untuned_s:.1f} s "
+                      f"untuned vs {row.tuned_s:.1f} s tuned; tuning {row.tuning_s or 0:.1f} s, "
+                      f"cost {row.cost_s or 0:.2f} s [{row.tune_status}]", flush=True)
+    met_after = sum(1 for r in rows if (r.after_over_best or 0) >= AFTER_TARGET)
+    faster = sum(1 for r in rows if r.tuned_s < r.untuned_s)
+    print(f"after tuning >= {AFTER_TARGET:.2f} of the grid's best: {met_after}/{len(rows)}; "
+          f"tuned run faster than untuned: {faster}/{len(rows)}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"rows": [dict(asdict(r), after_over_best=r.after_over_best)
+                                for r in rows],
+                       "summary": {"after_target_met": met_after, "faster": faster,
+                                   "rows": len(rows)}}, handle, indent=1)
+    return 0 if met_after == faster == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

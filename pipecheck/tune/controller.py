@@ -1,0 +1,442 @@
+"""The online trial schedule and choice of ``wrap(tune=True)``: which settings to try next, how
+long each trial's window runs, when to stop, and which measured settings to keep.
+
+Pure: it is fed one observation per batch (``wait_s``, ``loop_s``, samples) and the clock it is
+given, and answers with the settings to switch to; it starts no loader and imports no torch, so
+its logic is tested with a fake clock.
+
+The schedule (:meth:`TuneController.next_settings`), from the user's settings (the start):
+
+1. the start itself is measured first, in place;
+2. workers (when they may change): the next count is double the best so far
+   (:data:`FIRST_WORKERS` after 0),
+   capped at the guard's ``max_workers``; the climb goes on while each step beats the best by
+   more than the tolerance, and stops at the first that does not;
+3. with workers, ``prefetch_factor`` :data:`PREFETCH_FACTORS` not yet tried, at the best count;
+4. with CUDA, ``pin_memory=True`` at the best settings;
+5. the cheapest measured settings within the noise of the fastest are kept
+   (:func:`pipecheck.analysis.choice.cheapest_within`: fewest workers, then smallest
+   ``prefetch_factor``, then ``pin_memory`` off), the rule ``pipecheck stress`` recommends by.
+
+Each window (:class:`_Window`) is cut into blocks of at least ``min_batches / NOISE_BLOCKS``
+batches and ``min_seconds / NOISE_BLOCKS`` seconds; it ends once it has :data:`NOISE_BLOCKS`
+blocks and their rates' noise (:func:`pipecheck.analysis.choice.block_rate_noise`) is within
+:data:`pipecheck.analysis.choice.MIN_WORTHWHILE_GAIN`, or at ``max_blocks`` blocks: a noisy
+loader gets a longer window, a steady one the minimum. The budget ends the trials (the choice is
+then made among the trials measured): ``budget_s`` of loop time from the first trial, or
+``budget_fraction`` of the epoch's batches when the epoch's length is known (only once
+:data:`MIN_BUDGET_WINDOWS` trials are measured), whichever comes first; no trial starts after it, and the one in progress runs on to its minimum window
+(:data:`NOISE_BLOCKS` blocks), at most to :data:`HARD_BUDGET_FACTOR` times the budget. So
+tuning aims at the budget and may overshoot it by one minimum window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from pipecheck.analysis.choice import (NOISE_BLOCKS, block_rate_noise, cheapest_within,
+                                       tolerance)
+from pipecheck.records import TuneSettings, TuneTrial
+
+MIN_TRIAL_BATCHES = 32
+"""Fewest batches in a trial's window: :data:`NOISE_BLOCKS` blocks of 8, so each block's rate
+averages over several batches of every worker of a 4-8 worker loader (workers deliver in
+turn, and one block must not be one worker's batch). pipecheck's choice."""
+
+MIN_TRIAL_S = 2.0
+"""Fewest seconds of loop time in a trial's window: blocks of 0.5 s, several times the
+scheduler's time slice and a batch-wide hiccup (a page-cache miss, a neighbour's burst), so a
+fast loader's trial is not decided by a few milliseconds. pipecheck's choice, as ``pipecheck
+stress``'s default trial of 3 s (:data:`pipecheck.stress.settings.DEFAULT_TRIAL_S`) is."""
+
+MAX_TRIAL_BLOCKS = 3 * NOISE_BLOCKS
+"""Most blocks a window takes while its noise stays above the worthwhile gain: a noisy loader
+is measured three times as long, then judged with the noise it has (the tolerance grows with
+it). pipecheck's choice."""
+
+BUDGET_S = 60.0
+"""Loop time (seconds) from the first trial after which no new trial starts (issue 27)."""
+
+BUDGET_FRACTION = 0.10
+"""Share of an epoch's batches (when its length is known) after which no new trial starts
+(issue 27): a short run still spends most of its time on the kept settings."""
+
+MIN_BUDGET_WINDOWS = 4
+"""The budget's share of an epoch ends tuning only once this many trials (the start and three
+others) have been measured: in a short epoch, or one whose start runs slowly (a noisy start's
+window runs longer), 10% of its batches would end tuning before a second setting is measured;
+the trials then go on, into the next epochs where there are, within ``budget_s``.
+pipecheck's choice."""
+
+HARD_BUDGET_FACTOR = 2.0
+"""A trial in progress when the budget ends runs on to its minimum window (a trial cut short
+measures nothing, and the start would be kept blind), but never past this many times the
+budget: then it ends with what it has (kept when it holds 2 blocks or more). pipecheck's
+choice."""
+
+MAX_TIE_TOLERANCE = 0.10
+"""Most a trial may be measured slower than the fastest and still tie with it, however noisy
+the windows: the trials ran in the same loop seconds apart, so a 10 % gap is more than the
+run's drift between them (pipecheck's choice; ``pipecheck stress``'s longer trials rarely
+measure so much noise)."""
+
+FIRST_WORKERS = 2
+"""Workers of the first step up from ``num_workers=0``: one worker only overlaps loading with
+the step, which two also do, while two can also overlap one batch's loading with another's
+(pipecheck's choice; the choice among near-ties still prefers fewer workers measured)."""
+
+PREFETCH_FACTORS = (2, 4)
+"""``prefetch_factor`` values tried with workers: torch's default and double it, as ``pipecheck
+stress`` searches (:data:`pipecheck.stress.search.AUTO_PREFETCH_FACTORS`)."""
+
+
+@dataclass(frozen=True)
+class TuneLimits:
+    """How long trials run and how much of the run tuning may take (``wrap(tune=...)``).
+
+    ``min_batches`` (>= 2) and ``min_seconds`` (>= 0) the least a window holds;
+    ``max_blocks`` (>= ``NOISE_BLOCKS``) the most blocks it takes while noisy; ``budget_s``
+    (> 0, loop seconds) and ``budget_fraction`` (0-1 of an epoch's batches) when trials stop;
+    ``warmup_batches`` batches after a switch left out of the window (``None``: the new
+    iterator's prefetched batches, ``num_workers x prefetch_factor``, plus one).
+
+    Raises:
+        ValueError: a value out of its range.
+    """
+
+    min_batches: int = MIN_TRIAL_BATCHES
+    min_seconds: float = MIN_TRIAL_S
+    max_blocks: int = MAX_TRIAL_BLOCKS
+    budget_s: float = BUDGET_S
+    budget_fraction: float = BUDGET_FRACTION
+    warmup_batches: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.min_batches < 2:
+            raise ValueError(f"min_batches must be >= 2, got {self.min_batches!r}")
+        if not self.min_seconds >= 0:
+            raise ValueError(f"min_seconds must be >= 0, got {self.min_seconds!r}")
+        if self.max_blocks < NOISE_BLOCKS:
+            raise ValueError(f"max_blocks must be >= {NOISE_BLOCKS}, got {self.max_blocks!r}")
+        if not self.budget_s > 0:
+            raise ValueError(f"budget_s must be > 0, got {self.budget_s!r}")
+        if not 0 < self.budget_fraction <= 1:
+            raise ValueError(f"budget_fraction must be in (0, 1], got {self.budget_fraction!r}")
+        if self.warmup_batches is not None and self.warmup_batches < 0:
+            raise ValueError(f"warmup_batches must be >= 0, got {self.warmup_batches!r}")
+
+
+def limits_from_text(text: str) -> TuneLimits:
+    """:class:`TuneLimits` from ``pipecheck run --tune``'s environment value: ``1`` (or empty)
+    for the defaults, else ``name=value`` pairs separated by commas (``min_batches=8,
+    min_seconds=0.5``; for experiments and tests).
+
+    Raises:
+        ValueError: an unknown name, a value that is not a number, or one out of range.
+    """
+    text = text.strip()
+    if text in ("", "1"):
+        return TuneLimits()
+    fields = {f.name: f.type for f in dataclasses.fields(TuneLimits)}
+    values: dict[str, object] = {}
+    for pair in text.split(","):
+        name, _, value = pair.partition("=")
+        name = name.strip()
+        if name not in fields:
+            raise ValueError(f"unknown tune limit {name!r} (known: {', '.join(fields)})")
+        number = float(value)
+        values[name] = int(number) if name in ("min_batches", "max_blocks",
+                                                 "warmup_batches") else number
+    return TuneLimits(**values)  # type: ignore[arg-type]
+
+
+def warmup_for(settings: TuneSettings, limits: TuneLimits) -> int:
+    """Batches after a switch to ``settings`` left out of the trial's window."""
+    if limits.warmup_batches is not None:
+        return limits.warmup_batches
+    return settings.num_workers * (settings.prefetch_factor or 0) + 1
+
+
+def pin_line(settings: TuneSettings) -> str:
+    """The one line of code that pins ``settings``, e.g.
+    ``DataLoader(..., num_workers=2, prefetch_factor=4)``."""
+    return f"DataLoader(..., {settings.label().replace(' ', ', ')})"
+
+
+class _Window:
+    """One trial's measured window: blocks of batches (see the module docstring). O(1) per
+    batch."""
+
+    __slots__ = ("block_batches", "block_s", "batches", "samples", "seconds", "wait", "rates",
+                 "cur_batches", "cur_s")
+
+    def __init__(self, limits: TuneLimits) -> None:
+        self.block_batches = math.ceil(limits.min_batches / NOISE_BLOCKS)
+        self.block_s = limits.min_seconds / NOISE_BLOCKS
+        self.batches = self.samples = 0
+        self.seconds = self.wait = 0.0
+        self.rates: list[float] = []
+        self.cur_batches, self.cur_s = 0, 0.0
+
+    def add(self, wait_s: float, loop_s: float, samples: int) -> None:
+        self.batches += 1
+        self.samples += samples
+        self.seconds += loop_s
+        self.wait += wait_s
+        self.cur_batches += 1
+        self.cur_s += loop_s
+        if self.cur_batches >= self.block_batches and self.cur_s >= self.block_s \
+                and self.cur_s > 0:
+            self.rates.append(self.cur_batches / self.cur_s)
+            self.cur_batches, self.cur_s = 0, 0.0
+
+    def noise(self) -> Optional[float]:
+        return block_rate_noise(self.rates)
+
+    def done(self, max_blocks: int) -> bool:
+        if len(self.rates) < NOISE_BLOCKS:
+            return False
+        if len(self.rates) >= max_blocks:
+            return True
+        noise = self.noise()
+        return noise is not None and tolerance(noise) <= tolerance(None)
+
+    def trial(self, settings: TuneSettings, warmup: int) -> TuneTrial:
+        rate = self.samples / self.seconds if self.seconds > 0 else None
+        stall = self.wait / self.seconds if self.seconds > 0 else None
+        return TuneTrial(settings=settings, batches=self.batches, samples=self.samples,
+                         seconds=self.seconds, samples_per_s=rate,
+                         stall_fraction=None if stall is None else min(1.0, max(0.0, stall)),
+                         noise_fraction=self.noise(), warmup_batches=warmup)
+
+
+class TuneController:
+    """The trial schedule and choice (module docstring) for one loader.
+
+    ``start``: the user's settings; ``max_workers``: the most workers a trial may use (the
+    guards' CPU and memory budget, >= 0); ``change_workers``: whether ``num_workers`` may
+    change at all (an iterable dataset that does not split by worker: never); ``cuda``: try
+    ``pin_memory``; ``epoch_batches``: batches per epoch when known (the budget's fraction);
+    ``clock`` is only read for :attr:`tuning_s` bookkeeping by the caller's loop times, not
+    for decisions (every decision follows the loop times fed in).
+
+    Use: :meth:`observe` after each batch; it returns the settings to switch to when a window
+    ends (``None`` otherwise); :attr:`status` is ``"tuning"`` until :meth:`observe` returns
+    the kept settings and :attr:`settled` turns true. :meth:`restart_window` when the current
+    settings' iterator was rebuilt (a new epoch) before the window ended.
+    """
+
+    def __init__(self, start: TuneSettings, limits: TuneLimits, *, max_workers: int,
+                 change_workers: bool, cuda: bool, epoch_batches: Optional[int] = None,
+                 notes: Optional[list[str]] = None) -> None:
+        self.start = start
+        self.limits = limits
+        self.max_workers = max(0, max_workers)
+        self.change_workers = change_workers
+        self.cuda = cuda
+        self.epoch_batches = epoch_batches
+        self.notes: list[str] = list(notes or [])
+        self.trials: list[TuneTrial] = []
+        self.current = start
+        self.chosen: Optional[TuneSettings] = None
+        self.settled = False
+        self._tried: set[TuneSettings] = set()
+        self._climbing = change_workers
+        self._window = _Window(limits)
+        # the start's window leaves out the epoch's first batches (worker start-up)
+        self._warmup = self._warmup_left = warmup_for(start, limits)
+        self._spent_s = 0.0
+        self._spent_batches = 0
+        self._switch_s = 0.0  # loop time of warm-ups (switch costs)
+        self._switch_samples = 0
+        self._settled_at_s: Optional[float] = None
+
+    # -- per batch -----------------------------------------------------------------------------
+
+    def observe(self, wait_s: float, loop_s: float, samples: int) -> Optional[TuneSettings]:
+        """One batch under the current settings: its wait in ``next()`` and its loop time
+        (seconds since the previous batch was handed over, >= 0) and its samples. Returns the
+        settings to switch to at this batch boundary, or ``None``."""
+        if self.settled:
+            return None
+        self._spent_s += loop_s
+        self._spent_batches += 1
+        if self._warmup_left > 0:
+            self._warmup_left -= 1
+            self._switch_s += loop_s
+            self._switch_samples += samples
+            return None
+        window = self._window
+        window.add(wait_s, loop_s, samples)
+        over = self._over_budget()
+        done = (window.done(self.limits.max_blocks)
+                or (over and len(window.rates) >= NOISE_BLOCKS)  # its minimum, then stop
+                or self._over_budget(HARD_BUDGET_FACTOR))
+        if not done:
+            return None
+        if window.batches >= 2 and window.seconds > 0 and len(window.rates) >= 2:
+            self.trials.append(window.trial(self.current, self._warmup))
+        self._tried.add(self.current)
+        following = None if over else self.next_settings()
+        if following is None:
+            return self._settle()
+        return self._switch_to(following)
+
+    def extend_warmup(self, batches: int) -> None:
+        """Leave ``batches`` more out of the current window (the old iterator's outstanding
+        batches, delivered before the new settings' first)."""
+        self._warmup_left += max(0, batches)
+        self._warmup += max(0, batches)
+
+    def refuse(self, settings: TuneSettings, note: str) -> TuneSettings:
+        """``settings`` (just returned by :meth:`observe`) cannot be tried (a guard, ``note``
+        says which): no trial with as many workers is made, and the next settings to switch to
+        (or the kept ones, when the schedule is done) are returned."""
+        self.notes.append(note)
+        self._tried.add(settings)
+        if settings.num_workers > 0:
+            self.max_workers = min(self.max_workers, settings.num_workers - 1)
+        previous = self.trials[-1].settings if self.trials else self.start
+        self.current = previous
+        following = self.next_settings()
+        if following is None:
+            return self._settle()
+        return self._switch_to(following)
+
+    def restart_window(self) -> None:
+        """The current settings' iterator was rebuilt (a new epoch): the partial window is
+        dropped and the new iterator's warm-up left out."""
+        if self.settled:
+            return
+        self._window = _Window(self.limits)
+        self._warmup = self._warmup_left = warmup_for(self.current, self.limits)
+
+    def _switch_to(self, settings: TuneSettings) -> TuneSettings:
+        self.current = settings
+        self._window = _Window(self.limits)
+        self._warmup = self._warmup_left = warmup_for(settings, self.limits)
+        return settings
+
+    def _settle(self) -> TuneSettings:
+        chosen = self.choose()
+        self.chosen = chosen
+        self.settled = True
+        self._settled_at_s = self._spent_s
+        self.current = chosen
+        return chosen
+
+    def _over_budget(self, factor: float = 1.0) -> bool:
+        if self._spent_s >= factor * self.limits.budget_s:
+            return True
+        if not self.epoch_batches or len(self.trials) < MIN_BUDGET_WINDOWS:
+            return False
+        return self._spent_batches >= factor * self.limits.budget_fraction * self.epoch_batches
+
+    # -- the schedule --------------------------------------------------------------------------
+
+    def _rate(self, settings: TuneSettings) -> Optional[float]:
+        rates = [t.samples_per_s for t in self.trials
+                 if t.settings == settings and t.samples_per_s is not None]
+        return max(rates) if rates else None
+
+    def _best(self) -> Optional[TuneTrial]:
+        measured = [t for t in self.trials if t.samples_per_s]
+        return max(measured, key=lambda t: t.samples_per_s or 0.0) if measured else None
+
+    def next_settings(self) -> Optional[TuneSettings]:
+        """The next settings to try after the trials so far, or ``None`` when the schedule is
+        done (module docstring)."""
+        best = self._best()
+        if best is None:
+            return None
+        base = best.settings
+        within = self.tie_tolerance(best)
+        if self._climbing:
+            if self.trials[-1] is best and self._beat_others(best, within):
+                count = min(FIRST_WORKERS if base.num_workers == 0 else 2 * base.num_workers,
+                            self.max_workers)
+                factor = base.prefetch_factor or PREFETCH_FACTORS[0]
+                candidate = dataclasses.replace(base, num_workers=count,
+                                                prefetch_factor=factor if count else None)
+                if count > base.num_workers and count <= self.max_workers \
+                        and candidate not in self._tried:
+                    return candidate
+            self._climbing = False
+        if base.num_workers > 0:
+            for factor in PREFETCH_FACTORS:
+                candidate = dataclasses.replace(base, prefetch_factor=factor)
+                if candidate not in self._tried:
+                    return candidate
+        if self.cuda and not base.pin_memory:
+            candidate = dataclasses.replace(base, pin_memory=True)
+            if candidate not in self._tried:
+                return candidate
+        return None
+
+    def _beat_others(self, best: TuneTrial, within: float) -> bool:
+        others = [t.samples_per_s for t in self.trials[:-1] if t.samples_per_s]
+        return not others or (best.samples_per_s or 0.0) > max(others) * (1.0 + within)
+
+    def choose(self) -> TuneSettings:
+        """The settings to keep: the cheapest measured within the noise of the fastest
+        (fewest workers, smallest ``prefetch_factor``, ``pin_memory`` off); the start when
+        nothing was measured."""
+        best = self._best()
+        if best is None or best.samples_per_s is None:
+            return self.start
+        measured = [t for t in self.trials if t.samples_per_s]
+        chosen = cheapest_within(
+            best.samples_per_s, measured, rate=lambda t: t.samples_per_s or 0.0,
+            cost=lambda t: (t.settings.num_workers, t.settings.prefetch_factor or 0,
+                            t.settings.pin_memory),
+            within=self.tie_tolerance(best))
+        return chosen.settings
+
+    @staticmethod
+    def tie_tolerance(best: TuneTrial) -> float:
+        """The fraction (0-1) within which a measured trial ties with ``best``: its noise
+        (:func:`pipecheck.analysis.choice.tolerance`), at most :data:`MAX_TIE_TOLERANCE`."""
+        return min(tolerance(best.noise_fraction), MAX_TIE_TOLERANCE)
+
+    # -- figures -------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> str:
+        """``settled`` once the kept settings are chosen, else ``tuning``."""
+        return "settled" if self.settled else "tuning"
+
+    def settle_reason(self) -> Optional[str]:
+        """One line when the trials ended with fewer than two settings measured (nothing
+        compared), else ``None``."""
+        if not self.settled or len({t.settings for t in self.trials}) >= 2:
+            return None
+        return (f"the budget ({self.limits.budget_s:g} s of loop time or "
+                f"{self.limits.budget_fraction:.0%} of the epoch's batches) ended before two "
+                "settings were measured: the start was kept")
+
+    def speedup(self) -> Optional[float]:
+        """The kept settings' measured samples/s over the start's (``None`` unless both
+        were measured)."""
+        start = self._rate(self.start)
+        chosen = self._rate(self.chosen) if self.chosen is not None else None
+        if not start or chosen is None:
+            return None
+        return chosen / start
+
+    def tuning_s(self) -> float:
+        """Loop seconds from the first trial to the settling (to now while tuning)."""
+        return self._settled_at_s if self._settled_at_s is not None else self._spent_s
+
+    def cost_s(self) -> Optional[float]:
+        """What the trials slower than the start cost, seconds >= 0 (``None`` without the
+        start measured): see :class:`pipecheck.records.TuneSection`. The warm-ups' loop
+        time is counted against the start's rate too."""
+        start = self._rate(self.start)
+        if not start:
+            return None
+        lost = sum(max(0.0, t.seconds - t.samples / start) for t in self.trials)
+        lost += max(0.0, self._switch_s - self._switch_samples / start)
+        return round(lost, 6)  # the start's own window gives float noise, not a cost

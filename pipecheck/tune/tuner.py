@@ -1,0 +1,328 @@
+"""``wrap(tune=True)``'s driver for one loader: decides whether the loader can be tuned, gives
+torch's iterator builds the settings in trial (through pipecheck's iterator substitutes, never
+by writing the user's loader), opens each epoch's :class:`~pipecheck.tune.switch.TuningIterator`
+and turns itself off, with a note, on any failure: the loop then goes on with the iterator in
+use, and later epochs are built with the user's own settings.
+
+The user's loader object is never changed: its attributes read as the user set them at every
+moment outside torch's own iterator build (:func:`pipecheck._torch_compat.register`), during
+tuning and after. The kept settings apply to every later iterator this wrapper builds; the
+report's ``tune`` section holds the line of code that pins them for the next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from typing import Any, Callable, Iterator, Optional
+
+from pipecheck._clock import Clock, monotonic
+from pipecheck._torch_compat import IteratorSubstitutes, index_sampler_attribute, quiet_len
+from pipecheck.kinds import TuneStatus
+from pipecheck.probes.batches import count_samples
+from pipecheck.records import TuneSection, TuneSettings
+from pipecheck.recommend import MAX_WORKERS_PER_CPU
+from pipecheck.tune.controller import TuneController, TuneLimits, pin_line, warmup_for
+from pipecheck.tune.guards import cpu_budget, memory_refusal, splits_by_worker, \
+    worker_uss_bytes
+from pipecheck.tune.switch import (BoundedIndices, BoundedSampler, TuningIterator, boundable,
+                                   rng_state, switch_generator)
+
+@contextlib.contextmanager
+def _trial_worker_count_quiet() -> Iterator[None]:
+    """Silence torch's "This DataLoader will create N worker processes" warning for a build
+    with trial settings: the count is tuning's trial, not the user's choice (latency-bound
+    trials go past the cores on purpose), and the user's own builds still warn."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create",
+                                category=UserWarning)
+        yield
+
+
+TUNED_ATTRIBUTES = ("num_workers", "prefetch_factor", "pin_memory", "batch_sampler", "sampler",
+                    "generator")
+"""The loader attributes whose values torch's iterator builds read from the tuner: the
+settings in trial, and (for an in-epoch switch only) the continued index sampler and the
+private generator of the new workers' seeds (:func:`pipecheck.tune.switch.switch_generator`)."""
+
+PERSISTENT_NOTE = ("persistent_workers not tried: it acts at epoch starts, which an in-epoch "
+                   "trial does not measure (the report's recommendations judge it)")
+
+
+def _settings_of(loader: Any) -> TuneSettings:
+    workers = int(loader.num_workers)
+    return TuneSettings(num_workers=workers,
+                        prefetch_factor=loader.prefetch_factor if workers > 0 else None,
+                        persistent_workers=bool(loader.persistent_workers),
+                        pin_memory=bool(loader.pin_memory))
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def skip_reason(loader: Any, inner: Any) -> Optional[str]:
+    """Why ``loader`` cannot be tuned online (one line), or ``None``. ``inner``: the DataLoader
+    producing its batches (:func:`pipecheck.measurement.inner_dataloader`)."""
+    from torch.utils.data import IterableDataset
+
+    if inner is None or inner is not loader:
+        return (f"{type(loader).__qualname__} is not a torch DataLoader: tune=True tunes a "
+                "DataLoader iterated directly")
+    if loader.persistent_workers and loader.num_workers > 0:
+        return ("persistent_workers=True: torch reuses the loader's own iterator every epoch, "
+                "which this version does not replace")
+    if callable(getattr(loader, "state_dict", None)) \
+            and callable(getattr(loader, "load_state_dict", None)):
+        return ("a stateful loader (state_dict / load_state_dict, e.g. torchdata's "
+                "StatefulDataLoader): a checkpoint taken while trials switch its iterators "
+                "would not resume exactly in this version")
+    if getattr(loader, "in_order", True) is False:
+        return "in_order=False: batches come in completion order, which a trial would change"
+    try:
+        from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
+
+        if isinstance(loader.dataset, (IterDataPipe, MapDataPipe)):
+            return "a DataPipe dataset: torch shards it per worker at iterator build"
+    except ImportError:  # pragma: no cover - torch without datapipes
+        pass
+    if isinstance(loader.dataset, IterableDataset):
+        splits, why = splits_by_worker(loader.dataset, loader)
+        if not splits and loader.num_workers == 0:
+            return f"nothing to try: {why}; prefetch_factor needs workers"
+    return None
+
+
+class Tuner:
+    """Online tuning of one DataLoader (module docstring). ``loader`` is read here and at each
+    :meth:`open_epoch`, never kept (an epoch's :class:`TuningIterator` holds it weakly).
+
+    ``status``: ``skipped`` (with ``reason``) when :func:`skip_reason` refuses the loader or
+    ``skip`` is given (pipecheck could not register the loader's iterator builds), else
+    ``tuning``, then ``settled``, or ``off`` after a failure (``reason`` names it).
+    """
+
+    def __init__(self, loader: Any, inner: Any, limits: TuneLimits, *,
+                 clock: Clock = monotonic, skip: Optional[str] = None,
+                 cuda: Optional[bool] = None) -> None:
+        from torch.utils.data import IterableDataset
+
+        self._clock = clock
+        self._owner_pid = os.getpid()
+        self._substitutes: Optional[IteratorSubstitutes] = None
+        self._building: Optional[tuple[TuneSettings, str, Any, Any]] = None
+        self._switches = 0  # in-epoch switches built so far (each seeds its own workers)
+        self._bound_attribute: Optional[str] = None  # the index sampler an epoch build bounds
+        self._epochs = 0
+        self.reason: Optional[str] = skip or skip_reason(loader, inner)
+        self.status: TuneStatus = "skipped" if self.reason else "tuning"
+        self.controller: Optional[TuneController] = None
+        self.start: Optional[TuneSettings] = None
+        if self.reason:
+            return
+        self.start = _settings_of(loader)
+        self._map_style = not isinstance(loader.dataset, IterableDataset)
+        notes = [PERSISTENT_NOTE]
+        change_workers = True
+        if not self._map_style:
+            change_workers, why = splits_by_worker(loader.dataset, loader)
+            if not change_workers:
+                notes.append(f"only prefetch_factor tried: {why}")
+        # Workers past the cores pay only when they wait (I/O, latency); the climb stops at the
+        # first doubling that gains nothing, so CPU-bound work stops at the cores.
+        budget = MAX_WORKERS_PER_CPU * cpu_budget()
+        self.controller = TuneController(
+            self.start, limits, max_workers=budget, change_workers=change_workers,
+            cuda=_cuda() if cuda is None else cuda,
+            epoch_batches=quiet_len(loader) if self._map_style else None, notes=notes)
+
+    # -- wiring --------------------------------------------------------------------------------
+
+    def attach(self, substitutes: IteratorSubstitutes) -> None:
+        """The registration through which the loader's iterators are built (armed before an
+        in-epoch build)."""
+        self._substitutes = substitutes
+
+    @property
+    def tuning(self) -> bool:
+        """Whether trials are still running."""
+        return self.status == "tuning"
+
+    def _in_effect(self) -> Optional[TuneSettings]:
+        if self.controller is None or self.status in ("off", "skipped") \
+                or os.getpid() != self._owner_pid:
+            return None
+        return self.controller.current
+
+    def substitute(self, name: str, value: Any) -> Any:
+        """The value a torch iterator build reads for the loader's attribute ``name`` (one of
+        :data:`TUNED_ATTRIBUTES`) whose own value is ``value``."""
+        building = self._building
+        if building is not None:
+            settings, attribute, sampler, generator = building
+            if name == attribute:
+                return sampler
+            if name == "generator":
+                return generator
+        else:
+            if name == self._bound_attribute and value is not None:
+                return BoundedSampler(value)
+            settings = self._in_effect()  # type: ignore[assignment]
+        if settings is None or name in ("batch_sampler", "sampler", "generator"):
+            return value
+        if name == "num_workers":
+            return settings.num_workers
+        if name == "prefetch_factor":
+            return settings.prefetch_factor
+        if name == "pin_memory":
+            return settings.pin_memory
+        return value
+
+    # -- epochs --------------------------------------------------------------------------------
+
+    def open_epoch(self, loader: Any, open_target: Callable[[Any], Iterator[Any]]
+                   ) -> Iterator[Any]:
+        """This epoch's iterator over ``loader``: ``open_target(loader)`` built with the
+        settings in effect, behind a :class:`TuningIterator` while trials run. When the build
+        with trial settings fails, tuning turns off and the epoch is built again with the
+        user's settings (the RNG state put back first), so only the user's own failures reach
+        the loop."""
+        settings = self._in_effect()
+        # Settings other than the start's may run this epoch (trials, or the kept ones): its
+        # shuffling sampler is bounded, so that its last step comes when the start's would.
+        bounded = self._map_style and settings is not None and (
+            self.tuning or settings != self.start)
+        attribute = index_sampler_attribute(loader)
+        self._bound_attribute = attribute if bounded and boundable(
+            getattr(loader, attribute, None)) else None
+        try:
+            iterator = self._open_with(loader, open_target, settings)
+        finally:
+            self._bound_attribute = None
+        if self.tuning and os.getpid() == self._owner_pid:
+            if self._epochs:
+                assert self.controller is not None
+                self.controller.restart_window()
+            self._epochs += 1
+            return TuningIterator(self, iterator, loader if self._map_style else None,
+                                  self._clock, start=self.start)
+        if isinstance(getattr(iterator, "_sampler_iter", None), BoundedIndices):
+            return TuningIterator(self, iterator, None, self._clock, observing=False,
+                                  start=self.start)
+        return iterator
+
+    def _open_with(self, loader: Any, open_target: Callable[[Any], Iterator[Any]],
+                   settings: Optional[TuneSettings]) -> Iterator[Any]:
+        """``open_target(loader)`` with ``settings`` in effect (see :meth:`open_epoch`)."""
+        if settings is None or settings == self.start:
+            iterator = open_target(loader)
+        else:
+            restore = rng_state(getattr(loader, "generator", None))
+            try:
+                with _trial_worker_count_quiet():
+                    iterator = open_target(loader)
+            except Exception as err:
+                restore()  # the failed build's draws undone: the retry draws as untuned
+                self.turn_off(err)
+                if self._substitutes is not None:
+                    self._substitutes.arm()
+                iterator = open_target(loader)
+        return iterator
+
+    def observe(self, wait_s: float, loop_s: float, batch: Any) -> Optional[TuneSettings]:
+        """One batch (see :meth:`pipecheck.tune.controller.TuneController.observe`); the
+        settings to switch to, memory guard applied, or ``None``."""
+        controller = self.controller
+        if controller is None or not self.tuning:
+            return None
+        try:
+            samples = count_samples(batch)
+        except Exception:
+            samples = 1
+        settings = controller.observe(wait_s, loop_s, samples)
+        while settings is not None and not controller.settled:
+            refusal = self._memory_refusal(settings)
+            if refusal is None:
+                break
+            settings = controller.refuse(settings, refusal)
+        if controller.settled:
+            self.status = "settled"
+        return settings
+
+    def _memory_refusal(self, settings: TuneSettings) -> Optional[str]:
+        current = self.controller.trials[-1].settings if self.controller and \
+            self.controller.trials else self.start
+        if current is None or settings.num_workers <= current.num_workers:
+            return None
+        return memory_refusal(settings.num_workers, worker_uss_bytes())
+
+    def batches_needed(self, settings: TuneSettings) -> int:
+        """Batches an epoch must still hold for an in-epoch switch to ``settings`` to be
+        worth it: its warm-up and, while trials run, a whole window."""
+        assert self.controller is not None
+        limits = self.controller.limits
+        return warmup_for(settings, limits) + (limits.min_batches if self.tuning else 1)
+
+    def defer(self) -> None:
+        """The switch waits for the next epoch's build (this epoch is too short, or the
+        dataset is iterable)."""
+
+    def build(self, loader: Any, settings: TuneSettings, attribute: str, sampler: Any) -> Any:
+        """A new iterator for ``loader`` with ``settings``, its ``attribute`` (the index
+        sampler) read as ``sampler``, built by the loader's own ``_get_iterator`` through
+        pipecheck's substitutes (``persistent_workers`` is off: :func:`skip_reason` refuses
+        loaders with it on, so the iterator ends with the epoch)."""
+        substitutes = self._substitutes
+        if substitutes is None:
+            raise RuntimeError("the loader's iterator builds are not registered")
+        generator = switch_generator(getattr(loader, "generator", None), self._switches)
+        self._switches += 1
+        self._building = (settings, attribute, sampler, generator)
+        try:
+            substitutes.arm()
+            with _trial_worker_count_quiet():
+                return loader._get_iterator()
+        finally:
+            self._building = None
+
+    def switched(self, outstanding: int) -> None:
+        """An in-epoch switch happened; the old iterator still holds ``outstanding`` batches,
+        which the new settings' window leaves out."""
+        if self.controller is not None:
+            self.controller.extend_warmup(outstanding)
+
+    def turn_off(self, err: BaseException) -> None:
+        """Tuning failed: off for the rest of the run, with the reason. Never raises."""
+        try:
+            self.status = "off"
+            self.reason = f"tuning off: {type(err).__name__}: {err}"[:500]
+        except Exception:
+            pass
+
+    # -- the report ----------------------------------------------------------------------------
+
+    def section(self) -> TuneSection:
+        """The report's ``tune`` section now."""
+        controller = self.controller
+        if controller is None:
+            return TuneSection(status=self.status, reason=self.reason)
+        chosen = controller.chosen
+        reason = self.reason or controller.settle_reason()
+        if reason is None and not controller.settled and len(controller.trials) >= 2:
+            # The report was taken (or the run ended) mid-tuning: what the trials say so far.
+            best = controller.choose()
+            reason = (f"trials were still running; the best measured so far is "
+                      f"{best.label()} (pin it with {pin_line(best)})")
+        return TuneSection(
+            status=self.status, reason=reason,
+            start=self.start, chosen=chosen,
+            trials=list(controller.trials), speedup=controller.speedup(),
+            tuning_s=controller.tuning_s(), cost_s=controller.cost_s(),
+            pin_line=pin_line(chosen) if chosen is not None else None,
+            notes=list(controller.notes))

@@ -1,0 +1,296 @@
+"""wrap(tune=True) on real DataLoaders with real fork and spawn workers: the loop gets the
+untuned samples in the untuned order across a mid-epoch switch and the next epoch, the global
+RNG is left as untuned, an iterable dataset that does not split by worker never gets more
+workers, a failure inside tuning leaves the run going, and the report's tune section renders."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import pipecheck
+from pipecheck.analysis.choice import NOISE_BLOCKS
+from pipecheck.tune import TuneLimits
+from pipecheck.tune.tuner import Tuner
+from tune_datasets import FlakyPidSquares, NoSplitStream, PidSquares
+from wrap_datasets import RangeStream
+
+SHORT = TuneLimits(min_batches=4, min_seconds=0.0, warmup_batches=1, budget_fraction=1.0)
+"""Trial windows of a few batches, so a 100-batch epoch holds the whole schedule."""
+
+
+def map_loader(seeded: bool, **kw) -> DataLoader:
+    generator = torch.Generator().manual_seed(7) if seeded else None
+    return DataLoader(PidSquares(400, sleep_s=0.002), batch_size=4, shuffle=True,
+                      generator=generator, **kw)
+
+
+def run_epochs(loader, epochs: int) -> tuple[list[list[int]], list[set[int]]]:
+    """Each epoch's sample ids in order, and the pids that loaded each epoch's samples."""
+    order, pids = [], []
+    for _ in range(epochs):
+        ids, seen = [], set()
+        for x, pid in loader:
+            ids += x.tolist()
+            seen |= set(pid.tolist())
+        order.append(ids)
+        pids.append(seen)
+    return order, pids
+
+
+@pytest.mark.parametrize("seeded", [True, False], ids=["generator", "global-rng"])
+@pytest.mark.parametrize("workers,context", [
+    (0, None), (1, "fork"), pytest.param(1, "spawn", marks=pytest.mark.slow)])
+def test_mid_epoch_switch_keeps_samples_and_order(seeded, workers, context):
+    kw = dict(num_workers=workers, multiprocessing_context=context)
+    torch.manual_seed(3)
+    plain, _ = run_epochs(map_loader(seeded, **kw), 2)
+    plain_rng = torch.rand(3).tolist()
+
+    torch.manual_seed(3)
+    loader = map_loader(seeded, **kw)
+    wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
+    tuned, pids = run_epochs(wrapped, 2)
+    assert tuned == plain  # the same samples, in the same order, in both epochs
+    assert plain[0] != plain[1]  # the shuffle really differs per epoch
+    assert torch.rand(3).tolist() == plain_rng  # the global RNG is where untuned leaves it
+    section = wrapped.report().tune
+    assert section is not None and section.status == "settled", section
+    assert [t.settings.num_workers for t in section.trials][:2] == [workers, 2]
+    # the first epoch was loaded by the start's processes and the trial's workers: the
+    # switch happened inside it (from 1 worker, the old worker's batches were drained first)
+    if workers == 0:
+        assert os.getpid() in pids[0] and len(pids[0]) > 1
+    else:
+        assert os.getpid() not in pids[0] and len(pids[0]) >= 3
+    # the user's loader reads as the user set it
+    assert (loader.num_workers, loader.pin_memory) == (workers, False)
+    wrapped.close()
+
+
+def test_tuned_settings_apply_to_later_epochs_through_substitutes():
+    loader = map_loader(True)
+    wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
+    _, pids = run_epochs(wrapped, 2)
+    section = wrapped.report().tune
+    assert section.status == "settled"
+    if section.chosen.num_workers > 0:
+        assert os.getpid() not in pids[1]  # the second epoch ran on the kept workers
+    else:
+        assert pids[1] == {os.getpid()}
+    assert loader.num_workers == 0
+    wrapped.close()
+
+
+def test_iterable_that_does_not_split_never_gets_more_workers():
+    loader = DataLoader(NoSplitStream(60, sleep_s=0.001), batch_size=4, num_workers=1)
+    plain = [sorted(x.tolist()) for x, _ in loader]
+    wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
+    for epoch in range(4):
+        ids, seen = [], set()
+        for x, pid in wrapped:
+            ids.append(sorted(x.tolist()))
+            seen |= set(pid.tolist())
+        assert ids == plain, epoch  # no sample repeated by a second worker
+        assert len(seen) == 1 and os.getpid() not in seen  # one worker, always
+    section = wrapped.report().tune
+    assert {t.settings.num_workers for t in section.trials} == {1}
+    assert any("only prefetch_factor tried" in note for note in section.notes)
+    wrapped.close()
+
+
+def test_iterable_without_split_and_no_workers_is_skipped():
+    wrapped = pipecheck.wrap(DataLoader(NoSplitStream(8), batch_size=4), tune=True, host=False)
+    assert [x.tolist() for x, _ in wrapped] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    section = wrapped.report().tune
+    assert section.status == "skipped" and "get_worker_info" in section.reason
+    wrapped.close()
+
+
+def test_iterable_that_splits_changes_workers_at_epoch_starts_only():
+    loader = DataLoader(RangeStream(64, sleep_s=0.002), batch_size=4)
+    wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
+    for _ in range(4):
+        assert sorted(sum((x.flatten().tolist() for x in wrapped), [])) == list(range(64))
+    section = wrapped.report().tune
+    counts = [t.settings.num_workers for t in section.trials]
+    assert counts[0] == 0 and 2 in counts, section
+    assert loader.num_workers == 0
+    wrapped.close()
+
+
+def test_failure_inside_tuning_turns_it_off_and_the_run_goes_on(monkeypatch):
+    def broken(self, *args):
+        raise RuntimeError("injected build failure")
+
+    monkeypatch.setattr(Tuner, "build", broken)
+    torch.manual_seed(3)
+    plain, _ = run_epochs(map_loader(True), 2)
+    wrapped = pipecheck.wrap(map_loader(True), tune=SHORT, host=False)
+    tuned, pids = run_epochs(wrapped, 2)
+    assert tuned == plain
+    assert pids[1] == {os.getpid()}  # later epochs: the user's own settings
+    section = wrapped.report().tune
+    assert section.status == "off" and "injected build failure" in section.reason
+    wrapped.close()
+
+
+def test_report_tune_section_renders_and_round_trips(tmp_path):
+    wrapped = pipecheck.wrap(map_loader(True), tune=SHORT, host=False)
+    run_epochs(wrapped, 1)
+    report = wrapped.report()
+    data = json.loads(report.to_json())
+    assert data["tune"]["status"] == "settled"
+    assert data["tune"]["pin_line"].startswith("DataLoader(..., num_workers=")
+    assert len(data["tune"]["trials"]) >= 2
+    path = report.save(tmp_path / "run.json")
+    assert pipecheck.load(path).tune == report.tune
+    text = report.render(width=120)
+    assert "Online tuning" in text and report.tune.pin_line in text
+    from pipecheck.render.markdown import MarkdownRenderer
+    from pipecheck.render.html import HtmlRenderer
+
+    assert report.tune.pin_line in MarkdownRenderer().render(report)
+    assert "Online tuning" in HtmlRenderer().render(report)
+    wrapped.close()
+
+
+def test_tune_argument_is_checked():
+    with pytest.raises(TypeError, match="tune must be"):
+        pipecheck.wrap(map_loader(True), tune="yes")
+    wrapped = pipecheck.wrap(map_loader(True), host=False)
+    assert wrapped.report().tune is None  # off by default
+    wrapped.close()
+
+
+def loop_skipping_errors(loader, epochs: int) -> list:
+    """Each epoch's batches as sample-id lists, and ``"error"`` where a batch raised (the loop
+    goes on with the same iterator, as torch allows)."""
+    out = []
+    for _ in range(epochs):
+        iterator, seen = iter(loader), []
+        while True:
+            try:
+                x, _ = next(iterator)
+            except StopIteration:
+                break
+            except ValueError:
+                seen.append("error")
+                continue
+            seen.append(x.tolist())
+        out.append(seen)
+    return out
+
+
+def test_a_batch_that_raises_passes_through_and_the_order_holds():
+    def make():
+        return DataLoader(FlakyPidSquares(400, bad=137, sleep_s=0.002), batch_size=4,
+                          shuffle=True, generator=torch.Generator().manual_seed(11),
+                          num_workers=1)
+
+    plain = loop_skipping_errors(make(), 2)
+    assert plain[0].count("error") == 1
+    wrapped = pipecheck.wrap(make(), tune=SHORT, host=False)
+    assert loop_skipping_errors(wrapped, 2) == plain
+    assert wrapped.report().tune.status == "settled"
+    wrapped.close()
+
+
+def test_without_automatic_batching_the_sampler_is_continued():
+    def make():
+        return DataLoader(PidSquares(160, sleep_s=0.004), batch_size=None, shuffle=True,
+                          generator=torch.Generator().manual_seed(2))
+
+    plain = [int(x) for x, _ in make()]
+    loader = make()
+    wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
+    tuned, pids = [], set()
+    for x, pid in wrapped:
+        tuned.append(int(x))
+        pids.add(int(pid))
+        assert (loader.num_workers, loader.prefetch_factor) == (0, None)  # mid-tuning too
+    assert tuned == plain
+    assert len(pids) > 1  # switched to workers inside the epoch
+    wrapped.close()
+
+
+@pytest.mark.parametrize("seeded", [True, False], ids=["generator", "global-rng"])
+def test_a_switch_whose_new_workers_prime_past_the_epoch_end_keeps_the_shuffle(
+        monkeypatch, seeded):
+    """Priming the new workers can run the sampler to its end inside the switch's build, and
+    the sampler's last step draws from the shared generator: that draw is the untuned run's
+    too, so nothing of the build may undo or add a draw (the next epoch's shuffle)."""
+    monkeypatch.setattr(Tuner, "batches_needed", lambda self, settings: 0)  # switch anywhere
+
+    def loader():
+        generator = torch.Generator().manual_seed(11) if seeded else None
+        return DataLoader(PidSquares(60, sleep_s=0.001), batch_size=4, shuffle=True,
+                          generator=generator)
+
+    torch.manual_seed(5)
+    plain, _ = run_epochs(loader(), 3)
+    plain_rng = torch.rand(2).tolist()
+    torch.manual_seed(5)
+    # The start's window is the epoch's first 12 of 15 batches: the switch to 2 workers comes
+    # with 3 batches left, and priming them (2 x prefetch_factor 2 = 4) runs the sampler out.
+    limits = TuneLimits(min_batches=12, min_seconds=0.0, warmup_batches=0,
+                        max_blocks=NOISE_BLOCKS, budget_fraction=1.0)
+    wrapped = pipecheck.wrap(loader(), tune=limits, host=False)
+    tuned, pids = run_epochs(wrapped, 3)
+    assert tuned == plain
+    assert torch.rand(2).tolist() == plain_rng
+    assert os.getpid() in pids[0] and len(pids[0]) > 1  # the switch came inside epoch 0
+    wrapped.close()
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("by_count", [True, False], ids=["by-count", "to-the-end"])
+def test_later_epochs_keep_their_shuffle_however_the_loop_ends_each_epoch(workers, by_count):
+    """A loop that ends each epoch by count (Lightning) never calls next() past the last batch,
+    so with 0 workers the sampler's last step, a draw from the shared generator, never runs,
+    while workers prefetch past the end and run it: the trials' and the kept settings' epochs
+    must take that step exactly when the start settings would."""
+    def loader():
+        return DataLoader(PidSquares(48, sleep_s=0.001), batch_size=4, shuffle=True,
+                          num_workers=workers, generator=torch.Generator().manual_seed(2))
+
+    def run(source, epochs):
+        order = []
+        for _ in range(epochs):
+            if by_count:  # range first: zip stops without a next() past the last batch
+                order.append([x.tolist() for _, (x, _) in zip(range(len(source)), source)])
+            else:
+                order.append([x.tolist() for x, _ in source])
+        return order
+
+    plain = run(loader(), 5)
+    limits = TuneLimits(min_batches=4, min_seconds=0.0, warmup_batches=0,
+                        max_blocks=NOISE_BLOCKS, budget_fraction=1.0)
+    wrapped = pipecheck.wrap(loader(), tune=limits, host=False)
+    assert run(wrapped, 5) == plain
+    section = wrapped.report().tune
+    assert len({t.settings for t in section.trials}) >= 2, section
+    wrapped.close()
+
+
+class _Checkpointed(DataLoader):
+    """A user's stateful loader: ``state_dict`` / ``load_state_dict`` as torchdata's."""
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_a_stateful_loader_is_not_tuned():
+    loader = _Checkpointed(PidSquares(16), batch_size=4, shuffle=True)
+    wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
+    assert sorted(sum((x.tolist() for x, _ in wrapped), [])) == list(range(16))
+    section = wrapped.report().tune
+    assert section.status == "skipped" and "state_dict" in section.reason
+    wrapped.close()

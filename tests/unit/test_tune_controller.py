@@ -1,0 +1,209 @@
+"""The online tuner's pure parts: the trial schedule and choice fed synthetic loop times (no
+loader, no clock), the shared cheapest-within-noise rule, and the guards' cgroup reading."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipecheck.analysis.choice import (MIN_WORTHWHILE_GAIN, block_rate_noise, cheapest_within,
+                                       loop_noise, tolerance)
+from pipecheck.records import TuneSettings
+from pipecheck.tune.controller import (MAX_TIE_TOLERANCE, MIN_BUDGET_WINDOWS, TuneController,
+                                       TuneLimits, pin_line, warmup_for)
+
+from pipecheck.tune.guards import cgroup_cpu_quota, memory_refusal
+
+LIMITS = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=2, budget_s=1e9,
+                    budget_fraction=1.0)
+START = TuneSettings(num_workers=0)
+
+
+def drive(controller: TuneController, seconds_per_batch, batches: int = 10_000,
+          samples: int = 4) -> list[TuneSettings]:
+    """Feed ``controller`` batches whose loop time is ``seconds_per_batch(settings)`` for the
+    settings in effect (all wait: an input-bound loop) until it settles; the switches made."""
+    switches = []
+    for _ in range(batches):
+        loop = seconds_per_batch(controller.current)
+        answer = controller.observe(loop, loop, samples)
+        if answer is not None:
+            switches.append(answer)
+        if controller.settled:
+            break
+    return switches
+
+
+def test_climbs_workers_while_measured_faster_then_keeps_the_cheapest_tie():
+    # 0 workers: 10 ms a batch; 2: 5 ms; 4: 4.95 ms (a tie with 2); prefetch changes nothing
+    times = {0: 0.010, 2: 0.005, 4: 0.00495}
+    controller = TuneController(START, LIMITS, max_workers=4, change_workers=True, cuda=False)
+    switches = drive(controller, lambda s: times[s.num_workers])
+    tried = [t.settings for t in controller.trials]
+    assert [s.num_workers for s in tried[:3]] == [0, 2, 4]
+    assert controller.settled and controller.status == "settled"
+    assert controller.chosen == TuneSettings(num_workers=2, prefetch_factor=2)
+    assert switches[-1] == controller.chosen  # the last switch goes to the kept settings
+    assert controller.speedup() == pytest.approx(2.0)
+    assert controller.cost_s() == pytest.approx(0.0)  # no trial was slower than the start
+
+
+def test_stops_climbing_at_the_first_step_that_does_not_gain():
+    times = {0: 0.010, 2: 0.010, 4: 0.001}  # 4 would be faster, but 2 gained nothing
+    controller = TuneController(START, LIMITS, max_workers=8, change_workers=True, cuda=False)
+    drive(controller, lambda s: times[s.num_workers])
+    assert 4 not in {t.settings.num_workers for t in controller.trials}
+    assert controller.chosen == START  # the tie goes to the cheaper start
+
+
+def test_never_more_workers_than_the_budget_and_slower_trials_cost():
+    controller = TuneController(START, LIMITS, max_workers=1, change_workers=True, cuda=False)
+    drive(controller, lambda s: 0.010 if s.num_workers == 0 else 0.020)
+    counts = {t.settings.num_workers for t in controller.trials}
+    assert max(counts) <= 1
+    assert controller.chosen == START
+    # the 1-worker trials took 20 ms for batches the start takes 10 ms for
+    slow = [t for t in controller.trials if t.settings.num_workers == 1]
+    expected = sum(t.seconds / 2 for t in slow) + 2 * 0.010 * len(slow)  # and their warm-ups
+    assert controller.cost_s() == pytest.approx(expected)
+
+
+def test_iterable_without_split_tries_prefetch_only():
+    start = TuneSettings(num_workers=1, prefetch_factor=2)
+    controller = TuneController(start, LIMITS, max_workers=8, change_workers=False, cuda=True)
+    drive(controller, lambda s: 0.010)
+    tried = [t.settings for t in controller.trials]
+    assert {s.num_workers for s in tried} == {1}
+    assert TuneSettings(num_workers=1, prefetch_factor=4) in tried
+    assert TuneSettings(num_workers=1, prefetch_factor=2, pin_memory=True) in tried  # CUDA
+
+
+def test_budget_ends_the_trials_with_the_best_measured():
+    limits = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=0, budget_s=1e9,
+                        budget_fraction=0.1)
+    controller = TuneController(START, limits, max_workers=8, change_workers=True,
+                                cuda=False, epoch_batches=200)
+    drive(controller, lambda s: 0.010 / (1 + s.num_workers))
+    assert controller.settled
+    spent = sum(t.batches for t in controller.trials)
+    # No trial starts once 10% of 200 batches are spent and MIN_BUDGET_WINDOWS trials are
+    # measured (a short epoch's 10% alone would end tuning before a second setting).
+    # The trial in progress when the budget ends runs on to its minimum window.
+    assert MIN_BUDGET_WINDOWS <= len(controller.trials) <= MIN_BUDGET_WINDOWS + 1
+    assert spent == len(controller.trials) * limits.min_batches
+    assert all(t.batches >= limits.min_batches for t in controller.trials)
+    assert controller.chosen.num_workers > 0
+
+
+def test_noisy_windows_run_longer_but_a_clear_gap_is_no_tie():
+    limits = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=0, max_blocks=8,
+                        budget_s=1e9, budget_fraction=1.0)
+    controller = TuneController(START, limits, max_workers=2, change_workers=True, cuda=False)
+    state = {"n": 0}
+
+    def jittery(settings):
+        state["n"] += 1
+        base = 0.010 if settings.num_workers == 0 else 0.007
+        return base * (2.0 if state["n"] % 4 == 0 else 1.0)  # every 4th batch doubles
+
+    drive(controller, jittery)
+    first = controller.trials[0]
+    assert first.batches > limits.min_batches  # noise extended the window
+    assert controller.chosen.num_workers == 2  # 30% faster: beyond MAX_TIE_TOLERANCE
+
+
+def test_refused_settings_are_not_tried():
+    controller = TuneController(START, LIMITS, max_workers=8, change_workers=True, cuda=False)
+    answer = None
+    while answer is None:
+        answer = controller.observe(0.01, 0.01, 4)
+    assert answer.num_workers == 2
+    following = controller.refuse(answer, "num_workers=2 not tried: no memory")
+    assert controller.max_workers == 1
+    assert "no memory" in controller.notes[-1]
+    assert following.num_workers <= 1
+
+
+def test_restart_window_drops_the_partial_window():
+    controller = TuneController(START, LIMITS, max_workers=2, change_workers=True, cuda=False)
+    for _ in range(5):
+        controller.observe(0.01, 0.01, 4)
+    controller.restart_window()
+    assert controller.trials == []
+    assert controller._warmup_left == warmup_for(START, LIMITS)
+
+
+def test_limits_are_checked():
+    with pytest.raises(ValueError, match="min_batches"):
+        TuneLimits(min_batches=1)
+    with pytest.raises(ValueError, match="budget_fraction"):
+        TuneLimits(budget_fraction=0.0)
+    with pytest.raises(ValueError, match="budget_s"):
+        TuneLimits(budget_s=0)
+
+
+def test_pin_line_and_labels():
+    assert pin_line(TuneSettings(num_workers=2, prefetch_factor=4)) == \
+        "DataLoader(..., num_workers=2, prefetch_factor=4)"
+    assert pin_line(TuneSettings(num_workers=0, pin_memory=True)) == \
+        "DataLoader(..., num_workers=0, pin_memory=True)"
+    assert warmup_for(TuneSettings(num_workers=2, prefetch_factor=4), TuneLimits()) == 9
+
+
+def test_shared_choice_rule():
+    rates = {"a": 100.0, "b": 98.0, "c": 80.0}
+    cost = {"a": (2,), "b": (1,), "c": (0,)}
+    assert cheapest_within(100.0, list(rates), rates.get, cost.get, 0.03) == "b"
+    assert cheapest_within(100.0, list(rates), rates.get, cost.get, 0.25) == "c"
+    with pytest.raises(ValueError):
+        cheapest_within(200.0, list(rates), rates.get, cost.get, 0.03)
+    assert tolerance(None) == MIN_WORTHWHILE_GAIN and tolerance(0.2) == 0.2
+    assert block_rate_noise([10.0, 10.0, 10.0]) == 0.0
+    assert block_rate_noise([10.0]) is None
+    assert loop_noise([0.1] * 8) == 0.0
+    assert loop_noise([0.1] * 7) is None
+    assert MAX_TIE_TOLERANCE < 0.5
+
+
+def test_cgroup_quota_v2_and_v1(tmp_path):
+    proc = tmp_path / "proc" / "self"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text("0::/job/step\n")
+    root = tmp_path / "cg"
+    (root / "job" / "step").mkdir(parents=True)
+    (root / "job" / "cpu.max").write_text("150000 100000\n")
+    (root / "job" / "step" / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_quota(str(tmp_path / "proc"), str(root)) == pytest.approx(1.5)
+    (proc / "cgroup").write_text("4:cpu,cpuacct:/slurm\n")
+    (root / "cpu,cpuacct" / "slurm").mkdir(parents=True)
+    (root / "cpu,cpuacct" / "slurm" / "cpu.cfs_quota_us").write_text("300000\n")
+    (root / "cpu,cpuacct" / "slurm" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_cpu_quota(str(tmp_path / "proc"), str(root)) == pytest.approx(3.0)
+    (proc / "cgroup").write_text("0::/\n")
+    assert cgroup_cpu_quota(str(tmp_path / "proc"), str(tmp_path / "none")) is None
+
+
+def test_memory_refusal():
+    assert memory_refusal(4, 2**30, available=lambda: 4 * 2**30) is not None
+    assert memory_refusal(1, 2**30, available=lambda: 4 * 2**30) is None
+    assert memory_refusal(4, None) is None
+
+
+def test_limits_from_the_run_environment():
+    from pipecheck.tune.controller import limits_from_text
+
+    assert limits_from_text("1") == TuneLimits()
+    assert limits_from_text("min_batches=4,min_seconds=0.5") == TuneLimits(min_batches=4,
+                                                                           min_seconds=0.5)
+    with pytest.raises(ValueError, match="unknown tune limit"):
+        limits_from_text("speed=3")
+    with pytest.raises(ValueError):
+        limits_from_text("min_batches=lots")
+
+
+def test_a_budget_too_short_for_two_windows_keeps_the_start_and_says_why():
+    limits = TuneLimits(min_batches=32, min_seconds=0.0, warmup_batches=0, budget_s=0.25)
+    controller = TuneController(START, limits, max_workers=2, change_workers=True,
+                                cuda=False, epoch_batches=100_000)
+    drive(controller, lambda s: 0.01)
+    assert controller.settled and controller.chosen == START
+    assert "ended before two settings were measured" in controller.settle_reason()
