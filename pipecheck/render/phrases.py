@@ -153,7 +153,7 @@ def capacity_phrase(report: "Report") -> Optional[str]:
 
 
 UNCERTAIN_WORDS = (f"uncertain: its 90% interval is over {UNCERTAIN_WIDTH:g}x wide; a short "
-                   "'pipecheck stress' run measures it")
+                   "'pipecheck stress' run, or wrap(tune=True) in the run, measures it")
 """What an expected rate says instead of its interval when that is too wide to bound anything
 (:data:`~pipecheck.records.UNCERTAIN_WIDTH`)."""
 
@@ -172,6 +172,22 @@ def expected_rate_text(rec: "Recommendation") -> str:
             uncertain = interval_uncertain(low, high)
         text += f" ({UNCERTAIN_WORDS})" if uncertain else f" ({low:,.0f}-{high:,.0f})"
     return text
+
+
+def interval_tag(rec: "Recommendation") -> str:
+    """The short view's note on an expected rate: `` (to 1,200 samples/s, 90%: 1,050-1,330)``,
+    or `` (uncertain: ...)`` (:data:`UNCERTAIN_WORDS`, first clause) where the interval is too
+    wide to bound anything; ``""`` without a prediction or an interval."""
+    expected = rec.expected
+    low, high = expected.samples_per_s_low, expected.samples_per_s_high
+    if expected.samples_per_s is None or low is None or high is None:
+        return ""
+    uncertain = expected.uncertain
+    if uncertain is None:
+        uncertain = interval_uncertain(low, high)
+    if uncertain:
+        return f" ({UNCERTAIN_WORDS.split(';')[0]})"
+    return f" (to {fmt.rate(expected.samples_per_s, 'samples')}, 90%: {low:,.0f}-{high:,.0f})"
 
 
 def _signed_rate(value: float, unit: str) -> str:

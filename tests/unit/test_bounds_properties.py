@@ -25,6 +25,7 @@ from fake_pipeline import MAIN_PID, FakeRun, simulate
 from pipecheck.analysis import LoaderSettings, analyze
 from pipecheck.analysis.model import ThroughputModel
 from pipecheck.recommend import recommend
+from pipecheck.render.sections.advice import BRIEF_RECOMMENDATIONS
 from pipecheck.records import (UNCERTAIN_WIDTH, HostSample, Recommendation, RunRecord,
                                interval_uncertain)
 from pipecheck.report import build_report
@@ -253,7 +254,9 @@ def test_every_recommendation_stays_within_the_bounds_of_its_cumulative_settings
 def test_reports_carry_the_bounded_figures_and_say_uncertain_instead_of_a_wide_range(run):
     report = build_report(run)
     data = report.to_dict()
-    text = " ".join(report.render(width=200).split())
+    text = " ".join(report.render(width=200, verbose=True).split())
+    short = " ".join(report.render(width=200).split())
+    shown = report.recommendations[:BRIEF_RECOMMENDATIONS]
     for rec, saved in zip(report.recommendations, data["recommendations"]):
         expected = rec.expected
         assert saved["expected"]["uncertain"] == expected.uncertain
@@ -261,11 +264,15 @@ def test_reports_carry_the_bounded_figures_and_say_uncertain_instead_of_a_wide_r
         assert expected.uncertain == interval_uncertain(low, high)
         if expected.samples_per_s is None or low is None or high is None:
             continue
+        in_short = any(r is rec for r in shown)
         if expected.uncertain:
             assert "uncertain: its 90% interval is over" in text
             assert f"({low:,.0f}-{high:,.0f})" not in text
+            assert not in_short or "(uncertain: its 90% interval is over" in short
+            assert f"90%: {low:,.0f}-{high:,.0f}" not in short
         else:
             assert f"({low:,.0f}-{high:,.0f})" in text
+            assert not in_short or f"90%: {low:,.0f}-{high:,.0f})" in short
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -113,7 +113,7 @@ def test_recommendations_carry_an_interval_from_the_runs_noise_in_json_and_termi
     assert report.to_dict()["recommendations"][0]["expected"]["samples_per_s_low"] == \
         pytest.approx(expected.samples_per_s_low)
     assert report.to_dict()["recommendations"][0]["expected"]["uncertain"] is False
-    text = report.render(width=200)
+    text = report.render(width=200, verbose=True)  # the caption names the model error
     assert f"{expected.samples_per_s_low:,.0f}-{expected.samples_per_s_high:,.0f}" in text
     # The run's own noise sets the inner interval; the model's measured error widens it.
     from pipecheck.records import MODEL_ERROR_FRACTION
@@ -153,11 +153,14 @@ def test_an_interval_too_wide_to_bound_anything_is_called_uncertain_in_every_out
     assert expected.uncertain is True
     assert report.to_dict()["recommendations"][0]["expected"]["uncertain"] is True
     interval = f"({expected.samples_per_s_low:,.0f}-{expected.samples_per_s_high:,.0f})"
-    for text in (report.render(width=200), render_markdown(report), render_html(report)):
+    for text in (report.render(width=200, verbose=True), render_markdown(report),
+                 render_html(report)):
         flat = html.unescape(" ".join(text.split()))
         assert "uncertain: its 90% interval is over 3x wide" in flat
-        assert "'pipecheck stress' run measures it" in flat
+        assert "'pipecheck stress' run, or wrap(tune=True) in the run, measures it" in flat
         assert interval not in flat
+    short = " ".join(report.render(width=200).split())
+    assert "(uncertain: its 90% interval is over 3x wide)" in short and interval not in short
     # The reason names the stress command (with the run's noise alone, its interval is
     # under 3x wide and printed).
     assert "--workers 0,1,2'" in report.recommendations[0].reason

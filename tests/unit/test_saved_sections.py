@@ -218,4 +218,4 @@ def test_a_report_listing_bare_skipped_configurations_still_loads():
     assert report.stress is not None
     assert report.stress.skipped[0].config == {"num_workers": 1, "prefetch_factor": 2}
     assert "skipped (budget spent): num_workers=1 prefetch_factor=2" in " ".join(
-        report.render(width=200).split())
+        report.render(width=200, verbose=True).split())

@@ -12,7 +12,7 @@ from pipecheck.render.model import (Block, Item, Items, Note, Section, by_severi
 from pipecheck.effects import change_effects
 from pipecheck.kinds import FINDING_KINDS, FINDINGS_PAGE
 from pipecheck.render.phrases import (effect_line, effect_text, expected_rate_text,
-                                     first_sentence,
+                                     first_sentence, interval_tag,
                                      recommendations_caption, why_no_recommendations)
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def brief_recommendations(report: "Report") -> Section:
     for number, (rec, effect) in enumerate(zip(shown, effects_of(report, shown)), start=1):
         change = (f"{rec.setting} {fmt.setting_value(rec.current)} -> "
                   f"{fmt.setting_value(rec.proposed)}")
-        rows.append([f"{number}.", f"{change}: {effect_line(rec, effect)}"])
+        rows.append([f"{number}.", f"{change}: {effect_line(rec, effect)}{interval_tag(rec)}"])
         rows.append(["", first_sentence(rec.reason)[0]])
     blocks.append(table([], rows, no_wrap=(0,), grid=True))
     if hidden:
