@@ -284,8 +284,8 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quiet", action="store_true", help="do not print the terminal summary")
     group.add_argument("--verbose", action="store_true",
                        help="print every section of the terminal summary (per-batch figures, "
-                       "workers, host, stages, shards, full reasons and findings); by default "
-                       "it fits a screen")
+                       "workers, host, stages, shards, every rank of a multi-rank run, full "
+                       "reasons and findings); by default it fits a screen")
     group.add_argument(
         "--width",
         metavar="N",
@@ -410,9 +410,11 @@ class ReportCommand(Command):
 
     RUN.json is a file written by report.save() or --json. Several files of one
     torch.distributed run (run.rank0.json run.rank1.json ..., or run.rank*.json) are merged
-    into one report: every rank's stall and throughput side by side, the straggler rank
-    (whose data wait sets every rank's pace) and its full report; --json saves the merged
-    report. Other files are rendered in turn under a header naming each; --json then takes
+    into one report, reading one file at a time: the terminal shows the job summary (data
+    wait per step over ranks and nodes, the slowest ranks and nodes, whether the straggler
+    is a rank, a node or the whole job, ranks missing or failed, the straggler's diagnosis);
+    --verbose adds the straggler rank's full report and every rank's row; --html and --json
+    hold both. Other files are rendered in turn under a header naming each; --json then takes
     a single report.
 
     --compare OLD.json NEW.json compares a later run with an earlier report of the same
@@ -435,6 +437,10 @@ class ReportCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         if args.compare:
             return self._compare(args)
+        merged = _merged_rank_files(args.runs)
+        if merged is not None:
+            _emit(merged, args)
+            return EXIT_OK
         # Load every file before printing anything: a bad file fails the command up front.
         reports = _load_reports(args.runs)
         if len(reports) > 1 and any(report.rank is not None for _, report in reports):
@@ -486,6 +492,19 @@ class ReportCommand(Command):
         return EXIT_OK
 
 
+def _merged_rank_files(paths: Sequence[str]) -> Optional["Report"]:
+    """Several files whose first has a rank: the rank files of one run, merged streaming
+    (:func:`pipecheck.merge.merge_files`: one file read at a time, summaries kept); ``None``
+    for a single file or when the first has no rank (then each is loaded in full)."""
+    if len(paths) < 2:
+        return None
+    from pipecheck.merge import merge_files, read_rank_file
+
+    if read_rank_file(paths[0]).rank is None:
+        return None
+    return merge_files(paths)
+
+
 def _load_reports(paths: Sequence[str]) -> list[tuple[str, "Report"]]:
     from pipecheck.report import load
 
@@ -534,7 +553,11 @@ class CheckCommand(Command):
                                     max_wait_per_batch_s=args.max_wait_per_batch_s)
         except ValueError as err:
             raise UsageError(str(err)) from None
-        reports = _load_reports(args.runs)
+        merged = _merged_rank_files(args.runs)
+        if merged is not None:
+            reports = [(" ".join(args.runs), merged)]
+        else:
+            reports = _load_reports(args.runs)
         if len(reports) > 1 and any(report.rank is not None for _, report in reports):
             from pipecheck.merge import merge_reports
 

@@ -42,6 +42,11 @@ SEVERITIES: Final[tuple[Severity, ...]] = (INFO, WARNING, CRITICAL)
 # Consumer status (``ConsumerRecord.status``, ``ConsumerSummary.status``, ``RankSummary.status``)
 # ---------------------------------------------------------------------------------------------
 
+StragglerScope = Literal["rank", "node", "job", "none"]
+"""Where a multi-rank job's extra data wait comes from (:func:`pipecheck.analysis.ranks.job_shape`):
+one ``rank``, one ``node`` (most of its ranks), the whole ``job`` (every rank waits alike) or
+``none`` (no wait worth acting on)."""
+
 ConsumerStatus = Literal["complete", "in-progress", "not-started", "error", "interrupted",
                          "terminated"]
 """How the training loop's last epoch ended: ``error`` when a ``next()`` raised and the loop

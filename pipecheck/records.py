@@ -24,6 +24,7 @@ from pipecheck.kinds import (
     ComparisonStatus,
     ComparisonVerdict,
     ConsumerStatus,
+    StragglerScope,
     FindingKindName,
     HeadOfLineStatus,
     TuneStatus,
@@ -888,6 +889,55 @@ class RankSummary:
     steady_stall_fraction: Optional[float] = None
     shards: Optional[int] = None
     """Shards this rank's workers read in one epoch (``None``: not a webdataset pipeline)."""
+    local_rank: Optional[int] = None
+    """The rank's index on its node (``LOCAL_RANK``, :class:`RankInfo`); ``None`` when unset."""
+    top_finding: Optional[str] = None
+    """The kind of the rank's own most severe finding (rank findings left out); ``None``: none."""
+    top_recommendation: Optional[str] = None
+    """The setting of the rank's first recommendation; ``None``: it has none."""
+
+    @property
+    def failed(self) -> bool:
+        """The rank's loop did not end normally: ``status`` is ``error``, ``interrupted``,
+        ``terminated`` or ``not-started`` (``complete`` and ``in-progress`` are not)."""
+        return self.status in ("error", "interrupted", "terminated", "not-started")
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """The ranks of one node (one ``hostname``) of a multi-rank run: how many reported, their
+    median and largest mean data wait per step (seconds), the slowest of them and how many
+    failed (:attr:`RankSummary.failed`)."""
+
+    node: str
+    ranks: int
+    wait_per_batch_median_s: Optional[float]
+    wait_per_batch_max_s: Optional[float]
+    slowest_rank: Optional[int]
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """The shape of a multi-rank job (:func:`pipecheck.analysis.ranks.job_shape`): the mean data
+    wait per step over ranks (p50, p90, max, seconds; ``None`` with no measured rank), the
+    spread of the nodes' median wait per step (largest minus smallest node median, seconds;
+    ``None`` with fewer than 2 nodes), the slowest ranks and nodes (a few, slowest first),
+    ``scope`` (``rank``, ``node``, ``job`` or ``none``: where the extra wait comes from; the
+    rule is :func:`~pipecheck.analysis.ranks.job_shape`'s) with ``scope_reason`` in words,
+    ``nodes`` (every node, in name order) and ``failed`` (the ranks whose loop did not end
+    normally)."""
+
+    wait_per_batch_p50_s: Optional[float]
+    wait_per_batch_p90_s: Optional[float]
+    wait_per_batch_max_s: Optional[float]
+    node_spread_s: Optional[float]
+    slowest_ranks: list[int]
+    slowest_nodes: list[str]
+    scope: StragglerScope
+    scope_reason: str
+    nodes: list[NodeSummary] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -902,6 +952,9 @@ class RanksSummary:
     straggler: Optional[int] = None
     missing: list[int] = field(default_factory=list)
     samples_per_s: Optional[float] = None
+    shape: Optional[JobShape] = None
+    """The job's shape (distribution over ranks, nodes, the straggler's scope); ``None`` in
+    reports written before it was recorded (renderers then work it out from ``ranks``)."""
 
     def __post_init__(self) -> None:
         for rank in [s.rank for s in self.ranks] + list(self.missing):

@@ -156,17 +156,7 @@ class Report:
         counts or rates, fractions outside 0-1), or a rank lies outside its world size (at most
         :data:`~pipecheck.records.MAX_WORLD_SIZE`).
         """
-        if not isinstance(data, dict):
-            raise ReportFormatError(
-                f"not a pipecheck report: expected a JSON object, got {_json_type_name(data)}"
-            )
-        schema = data.get("schema")
-        if schema is None:
-            raise ReportFormatError("not a pipecheck report: it has no 'schema' key")
-        if schema != SCHEMA:
-            raise ReportFormatError(
-                f"report schema {schema!r} is not supported; this pipecheck reads {SCHEMA}"
-            )
+        check_schema(data)
         try:
             report: Report = from_jsonable(cls, data, "report", ranges=True)
             return report
@@ -186,15 +176,18 @@ class Report:
         then renamed over ``path`` (``os.replace``), so a reader never sees a half-written report;
         a symlink keeps pointing at its replaced target, a device or pipe (``/dev/null``,
         ``/dev/stdout``) is written through and ``-`` means stdout (:mod:`pipecheck._atomic`).
+        The file of a rank other than 0 holds a sampled timeline (:func:`rank_file_report`).
         Raises :class:`~pipecheck.errors.BadInputError` when the file cannot be written (missing
         directory, no permission).
         """
         from pipecheck._atomic import is_stdout, write_text_atomic
 
         target = pathlib.Path(path)
+        written = self
         if per_rank and self.rank is not None and not is_stdout(path):
             target = rank_path(target, self.rank.rank)
-        write_text_atomic(target, self.to_json() + "\n", "report")
+            written = rank_file_report(self)
+        write_text_atomic(target, written.to_json() + "\n", "report")
         if os.path.isfile(target):  # renamed into place: make that durable
             _fsync_directory(pathlib.Path(os.path.realpath(target)).parent)
         return target
@@ -227,6 +220,37 @@ class Report:
         yield from renderables(self)
 
 
+RANK_FILE_TIMELINE_ROWS = 256
+"""Most entries of each timeline list (consumer ``batches``, ``worker_batches``, ``host``
+samples) in the file of a rank other than 0 (``run.rank{N}.json``, N > 0): an evenly spaced
+sample, the first and last entries kept. A rank file then weighs about 100 KB however long
+the run (``benchmarks/many_ranks.py``), so 1,024 of them are read in seconds. Rank 0 keeps the
+full bounded timeline (8,192 batches), every rank's figures (consumer, producer, host,
+findings) are computed from the full data before the save, and the merged report's timeline
+is the straggler's file's."""
+
+
+def _sampled(entries: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` (>= 2) of ``entries``, evenly spaced, the first and last kept."""
+    count = len(entries)
+    if count <= limit:
+        return entries
+    return [entries[round(i * (count - 1) / (limit - 1))] for i in range(limit)]
+
+
+def rank_file_report(report: Report, limit: int = RANK_FILE_TIMELINE_ROWS) -> Report:
+    """``report`` as its rank file holds it: for a rank other than 0, each timeline list cut
+    to ``limit`` evenly spaced entries (:data:`RANK_FILE_TIMELINE_ROWS`); otherwise
+    unchanged."""
+    if report.rank is None or report.rank.rank == 0:
+        return report
+    timeline = report.timeline
+    cut = dataclasses.replace(timeline, batches=_sampled(timeline.batches, limit),
+                              worker_batches=_sampled(timeline.worker_batches, limit),
+                              host=_sampled(timeline.host, limit))
+    return dataclasses.replace(report, timeline=cut)
+
+
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 """Largest report file :func:`load` reads, in bytes (64 MiB). A report holds bounded timelines
 (8192 consumer batches, 2048 host samples by default), a few MB; parsing a 64 MiB JSON file of
@@ -244,6 +268,34 @@ def load(path: str | os.PathLike[str]) -> Report:
     JSON, is nested too deeply, or is not a :data:`SCHEMA` report (including values out of range,
     :meth:`Report.from_dict`). Messages are one line and name the path.
     """
+    source = pathlib.Path(path)
+    data = read_json(source)
+    try:
+        return Report.from_dict(data)
+    except ReportFormatError as err:
+        raise ReportFormatError(f"{source}: {err}") from err
+
+
+def check_schema(data: Any) -> None:
+    """Raise :class:`~pipecheck.errors.ReportFormatError` (one line) unless ``data`` is a JSON
+    object with ``schema`` :data:`SCHEMA` (what :meth:`Report.from_dict` checks first)."""
+    if not isinstance(data, dict):
+        raise ReportFormatError(
+            f"not a pipecheck report: expected a JSON object, got {_json_type_name(data)}")
+    schema = data.get("schema")
+    if schema is None:
+        raise ReportFormatError("not a pipecheck report: it has no 'schema' key")
+    if schema != SCHEMA:
+        raise ReportFormatError(
+            f"report schema {schema!r} is not supported; this pipecheck reads {SCHEMA}")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The parsed JSON of the report file at ``path``, not yet checked against the contract:
+    :func:`load`'s reading half (a regular file of at most :data:`MAX_REPORT_BYTES`, UTF-8
+    JSON, no ``NaN`` / ``Infinity`` constants), with its errors (one line naming the path).
+    The streaming merge (:func:`pipecheck.merge.merge_files`) decodes only the parts it
+    needs of what this returns."""
     source = pathlib.Path(path)
     try:
         raw = _read_regular(source, MAX_REPORT_BYTES)
@@ -273,10 +325,7 @@ def load(path: str | os.PathLike[str]) -> Report:
     except RecursionError as err:
         raise ReportFormatError(f"{source} is not a pipecheck report (JSON nested too deeply)"
                                 ) from err
-    try:
-        return Report.from_dict(data)
-    except ReportFormatError as err:
-        raise ReportFormatError(f"{source}: {err}") from err
+    return data
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,12 @@ def _table(block: Table) -> str:
                                        for i, h in enumerate(block.headers)) + "</tr></thead>"
     body = "".join("<tr>" + "".join(f"<td{cls(i)}>{cell(i, c)}</td>" for i, c in enumerate(row))
                    + "</tr>" for row in block.rows)
-    title = f"<h3>{_e(block.title)}</h3>" if block.title else ""
     css = ' class="grid"' if block.grid else ""
+    if block.collapsed:
+        summary = _e(block.title or f"{len(block.rows):,} rows")
+        return (f"<details><summary>{summary}</summary><table{css}>{head}<tbody>{body}</tbody>"
+                "</table></details>")
+    title = f"<h3>{_e(block.title)}</h3>" if block.title else ""
     return f"{title}<table{css}>{head}<tbody>{body}</tbody></table>"
 
 

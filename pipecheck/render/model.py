@@ -81,6 +81,9 @@ class Table:
     narrow: tuple[Facts, ...] = ()
     title: Optional[str] = None
     detail: bool = False
+    collapsed: bool = False
+    """HTML shows the table folded under its title (``<details>``, opened by a click, no
+    script): a long table (every rank of a job) that would bury the rest of the page."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -96,8 +96,9 @@ def render_terminal(report: "Report", width: Optional[int] = None, color: bool =
 def renderables(report: "Report", verbose: bool = False) -> list[RenderableType]:
     """The summary as one rich renderable in a list: :class:`~pipecheck.render.inert.Inert`
     over the lines and sections (verdict line first), so any console shows the report's strings
-    literally. The short view unless ``verbose``."""
-    return document_renderables(build_document(report), verbose)
+    literally. The short view unless ``verbose`` (then a multi-rank report's every-rank table
+    too)."""
+    return document_renderables(build_document(report, every_rank=verbose), verbose)
 
 
 def document_renderables(document: Document, verbose: bool = False) -> list[RenderableType]:

@@ -12,7 +12,7 @@ from pipecheck.analysis.ranks import STRAGGLER_MIN_FRACTION, analyze_ranks, rank
 from pipecheck.cli import main
 from pipecheck.distributed import GatherFailed, gather_summaries, rank_path
 from pipecheck.errors import BadInputError
-from pipecheck.merge import merge_reports
+from pipecheck.merge import merge_files, merge_reports, own_summary
 from pipecheck.records import RankInfo
 from pipecheck.render.sections.ranks import rank_table
 from pipecheck.report import Report, load
@@ -114,6 +114,7 @@ def test_merge_fills_a_missing_file_from_rank_0s_gathered_table():
     assert [r.rank for r in merged.ranks.ranks] == [0, 1]
     assert merged.ranks.ranks[1].source == "b" and merged.ranks.missing == []
     assert merged.ranks.straggler == 1 and merged.rank.rank == 0  # the only full report
+    assert "Rank 0 (the straggler, rank 1, has no file here)" in merged.render(width=100)
 
 
 @pytest.mark.parametrize("reports, message", [
@@ -210,3 +211,129 @@ def test_a_wrapped_webdataset_records_its_ranks_shards(tmp_path, monkeypatch):
     assert [r.shards for r in merged.ranks.ranks] == [4, 2]
     headers, _, rows = rank_table(merged.ranks)
     assert "shards" in headers and rows[0][headers.index("shards")] == "4 shards"
+
+
+# -- many ranks: the streaming merge, the job's shape, small rank files ---------------------------
+
+
+def _job_report(rank: int, world: int, wait_s: float, per_node: int = 4,
+                status: str = "complete") -> Report:
+    report = replace_consumer(sample_report(), wait_s=wait_s, batches=100, compute_s=7.0,
+                              stall_fraction=wait_s / (wait_s + 7.0), status=status)
+    return dataclasses.replace(report, rank=RankInfo(
+        rank=rank, world_size=world, local_rank=rank % per_node,
+        hostname=f"node{rank // per_node}"))
+
+
+def _save_job(tmp_path, waits: dict[int, float], world: int, **options) -> list[str]:
+    return [str(_job_report(r, world, w, **options).save(tmp_path / "run.json"))
+            for r, w in sorted(waits.items())]
+
+
+def test_the_streaming_merge_gives_what_merging_loaded_reports_gives(tmp_path):
+    paths = _save_job(tmp_path, {r: 0.5 + 0.01 * r for r in range(8)} | {6: 3.0}, 8)
+    streamed = merge_files(paths)
+    loaded = merge_reports([(p, load(p)) for p in paths])
+    assert streamed.to_dict() == loaded.to_dict()
+    assert streamed.rank.rank == 6 and streamed.ranks.straggler == 6
+
+
+@pytest.mark.parametrize("waits, scope", [
+    ({**{r: 0.5 for r in range(16)}, 9: 4.0}, "rank"),  # one rank of node 2
+    ({**{r: 0.5 for r in range(16)}, **{r: 3.5 for r in range(8, 12)}}, "node"),  # node 2
+    ({r: 2.0 + 0.01 * r for r in range(16)}, "job"),  # 22% stall everywhere, no standout
+    ({r: 0.05 + 0.001 * r for r in range(16)}, "none"),  # under 1% stall
+])
+def test_the_job_shape_says_whether_the_straggler_is_a_rank_a_node_or_the_job(waits, scope):
+    summaries = [own_summary(_job_report(r, 16, w)) for r, w in waits.items()]
+    ranks, findings = analyze_ranks(summaries, 16)
+    shape = ranks.shape
+    assert shape.scope == scope, shape.scope_reason
+    assert [n.node for n in shape.nodes] == ["node0", "node1", "node2", "node3"]
+    assert shape.wait_per_batch_max_s == pytest.approx(max(waits.values()) / 100)
+    assert shape.wait_per_batch_p50_s <= shape.wait_per_batch_p90_s <= shape.wait_per_batch_max_s
+    if scope == "node":
+        assert shape.slowest_nodes[0] == "node2" and shape.node_spread_s > 0.02
+        (finding,) = [f for f in findings if f.kind == "straggler-rank"]
+        assert "Most of its node's ranks are slow too" in finding.message
+        assert finding.evidence["node"] == "node2"
+    if scope == "rank":
+        assert shape.slowest_ranks[0] == 9
+
+
+def test_missing_and_failed_ranks_are_counted_in_the_summary(tmp_path, capsys):
+    paths = _save_job(tmp_path, {r: 0.5 for r in (0, 1, 2, 4, 5)}, 8)
+    paths += _save_job(tmp_path, {6: 0.6}, 8, status="error")
+    merged = merge_files(paths)
+    assert merged.ranks.missing == [3, 7] and merged.ranks.shape.failed == [6]
+    assert main(["report", *paths, "--width", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "2 rank(s) missing (no data): 3, 7" in out and "1 rank(s) failed" in out
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda text: text[: len(text) // 2], "is not JSON"),  # truncated mid-write
+    (lambda text: "garbage", "is not JSON"),
+    (lambda text: text.replace('"world_size": 8', '"world_size": 9'), "not the same run"),
+    (lambda text: text.replace('"wait_s": 0.5', '"wait_s": -1'), "report.consumer.wait_s"),
+])
+def test_a_bad_rank_file_stops_the_merge_with_one_line_naming_it(tmp_path, capsys, damage,
+                                                                 message):
+    paths = _save_job(tmp_path, {r: 0.5 for r in range(8)}, 8)
+    bad = tmp_path / "run.rank5.json"
+    bad.write_text(damage(bad.read_text()))
+    for command in (["report", *paths], ["check", *paths, "--max-stall", "0.5"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(bad) in err and message in err, err
+
+
+def test_rank_files_beyond_rank_0_hold_a_sampled_timeline(tmp_path):
+    from pipecheck.records import BatchTiming
+    from pipecheck.report import RANK_FILE_TIMELINE_ROWS
+
+    base = _job_report(0, 2, 0.5)
+    batches = [BatchTiming(index=i, epoch=0, start_at_s=0.01 * i, wait_s=0.001, compute_s=0.002,
+                           samples=4) for i in range(5_000)]
+    long = dataclasses.replace(base, timeline=dataclasses.replace(base.timeline,
+                                                                   batches=batches))
+    first = load(long.save(tmp_path / "run.json"))
+    other = load(dataclasses.replace(long, rank=RankInfo(rank=1, world_size=2))
+                 .save(tmp_path / "run.json"))
+    assert len(first.timeline.batches) == 5_000
+    kept = other.timeline.batches
+    assert len(kept) == RANK_FILE_TIMELINE_ROWS and kept[0].index == 0 and kept[-1].index == 4_999
+    assert other.consumer == long.consumer  # the figures come from the whole run
+    assert main(["report", str(tmp_path / "run.rank1.json"), "--quiet"]) == 0
+
+
+def test_verbose_html_and_json_hold_every_rank(tmp_path, capsys):
+    paths = _save_job(tmp_path, {r: 0.5 + 0.001 * r for r in range(80)} | {33: 4.0}, 80)
+    assert main(["report", *paths, "--width", "100", "--html", str(tmp_path / "r.html"),
+                 "--json", str(tmp_path / "m.json")]) == 0
+    short = capsys.readouterr().out
+    assert short.count("\n") <= 60 and "node79" not in short and "--verbose" in short
+    assert "straggler: rank 33" in short and "slowness is one rank" in short
+    assert main(["report", *paths, "--width", "100", "--verbose"]) == 0
+    full = capsys.readouterr().out
+    assert "node19" in full and "Findings" in full and full.count("\n") > 80 + 20
+    page = (tmp_path / "r.html").read_text()
+    assert "<details><summary>Every rank (80)</summary>" in page and "<script" not in page
+    assert page.count("<tr>") >= 80
+    assert len(load(tmp_path / "m.json").ranks.ranks) == 80
+
+
+def test_the_merge_reads_each_file_once_and_only_the_stragglers_in_full(tmp_path, monkeypatch,
+                                                                        capsys):
+    import pipecheck.merge
+
+    paths = _save_job(tmp_path, {r: 0.5 + 0.01 * r for r in range(8)} | {2: 3.0}, 8)
+    loaded, parsed = [], []
+    real_load, real_read = pipecheck.merge.load, pipecheck.merge.read_json
+    monkeypatch.setattr(pipecheck.merge, "load", lambda p: loaded.append(p) or real_load(p))
+    monkeypatch.setattr(pipecheck.merge, "read_json",
+                        lambda p: parsed.append(p) or real_read(p))
+    assert main(["check", *paths, "--max-stall", "0.99"]) == 0
+    assert "on rank 2 (the straggler)" in capsys.readouterr().out
+    assert loaded == [str(tmp_path / "run.rank2.json")]
+    assert sorted(parsed[1:]) == sorted(paths)  # the first file is also peeked at for its rank

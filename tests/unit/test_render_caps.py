@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipecheck.render.markdown import render_markdown
+from pipecheck.render.sections import ranks as ranks_section
 from pipecheck.render.terminal import render_terminal
 from pipecheck.render import trace
 from full_reports import attach_report, every_section_report, inflate
@@ -28,19 +29,32 @@ SAID = ["... and 1,950 more findings (see the JSON)",
 """What the capped lists of :func:`every_section_report` say at :data:`COUNT` entries."""
 
 
-def test_every_capped_list_says_how_many_it_left_out():
+def test_every_capped_list_says_how_many_it_left_out(monkeypatch):
+    # the every-rank table (--verbose, HTML) keeps 16,384 rows; its cap is tested at 64 here
+    monkeypatch.setattr(ranks_section, "RANK_ROWS", 64)
     big = inflate(every_section_report(), COUNT)
     terminal = render_terminal(big, width=100, verbose=True)
     markdown = render_markdown(big)
     # The short view stays bounded whatever the report holds (this one has every optional
-    # section, and its verdict line alone lists 2,000 thresholds, cut at 2,000 characters).
-    assert len(render_terminal(big, width=100).splitlines()) <= 120
+    # section, and its verdict line alone lists 2,000 thresholds, cut at 2,000 characters;
+    # with 2,000 ranks it is the job summary).
+    assert len(render_terminal(big, width=100).splitlines()) <= 60
     for said in SAID:
         assert said in terminal, said
-        assert said in markdown, said
+        # markdown's full view leaves the every-rank table to --verbose and HTML
+        assert said in markdown or "ranks" in said, said
     # Bounded: a few hundred rows at most, however long the report's lists.
     assert len(terminal) < 150_000 and len(markdown) < 150_000
     assert "and 1,984 more settings" in terminal  # a configuration of 2,000 settings
+
+
+def test_a_job_of_thousands_of_ranks_shows_a_short_summary_without_verbose():
+    big = inflate(every_section_report(), COUNT)
+    assert len(big.ranks.ranks) == COUNT
+    terminal = render_terminal(big, width=100)
+    assert terminal.count("\n") <= 60 and "slowest" in terminal and "straggler" in terminal
+    assert "--verbose" in terminal and "Findings" not in terminal
+    assert "more ranks" not in terminal  # no per-rank table at all
 
 
 def test_an_attach_report_caps_its_workers_and_lines():

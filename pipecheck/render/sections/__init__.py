@@ -62,14 +62,16 @@ RENDERED_FIELDS = frozenset({
 """Report fields the document shows; HTML renders any other non-empty field generically."""
 
 
-def build_document(report: "Report") -> Document:
+def build_document(report: "Report", every_rank: bool = False) -> Document:
     """The report's document: verdict, context, caveats, key numbers and every section, and
-    the short view's sections (:mod:`pipecheck.render.sections.summary`); every
+    the short view's sections (:mod:`pipecheck.render.sections.summary`; for a multi-rank
+    report the job summary, :func:`pipecheck.render.sections.summary.job_sections`); every
     string in it one inert line (:func:`pipecheck.render.inert.fields`: control characters and
     line breaks as escapes, at most :data:`~pipecheck.render.inert.MAX_FIELD_CHARS`
     characters), whatever the report's strings hold. Each builder caps the lists it shows
     and says how many it left out, so the cost does not grow with the report's lists beyond
-    one pass over them."""
+    one pass over them. ``every_rank``: the every-rank table of a multi-rank report is in the
+    full view of every format (the terminal's ``--verbose``), not only in HTML's."""
     notes = []
     ended = ended_line(report) if report.attach is None else None
     if ended is not None:
@@ -79,7 +81,9 @@ def build_document(report: "Report") -> Document:
                           "alert" if report.comparison.verdict == "fell" else "bold"))
     skipped = NEED_BATCH_TIMING if report.attach is not None else frozenset()
     sections = tuple(section for key, build in SECTIONS
-                     if key not in skipped and (section := build(report)) is not None)
+                     if key not in skipped and (section := (
+                         ranks.ranks(report, every_rank) if key == "ranks" else build(report)))
+                     is not None)
     version = report.environment.pipecheck or "unknown version"
     return fields(Document(
         verdict=verdict_line(report), verdict_kind=report.diagnosis.verdict,

@@ -19,6 +19,7 @@ from pipecheck.render.phrases import capacity_phrase, config_text
 from pipecheck.render.sections.attach import (WORKER_HEADERS, attach_facts, unknown_lines,
                                               worker_rows)
 from pipecheck.render.sections.advice import brief_recommendations
+from pipecheck.render.sections.ranks import job_blocks, straggler_section
 from pipecheck.render.sections.stress import summary_facts
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ MORE_HINT = ("--verbose (or --markdown, --html FILE) shows every section: per-ba
 def summary_sections(report: "Report", sections: tuple[Section, ...]) -> tuple[Section, ...]:
     """The short view's sections of ``report``, given the full view's ``sections`` (built
     once by :func:`pipecheck.render.sections.build_document`)."""
+    if report.ranks is not None and len(report.ranks.ranks) > 1:
+        return job_sections(report)
     by_key = {section.key: section for section in sections}
     out: list[Section] = [brief_recommendations(report)]
     if "ranks" in by_key:  # every rank side by side, before one rank's own figures
@@ -65,6 +68,22 @@ def summary_sections(report: "Report", sections: tuple[Section, ...]) -> tuple[S
         # An attach report's insufficient-data finding repeats what its section lists once.
         skip = {FindingKind.INSUFFICIENT_DATA} if report.attach is not None else set()
         out.append(brief_findings(by_key["findings"], skip))
+    return tuple(out)
+
+
+def job_sections(report: "Report") -> tuple[Section, ...]:
+    """The short view of a multi-rank report (merged rank files, or rank 0's gathered one):
+    the job's shape (:func:`pipecheck.render.sections.ranks.job_blocks`: data wait per step
+    over ranks and nodes, the slowest ranks and nodes, whether the straggler is a rank, a node
+    or the job, ranks missing or failed) and the straggler's diagnosis and first
+    recommendation (:func:`~pipecheck.render.sections.ranks.straggler_section`). Its length
+    does not grow with the ranks (about 50 lines at 100 columns; ``benchmarks/many_ranks.py``
+    counts them at 1,024 and 8,192 ranks)."""
+    assert report.ranks is not None
+    out = [Section("ranks", "Ranks", tuple(job_blocks(report.ranks)))]
+    straggler = straggler_section(report)
+    if straggler is not None:
+        out.append(straggler)
     return tuple(out)
 
 
