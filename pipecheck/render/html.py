@@ -153,7 +153,11 @@ def _banner(document: Document) -> str:
     cards = []
     for fact in document.headline:
         figure, words = card_parts(fact.value)
-        below = f'<div class="s">{_e(words)}</div>' if words else ""
+        # A card keeps its words' first clause (the sections below carry the rest; the whole
+        # value is the card's tooltip), so a long measured phrase never stretches the row.
+        short = words.split("; ")[0]
+        title = f' title="{_e(words)}"' if short != words else ""
+        below = f'<div class="s"{title}>{_e(short)}</div>' if words else ""
         cards.append(f'<div class="number"><div class="k">{_e(fact.label)}</div>'
                      f'<div class="v">{_e(figure)}</div>{below}</div>')
     numbers = "".join(cards)
