@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import pipecheck
 
 TRAIN = textwrap.dedent("""
@@ -55,6 +57,7 @@ def test_run_tune_tunes_an_unmodified_script(tmp_path: Path):
     assert report.tune.pin_line.startswith("DataLoader(..., num_workers=")
 
 
+@pytest.mark.slow  # the untuned run is the default run test_run_command covers
 def test_run_without_tune_changes_nothing(tmp_path: Path):
     (tmp_path / "train.py").write_text(TRAIN)
     env = dict(os.environ, PIPECHECK_RUN_TUNE="1")  # inherited: not a request to tune

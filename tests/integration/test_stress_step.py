@@ -91,6 +91,7 @@ def test_a_callable_step_runs_after_every_batch_in_process():
     assert len(seen) >= measured
 
 
+@pytest.mark.slow  # a real stress CLI run (10 s); the in-process step test covers the loop
 def test_cli_runs_the_users_step_in_the_trial_process(tmp_path):
     log = tmp_path / "steps.log"
     env = dict(os.environ, **{STEP_LOG_ENV: str(log)})

@@ -42,9 +42,13 @@ def run_epochs(loader, epochs: int) -> tuple[list[list[int]], list[set[int]]]:
     return order, pids
 
 
-@pytest.mark.parametrize("seeded", [True, False], ids=["generator", "global-rng"])
-@pytest.mark.parametrize("workers,context", [
-    (0, None), (1, "fork"), pytest.param(1, "spawn", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("seeded,workers,context", [
+    (True, 0, None), (False, 1, "fork"),
+    # the twins of the two above, and spawn: the slow run
+    pytest.param(False, 0, None, marks=pytest.mark.slow),
+    pytest.param(True, 1, "fork", marks=pytest.mark.slow),
+    pytest.param(True, 1, "spawn", marks=pytest.mark.slow),
+    pytest.param(False, 1, "spawn", marks=pytest.mark.slow)])
 def test_mid_epoch_switch_keeps_samples_and_order(seeded, workers, context):
     kw = dict(num_workers=workers, multiprocessing_context=context)
     torch.manual_seed(3)
@@ -247,8 +251,10 @@ def test_a_switch_whose_new_workers_prime_past_the_epoch_end_keeps_the_shuffle(
     wrapped.close()
 
 
-@pytest.mark.parametrize("workers", [0, 1])
-@pytest.mark.parametrize("by_count", [True, False], ids=["by-count", "to-the-end"])
+@pytest.mark.parametrize("workers,by_count", [
+    (0, True), (1, False),
+    pytest.param(1, True, marks=pytest.mark.slow),
+    pytest.param(0, False, marks=pytest.mark.slow)])
 def test_later_epochs_keep_their_shuffle_however_the_loop_ends_each_epoch(workers, by_count):
     """A loop that ends each epoch by count (Lightning) never calls next() past the last batch,
     so with 0 workers the sampler's last step, a draw from the shared generator, never runs,
