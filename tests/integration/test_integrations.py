@@ -116,6 +116,7 @@ def test_lightning_callback_measures_the_train_dataloader(tmp_path):
     assert "did not complete" not in str(callback.report)
 
 
+@pytest.mark.slow  # the default run's Lightning tests cover the callback, validation included
 def test_lightning_callback_reports_each_validation_dataloader_after_the_train_one(tmp_path):
     pl = pytest.importorskip("lightning.pytorch")
     from pipecheck.integrations.lightning import PipecheckCallback

@@ -43,8 +43,10 @@ def run_epochs(loader, epochs: int) -> tuple[list[list[int]], list[set[int]]]:
 
 
 @pytest.mark.parametrize("seeded,workers,context", [
-    (True, 0, None), (False, 1, "fork"),
-    # the twins of the two above, and spawn: the slow run
+    (True, 0, None),
+    # 1 worker (test_later_epochs... keeps a worker start in the default run), the twins, and
+    # spawn: the slow run
+    pytest.param(False, 1, "fork", marks=pytest.mark.slow),
     pytest.param(False, 0, None, marks=pytest.mark.slow),
     pytest.param(True, 1, "fork", marks=pytest.mark.slow),
     pytest.param(True, 1, "spawn", marks=pytest.mark.slow),
@@ -190,6 +192,7 @@ def loop_skipping_errors(loader, epochs: int) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_a_batch_that_raises_passes_through_and_the_order_holds():
     def make():
         return DataLoader(FlakyPidSquares(400, bad=137, sleep_s=0.002), batch_size=4,
