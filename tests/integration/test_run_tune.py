@@ -37,6 +37,7 @@ TRAIN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a real tuned run of a script (8 s); test_tune.py covers tuning itself
 def test_run_tune_tunes_an_unmodified_script(tmp_path: Path):
     (tmp_path / "train.py").write_text(TRAIN)
     plain = subprocess.run([sys.executable, "train.py", "plain.json"], cwd=tmp_path,

@@ -40,6 +40,7 @@ def _busy_run(context="fork", workers=2, **wrap_options):
         return wrapped.report()
 
 
+@pytest.mark.slow  # 5 s of py-spy; the default run's stage-grouping test samples for real too
 @pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
 def test_the_burning_worker_function_is_the_top_hot_function():
     # spawn: the opt-in wrapper must survive pickling; its start-up must not count as hot
