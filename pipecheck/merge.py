@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from pipecheck.analysis.ranks import analyze_ranks, rank_summary
 from pipecheck.errors import BadInputError, ReportFormatError
@@ -95,17 +95,11 @@ def merge_files(paths: Sequence[str | os.PathLike[str]]) -> Report:
     gathered: list[RankSummary] = []
     for path in paths:
         read = read_rank_file(path)
-        if read.rank is None or read.summary is None:
-            raise BadInputError(f"{read.source} was not recorded under torch.distributed (it "
-                                "has no rank), so it cannot be merged with rank reports")
-        if world_size is None:
-            world_size = read.rank.world_size
-        elif read.rank.world_size != world_size:
-            raise BadInputError(f"{read.source} is from a world of {read.rank.world_size} "
-                                f"ranks, the other files from {world_size}: not the same run")
-        if read.rank.rank in by_rank:
-            raise BadInputError(f"{read.source} and {by_rank[read.rank.rank].source} both hold "
-                                f"rank {read.rank.rank}")
+        # a file without a summary is reported as one without a rank
+        world_size = _check_rank(read.source, read.rank if read.summary is not None else None,
+                                 world_size,
+                                 {r: s.source for r, s in by_rank.items()})
+        assert read.rank is not None and read.summary is not None
         by_rank[read.rank.rank] = read.summary
         if read.gathered is not None:
             gathered += read.gathered.ranks
@@ -118,6 +112,23 @@ def merge_files(paths: Sequence[str | os.PathLike[str]]) -> Report:
         chosen = by_rank[min(by_rank)]
     assert chosen.source is not None
     return with_ranks(load(chosen.source), summaries, world_size)
+
+
+def _check_rank(source: Any, rank: Any, world_size: Optional[int],
+                seen: dict[int, Any]) -> int:
+    """The world size of the files so far, once ``source``'s ``rank`` (a ``RankInfo`` or
+    ``None``) is checked against them (``seen``: rank -> the file holding it). Raises
+    :class:`~pipecheck.errors.BadInputError`, one line naming the file, for no rank, another
+    world size or a rank already held."""
+    if rank is None:
+        raise BadInputError(f"{source} was not recorded under torch.distributed (it has no "
+                            "rank), so it cannot be merged with rank reports")
+    if world_size is not None and rank.world_size != world_size:
+        raise BadInputError(f"{source} is from a world of {rank.world_size} ranks, the other "
+                            f"files from {world_size}: not the same run")
+    if rank.rank in seen:
+        raise BadInputError(f"{source} and {seen[rank.rank]} both hold rank {rank.rank}")
+    return rank.world_size
 
 
 def with_ranks(report: Report, summaries: Sequence[RankSummary], world_size: int) -> Report:
@@ -142,17 +153,9 @@ def merge_reports(reports: Sequence[tuple[str, Report]]) -> Report:
     world_size: Optional[int] = None
     by_rank: dict[int, tuple[str, Report]] = {}
     for source, report in reports:
-        if report.rank is None:
-            raise BadInputError(f"{source} was not recorded under torch.distributed (it has no "
-                                "rank), so it cannot be merged with rank reports")
-        if world_size is None:
-            world_size = report.rank.world_size
-        elif report.rank.world_size != world_size:
-            raise BadInputError(f"{source} is from a world of {report.rank.world_size} ranks, "
-                                f"the other files from {world_size}: not the same run")
-        if report.rank.rank in by_rank:
-            raise BadInputError(f"{source} and {by_rank[report.rank.rank][0]} both hold rank "
-                                f"{report.rank.rank}")
+        world_size = _check_rank(source, report.rank, world_size,
+                                 {r: pair[0] for r, pair in by_rank.items()})
+        assert report.rank is not None
         by_rank[report.rank.rank] = (source, report)
     assert world_size is not None
     summaries = [own_summary(report, source) for source, report in by_rank.values()]
