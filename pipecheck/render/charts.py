@@ -53,6 +53,10 @@ CHART_POINTS = 40_000
 writer keeps at most 16,383 consumer batches, 1,024 recent batches per worker and 2,048 host
 samples, so only a hand-made report is thinned): drawing cost stays bounded."""
 
+MARKED_SAMPLES = 200
+"""Most host samples drawn with a dot on each; beyond it the dots merge into the line and only
+add size (a dot is about 115 bytes of SVG: 2,048 samples in six series would be 1.4 MB)."""
+
 WORKER_BARS = 64
 """Workers drawn in the per-worker chart, in the report's order (its height grows with each)."""
 
@@ -200,11 +204,12 @@ def host_cpu_svg(report: "Report") -> Optional[str]:
         return None
     at = [s.at_s for s in samples]
     fig, ax = _figure(2.6)
-    ax.plot(at, [s.main_cpu_percent / 100 for s in samples], color=MAIN_COLOR, marker=".",
+    ax.plot(at, [s.main_cpu_percent / 100 for s in samples], color=MAIN_COLOR,
+            marker=_dots(samples),
             drawstyle="steps-pre", label="main process")
     if any(s.workers_cpu_percent for s in samples) or report.loader.num_workers:
         ax.plot(at, [s.workers_cpu_percent / 100 for s in samples], color=WORKERS_COLOR,
-                marker=".", drawstyle="steps-pre", label="workers (all)")
+                marker=_dots(samples), drawstyle="steps-pre", label="workers (all)")
     ax.set_ylabel("CPU (cores)")
     ax.set_xlabel("time since start (s)")
     ax.set_ylim(bottom=0)
@@ -234,7 +239,7 @@ def host_io_svg(report: "Report") -> Optional[str]:
     fig, ax = _figure(2.4)
     for label, values, color in series:
         ax.plot(at, [math.nan if v is None else v / 1e6 for v in values], color=color,
-                marker=".", drawstyle="steps-pre", label=label)
+                marker=_dots(samples), drawstyle="steps-pre", label=label)
     ax.set_ylabel("read (MB/s)")
     ax.set_xlabel("time since start (s)")
     ax.set_ylim(bottom=0)
@@ -251,15 +256,16 @@ def host_memory_svg(report: "Report") -> Optional[str]:
         return None
     at = [s.at_s for s in samples]
     fig, ax = _figure(2.6)
-    ax.plot(at, [s.main_rss_bytes / _MIB for s in samples], color=MAIN_COLOR, marker=".",
+    ax.plot(at, [s.main_rss_bytes / _MIB for s in samples], color=MAIN_COLOR,
+            marker=_dots(samples),
             drawstyle="steps-post", label="main RSS")
     if report.loader.num_workers or any(s.workers_rss_bytes for s in samples):
         ax.plot(at, [s.workers_rss_bytes / _MIB for s in samples], color=WORKERS_COLOR,
-                marker=".", drawstyle="steps-post", label="workers RSS (sum)")
+                marker=_dots(samples), drawstyle="steps-post", label="workers RSS (sum)")
         if any(s.workers_pss_bytes is not None for s in samples):
             ax.plot(at, [math.nan if s.workers_pss_bytes is None else s.workers_pss_bytes / _MIB
-                         for s in samples], color=WORKERS_COLOR, linestyle="--", marker=".",
-                    drawstyle="steps-post", label="workers PSS (sum)")
+                         for s in samples], color=WORKERS_COLOR, linestyle="--",
+                    marker=_dots(samples), drawstyle="steps-post", label="workers PSS (sum)")
     ax.set_ylabel("memory (MiB)")
     ax.set_xlabel("time since start (s)")
     ax.set_ylim(bottom=0)
@@ -383,6 +389,12 @@ def _plain(text: str) -> str:
 def _thin(entries: Sequence[T]) -> Sequence[T]:
     """``entries``, or an evenly spaced sample of at most :data:`CHART_POINTS` of them."""
     return thin(entries, CHART_POINTS)
+
+
+def _dots(samples: Sequence[Any]) -> Optional[str]:
+    """The marker for a host series of ``samples``: a dot each, or none past
+    :data:`MARKED_SAMPLES`."""
+    return "." if len(samples) <= MARKED_SAMPLES else None
 
 
 def _finite(value: Optional[float]) -> TypeGuard[float]:

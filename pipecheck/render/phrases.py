@@ -54,7 +54,7 @@ def config_text(config: Any) -> str:
 def context_line(report: "Report", brief: bool = False) -> str:
     """What was measured and where: report kind (and rank), time, loader and its settings, the
     dataset type, CPUs, CUDA, Python, torch and the platform, joined by `` · ``. ``brief``
-    (the short view): the report kind, the loader's settings (not its type), CPUs and CUDA."""
+    (the short view): the report kind, the loader's type and settings, CPUs and CUDA."""
     env, loader = report.environment, report.loader
     settings = [f"{name}={fmt.setting_value(getattr(loader, name))}"
                 for name in CONTEXT_SETTINGS if getattr(loader, name, None) is not None]
@@ -66,7 +66,7 @@ def context_line(report: "Report", brief: bool = False) -> str:
     if brief:
         settings = [f"{name}={fmt.setting_value(getattr(loader, name))}"
                     for name in BRIEF_SETTINGS if getattr(loader, name, None) is not None]
-        return " · ".join([f"{report.kind} report{where}", " ".join(settings) or loader.type,
+        return " · ".join([f"{report.kind} report{where}", " ".join([loader.type, *settings]),
                            f"{env.cpu_count} CPUs ({env.usable_cpus} usable), {cuda}"])
     parts = [f"{report.kind} report{where}, {report.created}", " ".join([loader.type, *settings])]
     if loader.dataset_type:

@@ -84,10 +84,10 @@ def test_one_context_line_with_rank_dataset_and_platform_in_every_format():
     assert context.endswith(report.environment.platform)
     terminal = render_terminal(report, width=400, verbose=True).splitlines()
     assert terminal[1] == context
-    # the short view's context: the kind, the loader's main settings, the machine
+    # the short view's context: the kind, the loader type and its main settings, the machine
     brief = build_document(report).brief_context
-    assert brief == ("wrap report, rank 1 of 2 · num_workers=2 prefetch_factor=2 batch_size=32 · "
-                     "2 CPUs (2 usable), no CUDA")
+    assert brief == ("wrap report, rank 1 of 2 · DataLoader num_workers=2 prefetch_factor=2 "
+                     "batch_size=32 · 2 CPUs (2 usable), no CUDA")
     assert render_terminal(report, width=400).splitlines()[1] == brief
     assert f"<sub>{context}</sub>" in render_markdown(report).splitlines()
     assert f'<div class="context">{html.escape(context)}</div>' in render_html(report)

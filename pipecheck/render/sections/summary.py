@@ -108,7 +108,7 @@ def _first_blocks(section: Section, count: int) -> Section:
 
 
 def key_figures(report: "Report") -> Optional[Section]:
-    """Throughput, the data wait, demand against capacity, the producer's class and the
+    """Throughput (samples/s, tokens/s where the run counted tokens, batches/s), the data wait, demand against capacity, the producer's class and the
     host's CPU in a few lines; a stress report adds its sweep's choice. ``None`` for an attach
     report (its own section has the figures)."""
     if report.attach is not None:
@@ -121,8 +121,10 @@ def key_figures(report: "Report") -> Optional[Section]:
                                       "(the sweep's recommended trial)")))
     blocks.append(line(
         ("whole run" if blocks else "throughput",
-         f"{fmt.rate(consumer.samples_per_s, 'samples')} · "
-                       f"{fmt.rate(consumer.batches_per_s, 'batches')}"),
+         " · ".join([fmt.rate(consumer.samples_per_s, 'samples'),
+                     *([fmt.rate(consumer.tokens_per_s, 'tokens')]
+                       if consumer.tokens_per_s is not None else []),
+                     fmt.rate(consumer.batches_per_s, 'batches')])),
         ("", f"{fmt.count(consumer.batches, 'batch', 'batches')} in "
              f"{fmt.seconds(consumer.wall_s)}, {fmt.count(consumer.epochs, 'epoch')}")))
     wait = [("data stall", f"{fmt.percent(consumer.stall_fraction)} (steady state "
