@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from pipecheck.cli import main
 from pipecheck.records import MAX_WORLD_SIZE, RankInfo
 from pipecheck.report import MAX_REPORT_BYTES
 from paths import SUPPORT
@@ -105,15 +106,27 @@ def test_a_wrongly_typed_sharding_section_is_bad_input(tmp_path, sharding, fragm
     (("producer", "batch_time_s", "p99"), -0.2, "report.producer.batch_time_s.p99"),
     (("host", "processes", 0, "rss_max_bytes"), -1, "rss_max_bytes must not be negative"),
 ])
-def test_out_of_range_numbers_are_rejected_naming_the_field(tmp_path, path, value, fragment):
+def test_out_of_range_numbers_are_rejected_naming_the_field(tmp_path, capsys, path, value,
+                                                            fragment):
     data = sample_report().to_dict()
     where = data
     for key in path[:-1]:
         where = where[key]
     where[path[-1]] = value
     saved = _saved(tmp_path, data)
-    _one_error(*_pipecheck("check", saved, "--max-stall", "0.5"), fragment)
-    _one_error(*_pipecheck("report", saved), fragment)
+    # In this process: the field checks are the loader's; the real subprocess is the next test.
+    for args in (["check", saved, "--max-stall", "0.5"], ["report", saved]):
+        code = main(args)
+        _one_error(code, capsys.readouterr().err, fragment)
+
+
+def test_an_out_of_range_number_is_one_line_from_a_real_cli_process(tmp_path):
+    data = sample_report().to_dict()
+    data["consumer"]["wait_s"] = -3.0
+    saved = _saved(tmp_path, data)
+    _one_error(*_pipecheck("check", saved, "--max-stall", "0.5"),
+               "report.consumer.wait_s must not be negative")
+    _one_error(*_pipecheck("report", saved), "report.consumer.wait_s must not be negative")
 
 
 def test_negative_worker_ids_and_memory_slopes_are_valid(tmp_path):

@@ -174,10 +174,11 @@ def test_no_import_cycles():
         cycles)
 
 
-@pytest.fixture
-def saved_report(tmp_path):
-    """A small saved report, written by a subprocess so this test process's imports stay clean."""
-    path = tmp_path / "run.json"
+@pytest.fixture(scope="module")
+def saved_report(tmp_path_factory):
+    """A small saved report, written by a subprocess so this test process's imports stay clean
+    (once for the module: the tests only read it)."""
+    path = tmp_path_factory.mktemp("saved") / "run.json"
     script = (
         "import sys, torch, pipecheck\n"
         "from torch.utils.data import DataLoader, TensorDataset\n"
