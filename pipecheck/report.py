@@ -2,7 +2,7 @@
 
 A :class:`Report` is built once from a finished :class:`~pipecheck.records.RunRecord`
 (:func:`build_report`), then rendered (``print(report)``), saved as JSON (:meth:`Report.save`) and
-read back (:func:`load`). The JSON layout is the contract in DESIGN.md, schema :data:`SCHEMA`:
+read back (:func:`load`). The JSON layout is the contract in docs/architecture.md, schema :data:`SCHEMA`:
 readers reject other schema versions instead of guessing. Keys are written in a fixed order
 (:data:`KEY_ORDER`) so saved reports diff cleanly. NaN and infinity never reach the JSON: they are
 written as ``null`` ("not measured").
@@ -130,7 +130,7 @@ class Report:
     # -- JSON ----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract of DESIGN.md as plain Python values, keys in :data:`KEY_ORDER`.
+        """The JSON contract (docs/architecture.md) as plain Python values, keys in :data:`KEY_ORDER`.
 
         Non-finite floats become ``None``. Raises ``TypeError`` naming the key path if a value
         (e.g. a recommendation's ``proposed``) is not representable in JSON.

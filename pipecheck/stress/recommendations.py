@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 from pipecheck.kinds import FindingKind
 from pipecheck.records import Diagnosis, Expected, Finding, Recommendation
 from pipecheck.report_sections import EpochStart, StressChoice, StressSection, SweepTrial
-from pipecheck.stress.settings import TORCH_DEFAULT_PREFETCH_FACTOR
+from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.units import percent, rate, seconds, setting_value
 
 SEARCHED = ("num_workers", "prefetch_factor", "persistent_workers", "in_order", "batch_size")

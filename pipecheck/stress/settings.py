@@ -11,10 +11,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional, Sequence, Union
 
+from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.errors import BadInputError
-
-TORCH_DEFAULT_PREFETCH_FACTOR = 2
-"""``DataLoader``'s ``prefetch_factor`` when it is not given and ``num_workers > 0``."""
 
 DEFAULT_TRIAL_S = 3.0
 """Seconds one stress trial runs by default (``--trial-seconds``). pipecheck's choice: the

@@ -1,5 +1,5 @@
-"""The package's import structure: no import cycles (function-level imports counted), and reading
-a saved report needs no torch.
+"""The package's import structure: no import cycles (function-level imports counted), the layer
+order of docs/architecture.md, and reading a saved report needs no torch.
 
 The graph is built by parsing every module under ``pipecheck/`` with :mod:`ast`, so it sees the
 imports inside functions that a runtime check would miss. Imports under ``if TYPE_CHECKING:`` are
@@ -241,3 +241,69 @@ def test_load_imports_no_torch(saved_report):
     result = json.loads(proc.stdout)
     assert result["batches"] == 8
     assert result["torch"] == []
+
+
+ARCHITECTURE = REPO_ROOT / "docs" / "architecture.md"
+
+
+def documented_layers(text: str) -> list[list[str]]:
+    """The layer lines of ``docs/architecture.md``'s "Layers" block, top (lowest) first, each
+    a list of its entries as written (``records``, ``probes/``, ``cli.py``,
+    ``pipecheck/__init__.py``); a line's description starts after a run of 3 or more spaces."""
+    section = text.split("## Layers", 1)[1]
+    block = section.split("```", 2)[1]
+    layers = []
+    for row in block.splitlines():
+        entries = row.split("   ", 1)[0].split()
+        if entries:
+            layers.append(entries)
+    return layers
+
+
+def _layer_of(module: str, layers: list[list[str]]) -> int | None:
+    """The index of the line naming ``module`` (``pipecheck.probes.workers`` is named by
+    ``probes/``, ``pipecheck.cli`` by ``cli.py`` or ``cli``), or ``None``."""
+    if module == "pipecheck":
+        names = {"pipecheck/__init__.py"}
+    else:
+        first = module.split(".")[1]  # the package or module right under pipecheck/
+        names = {f"{first}/", f"{first}.py", first}
+    for index, entries in enumerate(layers):
+        if names & set(entries):
+            return index
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
+    """Each import in ``graph`` to a module on a lower line of ``layers`` than its importer's
+    (a line further down the block), in words."""
+    return [f"{module} (line {_layer_of(module, layers) + 1}) imports {target} "
+            f"(line {_layer_of(target, layers) + 1})"
+            for module, targets in sorted(graph.items()) for target in sorted(targets)
+            if _layer_of(target, layers) > _layer_of(module, layers)]
+
+
+def test_layers_parse_from_the_architecture_block():
+    layers = documented_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert layers[0][:3] == ["_version", "kinds", "errors"]
+    assert _layer_of("pipecheck.records", layers) == 0
+    assert _layer_of("pipecheck.probes.workers", layers) == _layer_of("pipecheck.probes", layers)
+    assert _layer_of("pipecheck.cli", layers) == len(layers) - 1
+    # an import from the plain-data line down to the CLI is caught; one up is not
+    assert upward_imports({"pipecheck.records": {"pipecheck.cli"}}, layers) == [
+        f"pipecheck.records (line 1) imports pipecheck.cli (line {len(layers)})"]
+    assert upward_imports({"pipecheck.cli": {"pipecheck.records"}}, layers) == []
+
+
+def test_every_import_goes_to_its_own_layer_or_one_above_it():
+    """The layer order of docs/architecture.md, checked: each module of the package has a line,
+    and every import it makes (function-level ones included; ``if TYPE_CHECKING:`` ones left
+    out, as they never run) goes to a module on its own line or a line above it."""
+    layers = documented_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    graph = import_graph()
+    unplaced = sorted(m for m in graph if _layer_of(m, layers) is None)
+    assert not unplaced, ("modules with no line in the Layers block of docs/architecture.md: "
+                          f"{unplaced}")
+    upward = upward_imports(graph, layers)
+    assert not upward, ("imports against the layer order of docs/architecture.md:\n"
+                        + "\n".join(upward))

@@ -57,18 +57,20 @@ def test_busy_loop_is_cpu_bound_and_sleep_is_latency_bound_with_different_advice
     assert _num_workers(sleepy) <= MAX_WORKERS_PER_CPU * usable
     # On a contended host (a loaded test run) the cores left decide: beside busy processes in
     # the run's group more CPU-bound threads take a larger fair share, and the waiting
-    # workers' hand-over CPU may have no core left. On a quiet one the class decides: CPU-bound
-    # within the cores, waiting work past them.
-    contended = any(f.kind == "contended-host"
-                    for f in busy.diagnosis.findings + sleepy.diagnosis.findings)
-    if not contended:
-        assert _num_workers(busy) <= usable
-        assert _num_workers(sleepy) > _num_workers(busy)
-        if usable < 8:  # the sleepy run needs ~8 workers to feed a 5 ms step
-            assert _num_workers(sleepy) > usable
+    # workers' hand-over CPU may have no core left, so the advice cannot be asserted there
+    # (test_a_contended_worker_is_held_to_the_cores covers it on a simulated run); said as a
+    # skip, never passed silently. On a quiet host the class decides: CPU-bound within the
+    # cores, waiting work past them.
+    contended = [f.message for f in busy.diagnosis.findings + sleepy.diagnosis.findings
+                 if f.kind == "contended-host"]
+    if contended:
+        pytest.skip(f"the advice checks need a quiet host: {contended[0]}")
+    assert _num_workers(busy) <= usable
+    assert _num_workers(sleepy) > _num_workers(busy)
+    if usable < 8:  # the sleepy run needs ~8 workers to feed a 5 ms step
+        assert _num_workers(sleepy) > usable
     reasons = [r.reason for r in sleepy.recommendations if r.setting == "num_workers"]
-    assert reasons or contended
-    assert all("latency-bound" in reason for reason in reasons)
+    assert reasons and all("latency-bound" in reason for reason in reasons), reasons
 
 
 @pytest.mark.slow

@@ -54,7 +54,7 @@ def _as_tuple(expected):
 
 
 def test_json_has_every_contract_key_with_its_type():
-    """Every key DESIGN.md lists as contract, with the JSON type a reader may rely on."""
+    """Every key docs/architecture.md lists as contract, with the JSON type a reader may rely on."""
     data = json.loads(sample_report().to_json())
     _check(data, {"schema": str, "kind": str, "environment": dict, "loader": dict,
                   "consumer": dict, "producer": dict, "diagnosis": dict,
