@@ -271,8 +271,14 @@ def _stall_now(context: _Context, settings: LoaderSettings, prediction: Predicti
 
 
 def _gains(model: ThroughputModel, before: LoaderSettings, after: LoaderSettings) -> bool:
-    old, new = model.predict(before), model.predict(after)
-    return new.steady_batches_per_s >= old.steady_batches_per_s * (1.0 + MIN_GAIN_FRACTION)
+    """Whether ``after`` is predicted at least :data:`MIN_GAIN_FRACTION` faster than
+    ``before`` in steady state. From the measured settings the bar is the higher of the
+    model's account of them and the steady rate the run measured: a proposal must beat what
+    was measured, not only the model's own figure for it."""
+    old = model.predict(before).steady_batches_per_s
+    if before == model.measured and model.sustained_batches_per_s:
+        old = max(old, model.sustained_batches_per_s)
+    return model.predict(after).steady_batches_per_s >= old * (1.0 + MIN_GAIN_FRACTION)
 
 
 def _more_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
@@ -287,6 +293,9 @@ def _more_workers(context: _Context, settings: LoaderSettings) -> _Outcome:
     model = context.model
     if context.analysis.diagnosis.verdict != INPUT_BOUND:
         return None
+    if (model.pool_starved and settings.num_workers == 0 == model.measured.num_workers
+            and producer_class(model) == CPU_BOUND):
+        return None  # its CPU figure is the starved pool's: _starved_pool_workers proposes
     capacity, _ = model.capacity(settings.num_workers)
     if settings.num_workers > 0 and capacity >= 1.0 / model.consumer_floor_s():
         return None  # the mean rate suffices; slow batches are the prefetch rule's business

@@ -18,9 +18,13 @@ The model, per steady batch (every batch but each epoch's first):
   while producing (all threads; a worker runs one intra-op thread), never its contended wall
   time;
 * measured at ``num_workers=0`` with the main process's torch intra-op pool active (its CPU
-  beyond the calling thread's), the main process counts as all its intra-op threads, runnable
-  for the whole loop, beside the workers: OpenMP's threads spin-wait at team barriers and after
-  each parallel region (:attr:`ThroughputModel.pool_threads`). With the pool starved of cores
+  beyond the calling thread's), the main process counts as all its intra-op threads during the
+  step, and its other threads for :data:`POOL_SPIN_S` after each step, beside the workers:
+  OpenMP's threads spin-wait at team barriers and after each parallel region
+  (:attr:`ThroughputModel.pool_threads`);
+* measured at ``num_workers=0``, a worker also pays the hand-over through shared memory
+  (:func:`with_shared_memory_cost`: a fixed part and a part per byte of the batch). With the
+  pool starved of cores
   in that run (:attr:`ThroughputModel.pool_starved`) the measured production and step times
   include waits a worker does not pay, by a factor the run cannot tell;
 * without host data, producer capacity with ``N >= 1`` workers is ``min(N x r, CPU cap)``,
@@ -125,6 +129,26 @@ def estimated_receive_s(batch_tensors: Optional[int]) -> float:
     tensors = DEFAULT_BATCH_TENSORS if batch_tensors is None else batch_tensors
     return RECEIVE_FIXED_S + RECEIVE_S_PER_TENSOR * tensors
 
+
+SHM_WORKER_FIXED_S = 1.7e-3
+SHM_WORKER_S_PER_BYTE = 1.19e-9
+"""A worker's extra seconds per batch for handing it over through shared memory, which a run
+measured at ``num_workers=0`` never paid: a fixed part (pickling, the queue, passing the file
+descriptors) and a part per byte of the batch (torch collates into fresh ``/dev/shm``
+storage each batch: allocating, zeroing and faulting in its pages, then copying). Fitted by
+``python benchmarks/shm_cost.py`` on the project's 2-core machine over 0.8 to 9.6 MB batches
+(1.19 ms a MB; the intercept 1.7 ms); see docs/model.md."""
+
+SHM_MAIN_S_PER_BYTE = 0.09e-9
+"""The main process's extra seconds per batch byte with workers: its first touch of each
+shared-memory page faults it in (the same benchmark: 0.09 ms a MB)."""
+
+POOL_SPIN_S = 9e-3
+"""Seconds each of torch's other intra-op threads stays runnable after a parallel region ends
+(libgomp busy-waits before it sleeps, ``GOMP_SPINCOUNT``): after each step the main process's
+pool keeps its other threads spinning this long, time workers beside it cannot use. Measured
+by ``python benchmarks/pool_spin.py`` on the project's 2-core machine (median 8.7-9.1 ms; 2
+threads, torch 2.13 CPU wheel); see docs/model.md."""
 
 MAX_NOISE_FRACTION = 0.9
 """Largest relative half-width of loop time the interval's high end takes (a 10x rate): the
@@ -283,14 +307,14 @@ def _cycle(
     ``reference_share`` / its share now (``reference_share`` ``None``: the step is as measured,
     used to find the measured run's own shares; ``worker_fixed_s``: a worker's time per batch
     as measured, likewise). ``pool_threads`` > 0: the main process counts as that many
-    threads runnable for the whole loop, during the step and while it waits
-    (:attr:`ThroughputModel.pool_threads`), and the step is runnable all its time."""
+    threads runnable during the step, and its ``pool_threads - 1`` other threads for
+    :data:`POOL_SPIN_S` after each step while it waits (:attr:`ThroughputModel.pool_threads`);
+    the step is runnable all its time."""
     step_share = worker_share = 1.0
     if pool_threads > 0:
         step_threads = 1.0  # runnable all its time; its group is the pool below
     main_group = (float(pool_threads), 1.0) if pool_threads > 0 else _step_group(step_threads)
-    # The pool counts whole while the main thread waits in next() too (see pool_threads).
-    waiting = [(float(pool_threads), 1.0)] if pool_threads > 0 else []
+    waiting: list[tuple[float, float]] = []
     step_s = step_meas_s
     for _ in range(_FIXED_POINT_ROUNDS):
         worker_s = scale * (worker_cpu_s / worker_share + worker_off_s)
@@ -305,6 +329,10 @@ def _cycle(
             1.0 / (step_s + receive_s))
         utilization = min(rate * worker_s / workers, 1.0)
         in_step = min(rate * step_s, 1.0)
+        if pool_threads > 1:
+            # After each step the pool's other threads spin POOL_SPIN_S, then sleep.
+            spin = min(rate * POOL_SPIN_S / max(1.0 - in_step, 1e-9), 1.0)
+            waiting = [(float(pool_threads - 1), spin)]
         want = runnable_part * utilization
         step_now, workers_in_step, _ = fair_shares(
             [main_group, (workers, want), (others_runnable, 1.0)], cpus)
@@ -396,17 +424,9 @@ class ThroughputModel:
     """torch intra-op threads of the main process when measured at ``num_workers=0`` with its
     pool active (production or the step used CPU beyond the calling thread, by at least
     :data:`~pipecheck.analysis.producer.INTRA_OP_INFLATION_MIN`); 0 otherwise. Beside
-    CPU-bound workers the pool's threads spin-wait at team barriers and after each parallel
-    region (OpenMP, which torch's CPU builds use, busy-waits before sleeping: libgomp's
-    ``GOMP_SPINCOUNT``), so the model counts the main process as this many runnable threads
-    for the whole loop, while its main thread waits in ``next()`` too. Measured with
-    ``benchmarks/prediction.py``'s FFT and JPEG pipelines on 2 cores (2 intra-op threads):
-    beside 2 workers the main process used 0.80 cores (1.0 alone, for a step of 1 core), and
-    2 FFT workers delivered 43-48 batches/s against 80 with ``torch.set_num_threads(1)``
-    (10-second wrapped runs; ``benchmarks/worker_cost.py``'s shorter loops: 57.5 against 71.7).
-    Counted this way the model was within 14% of 1 and 2 workers measured on both pipelines
-    (-14% to +6%); counting only the pool's other threads while the main thread waits gave
-    +13% to +35%."""
+    workers the pool's threads are runnable through the step (its parallel regions and the
+    busy-waits between them) and its other threads for :data:`POOL_SPIN_S` after it (OpenMP
+    busy-waits before it sleeps); docs/model.md has the measurements."""
 
     unstarved_step_s: Optional[float] = None
     """With ``num_workers=0`` measured and the step's intra-op pool starved of cores
@@ -823,8 +843,9 @@ def build_model(
     if pool:
         model = replace(model, pool_threads=pool, assumptions=model.assumptions + (
             f"the main process's {pool} torch intra-op threads were active (their CPU beyond "
-            "the calling thread's): beside CPU-bound workers they spin-wait, so all of them "
-            "count as runnable for the whole loop",))
+            "the calling thread's): beside workers all of them count as runnable during the "
+            f"step, and the other threads for {POOL_SPIN_S * 1e3:g} ms after it (OpenMP's "
+            "busy-wait before its threads sleep)",))
     if inflation is not None:
         # A worker does all of production on its one thread: never less than the calling
         # thread's share, unless that thread's CPU holds spin-waits for a starved pool.
@@ -837,7 +858,29 @@ def build_model(
                             "CPU, and the interval runs from "
                             + ("free production" if model.pool_starved
                                else "the calling thread's CPU") + " to the process's CPU",))
+    if run.worker_probe == "main-process" and run.consumer.batch_bytes:
+        model = with_shared_memory_cost(model, run.consumer.batch_bytes)
     return model
+
+
+def with_shared_memory_cost(model: ThroughputModel, batch_bytes: int) -> ThroughputModel:
+    """``model`` (measured at ``num_workers=0``) with the hand-over through shared memory
+    that a worker pays and the measured run did not: :data:`SHM_WORKER_FIXED_S` +
+    :data:`SHM_WORKER_S_PER_BYTE` x ``batch_bytes`` CPU seconds more per batch for a worker
+    and :data:`SHM_MAIN_S_PER_BYTE` x ``batch_bytes`` more for the main process."""
+    extra = SHM_WORKER_FIXED_S + SHM_WORKER_S_PER_BYTE * batch_bytes
+    cpu_range = model.worker_cpu_range_s
+    return replace(
+        model,
+        worker_cpu_per_batch_s=model.worker_cpu_per_batch_s + extra,
+        worker_cpu_range_s=(None if cpu_range is None
+                            else (cpu_range[0] + extra, cpu_range[1] + extra)),
+        per_worker_batches_per_s=1.0 / (1.0 / model.per_worker_batches_per_s + extra),
+        receive_s=model.receive_s + SHM_MAIN_S_PER_BYTE * batch_bytes,
+        assumptions=model.assumptions + (
+            f"a worker hands each {batch_bytes / 1e6:.2f} MB batch over through shared memory "
+            f"for about {extra * 1e3:.2f} ms more CPU than production in the main process "
+            "(pipecheck's measurement of torch's collation into /dev/shm)",))
 
 
 def active_pool_threads(run: RunRecord, inflation: Optional[float],

@@ -274,7 +274,8 @@ def test_no_recommendation_on_a_busy_host_points_to_stress():
 def test_a_serial_run_charges_workers_the_estimated_hand_over():
     # Measured at num_workers=0 the main thread never received a batch from a worker; the
     # model charges the measured-elsewhere hand-over (by the batch's tensor count) instead of 0.
-    from pipecheck.analysis.model import RECEIVE_FIXED_S, RECEIVE_S_PER_TENSOR
+    from pipecheck.analysis.model import (RECEIVE_FIXED_S, RECEIVE_S_PER_TENSOR,
+                                          SHM_MAIN_S_PER_BYTE)
 
     run = simulate(FakeRun(num_workers=0, prefetch_factor=None, step_s=0.004,
                            production_s=0.1, worker_cpu_fraction=0.05,
@@ -284,7 +285,9 @@ def test_a_serial_run_charges_workers_the_estimated_hand_over():
     run = dataclasses.replace(run, consumer=dataclasses.replace(
         run.consumer, batch_bytes=8_000_000, batch_tensors=32))  # a dict of 32 features
     model = analyze(run).model
-    assert model.receive_s == pytest.approx(RECEIVE_FIXED_S + 32 * RECEIVE_S_PER_TENSOR)
+    # the hand-over by tensor count, and the first touch of the batch's shared-memory pages
+    assert model.receive_s == pytest.approx(RECEIVE_FIXED_S + 32 * RECEIVE_S_PER_TENSOR
+                                            + 8_000_000 * SHM_MAIN_S_PER_BYTE)
     assert any("not measured (no workers)" in a for a in model.assumptions)
     many = model.predict(LoaderSettings(num_workers=64))
     assert many.steady_batches_per_s <= 1.0 / (0.004 + model.receive_s) * 1.001
@@ -485,20 +488,30 @@ def test_a_starved_pools_interval_reaches_free_production():
 
 def test_an_active_intra_op_pool_counts_as_runnable_threads_beside_workers():
     # num_workers=0 on 2 cores with torch's 2 intra-op threads active: beside CPU-bound
-    # workers the main process counts as 2 runnable threads for the whole loop, so 2 workers
-    # share the cores with them (half a core each), not with a one-thread step.
+    # workers the main process counts as 2 runnable threads during the step and its other
+    # thread for POOL_SPIN_S after it (OpenMP's busy-wait), so the workers get less than the
+    # whole cores.
+    from pipecheck.analysis.model import POOL_SPIN_S, _cycle
+
     spec = dataclasses.replace(SERIAL, production_s=0.4)
     run = with_intra_op(simulate(spec), threads=2, thread_share=0.5)
     model = analyze(run).model
     assert model.pool_threads == 2
     idle = dataclasses.replace(model, pool_threads=0)
     two = LoaderSettings(num_workers=2)
-    assert model.shares(2).worker_share == pytest.approx(0.5, rel=0.02)
-    assert model.predict(two).batches_per_s < idle.predict(two).batches_per_s
-    # Producer-bound: 2 workers x half a core over the calling thread's CPU per batch.
-    expected = 2 * 0.5 / model.worker_cpu_per_batch_s
+    share = model.shares(2).worker_share
+    assert 0.5 < share <= idle.shares(2).worker_share + 1e-9
+    assert model.predict(two).batches_per_s <= idle.predict(two).batches_per_s
+    # Producer-bound: 2 workers x their share over the calling thread's CPU per batch.
+    expected = 2 * share / model.worker_cpu_per_batch_s
     assert model.capacity(2)[0] == pytest.approx(expected, rel=0.02)
-    assert any("spin-wait" in words for words in model.assumptions)
+    assert any("busy-wait" in words for words in model.assumptions)
+    # The spin tail takes cores between steps: without the pool the workers get more.
+    load = model.load
+    args = (2, 1.0 / model.demand_batches_per_s, None, model.worker_cpu_per_batch_s, 0.0, 1.0,
+            model.receive_s, load.step_threads(), load.group_runnable(), load.cores_left())
+    assert POOL_SPIN_S > 0
+    assert _cycle(*args, pool_threads=2).worker_share < _cycle(*args).worker_share
     # The serial prediction is what was measured: the pool stays as it was.
     zero = LoaderSettings(num_workers=0)
     assert model.predict(zero).batches_per_s == pytest.approx(
@@ -626,3 +639,25 @@ def test_the_stress_command_reports_suggest_emulates_the_measured_step(run):
 
     args = build_parser().parse_args(command.strip("'").split()[1:])
     assert args.step_time.mean_s == pytest.approx(float(f"{step_s:.3g}"))
+
+
+def test_a_serial_run_charges_workers_the_shared_memory_hand_over_per_byte():
+    # Measured at num_workers=0 the batch never went through /dev/shm: a worker pays a fixed
+    # part and a part per byte more CPU per batch (torch collates into fresh shared memory),
+    # so large cheap batches gain less from a worker than the main process's production time
+    # alone says.
+    from pipecheck.analysis.model import SHM_WORKER_FIXED_S, SHM_WORKER_S_PER_BYTE
+
+    run = simulate(FakeRun(num_workers=0, prefetch_factor=None, step_s=0.004,
+                           production_s=0.004, worker_cpu_fraction=0.9,
+                           main_step_cpu_fraction=0.5))
+    small = analyze(dataclasses.replace(run, consumer=dataclasses.replace(
+        run.consumer, batch_bytes=1_000, batch_tensors=2))).model
+    large = analyze(dataclasses.replace(run, consumer=dataclasses.replace(
+        run.consumer, batch_bytes=10_000_000, batch_tensors=2))).model
+    extra = large.worker_cpu_per_batch_s - small.worker_cpu_per_batch_s
+    assert extra == pytest.approx(SHM_WORKER_S_PER_BYTE * (10_000_000 - 1_000))
+    assert small.worker_cpu_per_batch_s > SHM_WORKER_FIXED_S
+    one = LoaderSettings(num_workers=1)
+    assert large.predict(one).steady_batches_per_s < small.predict(one).steady_batches_per_s
+    assert any("through shared memory" in a for a in large.assumptions)
