@@ -83,6 +83,7 @@ def runs(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow  # two real training runs (the module's fixture), about 10 s
 def test_report_compare_says_throughput_fell_although_the_stall_fell(runs):
     old, new = load(runs / "old.json"), load(runs / "auto.json")
     assert new.consumer.samples_per_s < old.consumer.samples_per_s
@@ -98,6 +99,7 @@ def test_report_compare_says_throughput_fell_although_the_stall_fell(runs):
     assert done.stderr == ""
 
 
+@pytest.mark.slow  # two real training runs (the module's fixture), about 10 s
 def test_report_compare_json_and_markdown(runs, tmp_path):
     out = tmp_path / "compared.json"
     done = _python("-m", "pipecheck", "report", "--compare", "old.json", "auto.json",
@@ -114,6 +116,7 @@ def test_report_compare_json_and_markdown(runs, tmp_path):
     assert [f["name"] for f in comparison["figures"]][:2] == ["samples_per_s", "batches_per_s"]
 
 
+@pytest.mark.slow  # two real training runs (the module's fixture), about 10 s
 def test_wrap_save_keeps_the_comparison_with_the_report_it_replaced(runs):
     report = load(runs / "auto.json")
     assert report.comparison is not None
@@ -126,6 +129,7 @@ def test_wrap_save_keeps_the_comparison_with_the_report_it_replaced(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.slow  # two real training runs (the module's fixture), about 10 s
 def test_an_unreadable_earlier_file_is_a_note_never_an_error(runs, tmp_path):
     shutil.copy(runs / "train.py", tmp_path / "train.py")
     (tmp_path / "garbage.json").write_text("not a report\n")
@@ -138,6 +142,7 @@ def test_an_unreadable_earlier_file_is_a_note_never_an_error(runs, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.slow  # two real training runs (the module's fixture), about 10 s
 def test_pipecheck_run_json_compares_with_the_report_it_replaces(runs, tmp_path):
     shutil.copy(runs / "train.py", tmp_path / "train.py")
     shutil.copy(runs / "old.json", tmp_path / "run.json")

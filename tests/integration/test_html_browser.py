@@ -87,7 +87,7 @@ COLLAPSED = """JSON.stringify({
 })"""
 
 
-@pytest.mark.parametrize("width", [1280, 420])
+@pytest.mark.parametrize("width", [1280, pytest.param(420, marks=pytest.mark.slow)])
 def test_sections_start_collapsed_and_cards_and_list_numbers_stay_short(browser, tmp_path, width):
     path = tmp_path / "run.html"
     real_report().save_html(path)

@@ -145,6 +145,7 @@ def test_lightning_callback_reports_each_validation_dataloader_after_the_train_o
         assert callback.validation_reports[index].consumer.batches == val_batches[index]
 
 
+@pytest.mark.slow  # a tuned Lightning fit, about 4 s
 def test_lightning_callback_tunes_the_train_dataloader_only(tmp_path):
     pl = pytest.importorskip("lightning.pytorch")
     from pipecheck.analysis.choice import NOISE_BLOCKS
