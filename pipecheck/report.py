@@ -2,10 +2,10 @@
 
 A :class:`Report` is built once from a finished :class:`~pipecheck.records.RunRecord`
 (:func:`build_report`), then rendered (``print(report)``), saved as JSON (:meth:`Report.save`) and
-read back (:func:`load`). The JSON layout is the contract in docs/architecture.md, schema :data:`SCHEMA`:
-readers reject other schema versions instead of guessing. Keys are written in a fixed order
-(:data:`KEY_ORDER`) so saved reports diff cleanly. NaN and infinity never reach the JSON: they are
-written as ``null`` ("not measured").
+read back (:func:`load`). The JSON layout is the contract in docs/architecture.md, schema
+:data:`SCHEMA`: readers reject other schema versions instead of guessing. Keys are written in a
+fixed order (:data:`KEY_ORDER`) so saved reports diff cleanly. NaN and infinity never reach the
+JSON: they are written as ``null`` ("not measured").
 """
 
 from __future__ import annotations
@@ -130,7 +130,8 @@ class Report:
     # -- JSON ----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract (docs/architecture.md) as plain Python values, keys in :data:`KEY_ORDER`.
+        """The JSON contract (docs/architecture.md) as plain Python values, keys in
+        :data:`KEY_ORDER`.
 
         Non-finite floats become ``None``. Raises ``TypeError`` naming the key path if a value
         (e.g. a recommendation's ``proposed``) is not representable in JSON.

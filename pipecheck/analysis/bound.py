@@ -22,14 +22,14 @@ Classes (terms of docs/architecture.md):
 
 When the run queue is not readable (not Linux) only CPU counts towards ``cpu-bound``; with
 ``num_workers=0`` the main process's CPU while waiting in ``next()`` stands for the producer's.
-The thresholds are pipecheck's choice: 0.5 splits "mostly computing" from "mostly waiting"
-(measured here on 2 cores, ``tests/integration/test_worker_bound.py``: a busy-loop worker at
-1.0-1.03 CPU + run queue per busy second, a sleep-per-sample worker at 0.06-0.08, a worker reading 4 MiB chunks
-with O_DIRECT at 0.13-0.25 CPU while reading storage at 0.85-1.7 GB/s). The storage thresholds
-sit well above what a sleeping worker reads: a freshly spawned one faulted in torch's libraries
-from a cold page cache at 0.95 MB/s of busy time here; 8 MiB/s is still far below any disk's
-bandwidth. Slow reads below them count as latency (``latency-bound``), which gets the same advice
-(more workers).
+The thresholds are pipecheck's choice: 0.5 splits "mostly computing" from "mostly waiting" (measured
+here on 2 cores, ``tests/integration/test_worker_bound.py``: a busy-loop worker at 1.0-1.03 CPU +
+run queue per busy second, a sleep-per-sample worker at 0.06-0.08, a worker reading 4 MiB chunks
+with O_DIRECT at 0.13-0.25 CPU while reading storage at 0.85-1.7 GB/s). The storage thresholds sit
+well above what a sleeping worker reads: a freshly spawned one faulted in torch's libraries from a
+cold page cache at 0.95 MB/s of busy time here; 8 MiB/s is still far below any disk's bandwidth.
+Slow reads below them count as latency (``latency-bound``), which gets the same advice (more
+workers).
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ The model, per steady batch (every batch but each epoch's first):
   (:attr:`ThroughputModel.pool_threads`);
 * measured at ``num_workers=0``, a worker also pays the hand-over through shared memory
   (:func:`with_shared_memory_cost`: a fixed part and a part per byte of the batch). With the
-  pool starved of cores
-  in that run (:attr:`ThroughputModel.pool_starved`) the measured production and step times
-  include waits a worker does not pay, by a factor the run cannot tell;
+  pool starved of cores in that run (:attr:`ThroughputModel.pool_starved`) the measured
+  production and step times include waits a worker does not pay, by a factor the run cannot
+  tell;
 * without host data, producer capacity with ``N >= 1`` workers is ``min(N x r, CPU cap)``,
   ``r`` the measured per-worker rate (batches / busy time) and the CPU cap from the measured
   worker and main-process CPU per batch

@@ -205,8 +205,7 @@ def host_cpu_svg(report: "Report") -> Optional[str]:
     at = [s.at_s for s in samples]
     fig, ax = _figure(2.6)
     ax.plot(at, [s.main_cpu_percent / 100 for s in samples], color=MAIN_COLOR,
-            marker=_dots(samples),
-            drawstyle="steps-pre", label="main process")
+            marker=_dots(samples), drawstyle="steps-pre", label="main process")
     if any(s.workers_cpu_percent for s in samples) or report.loader.num_workers:
         ax.plot(at, [s.workers_cpu_percent / 100 for s in samples], color=WORKERS_COLOR,
                 marker=_dots(samples), drawstyle="steps-pre", label="workers (all)")
@@ -257,8 +256,7 @@ def host_memory_svg(report: "Report") -> Optional[str]:
     at = [s.at_s for s in samples]
     fig, ax = _figure(2.6)
     ax.plot(at, [s.main_rss_bytes / _MIB for s in samples], color=MAIN_COLOR,
-            marker=_dots(samples),
-            drawstyle="steps-post", label="main RSS")
+            marker=_dots(samples), drawstyle="steps-post", label="main RSS")
     if report.loader.num_workers or any(s.workers_rss_bytes for s in samples):
         ax.plot(at, [s.workers_rss_bytes / _MIB for s in samples], color=WORKERS_COLOR,
                 marker=_dots(samples), drawstyle="steps-post", label="workers RSS (sum)")

@@ -1,11 +1,12 @@
 """Render any JSON value of a report as escaped HTML, formatting numbers by the unit in their key.
 
 Used for report sections whose layout this renderer does not know in advance (stages, sharding,
-stacks, device, and whatever later versions add) and for findings' evidence. Units come from the
-key names, as the JSON contract (docs/architecture.md) prescribes: ``_s`` seconds, ``_bytes``
-bytes, ``_bytes_per_s`` bytes/s, ``<noun>_per_s`` a rate of ``<noun>``, ``bytes_per_<noun>``
-bytes per ``<noun>``, ``_fraction`` a 0-1 fraction, ``_percent`` 0-100 percent, ``_hz`` hertz; a trailing ``_low`` / ``_high`` (an
-interval's bounds) keeps the unit before it; ids, pids and line numbers are shown as written.
+stacks, device, and whatever later versions add) and for findings' evidence. Units come from the key
+names, as the JSON contract (docs/architecture.md) prescribes: ``_s`` seconds, ``_bytes`` bytes,
+``_bytes_per_s`` bytes/s, ``<noun>_per_s`` a rate of ``<noun>``, ``bytes_per_<noun>`` bytes per
+``<noun>``, ``_fraction`` a 0-1 fraction, ``_percent`` 0-100 percent, ``_hz`` hertz; a trailing
+``_low`` / ``_high`` (an interval's bounds) keeps the unit before it; ids, pids and line numbers are
+shown as written.
 Every string is passed through :func:`html.escape`.
 """
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
+from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.kinds import FindingKind
 from pipecheck.records import Diagnosis, Expected, Finding, Recommendation
 from pipecheck.report_sections import EpochStart, StressChoice, StressSection, SweepTrial
-from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.units import percent, rate, seconds, setting_value
 
 SEARCHED = ("num_workers", "prefetch_factor", "persistent_workers", "in_order", "batch_size")

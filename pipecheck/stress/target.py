@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterator, Optional
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
-from pipecheck.errors import BadInputError
 from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR
+from pipecheck.errors import BadInputError
 from pipecheck.stress.settings import TrialConfig
 
 Factory = Callable[..., Any]

@@ -78,7 +78,8 @@ class TrialResult:
         return self.error is None and self.samples_per_s is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """The stress section's trial entry (the JSON contract's keys, docs/architecture.md, plus extras)."""
+        """The stress section's trial entry (the JSON contract's keys, docs/architecture.md,
+        plus extras)."""
         return {"config": self.config.to_dict(), "samples_per_s": self.samples_per_s,
                 "batches_per_s": self.batches_per_s, "stall_fraction": self.stall_fraction,
                 "measured": True, "startup_s": self.startup_s, "batches": self.batches,

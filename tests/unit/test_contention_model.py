@@ -661,3 +661,28 @@ def test_a_serial_run_charges_workers_the_shared_memory_hand_over_per_byte():
     one = LoaderSettings(num_workers=1)
     assert large.predict(one).steady_batches_per_s < small.predict(one).steady_batches_per_s
     assert any("through shared memory" in a for a in large.assumptions)
+
+
+def test_a_proposal_must_beat_the_measured_rate_not_only_the_models_figure():
+    # From the measured settings the bar is the higher of the model's own figure for them and
+    # the steady rate the run measured: a CPU step measured at 1,418 samples/s, whose model
+    # figure for 0 workers was 1,271, was proposed 1 worker at 1,419 (it achieved 1,128).
+    from pipecheck.recommend import MIN_GAIN_FRACTION, _gains
+
+    run = simulate(FakeRun(num_workers=0, prefetch_factor=None, step_s=0.02,
+                           production_s=0.02, worker_cpu_fraction=0.9,
+                           main_step_cpu_fraction=0.5))
+    model = analyze(run).model
+    one, two = LoaderSettings(num_workers=1), LoaderSettings(num_workers=2)
+    predicted = model.predict(one).steady_batches_per_s
+    assert model.predict(model.measured).steady_batches_per_s * (1 + MIN_GAIN_FRACTION) \
+        <= predicted  # the model alone would propose 1 worker
+    slower = dataclasses.replace(model, sustained_batches_per_s=0.9 * predicted
+                                 / (1 + MIN_GAIN_FRACTION))
+    as_fast = dataclasses.replace(model, sustained_batches_per_s=predicted)
+    assert _gains(slower, model.measured, one)
+    assert not _gains(as_fast, model.measured, one)
+    # From settings other than the measured ones the model's figures alone decide.
+    assert _gains(as_fast, one, two) == _gains(model, one, two)
+    assert not [r for r in recommend(run, dataclasses.replace(analyze(run), model=as_fast))
+                if r.setting == "num_workers"]

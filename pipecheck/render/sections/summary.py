@@ -108,9 +108,9 @@ def _first_blocks(section: Section, count: int) -> Section:
 
 
 def key_figures(report: "Report") -> Optional[Section]:
-    """Throughput (samples/s, tokens/s where the run counted tokens, batches/s), the data wait, demand against capacity, the producer's class and the
-    host's CPU in a few lines; a stress report adds its sweep's choice. ``None`` for an attach
-    report (its own section has the figures)."""
+    """Throughput (samples/s, tokens/s where the run counted tokens, batches/s), the data wait,
+    demand against capacity, the producer's class and the host's CPU in a few lines; a stress report
+    adds its sweep's choice. ``None`` for an attach report (its own section has the figures)."""
     if report.attach is not None:
         return None
     consumer, producer = report.consumer, report.producer
