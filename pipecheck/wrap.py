@@ -39,6 +39,7 @@ from .measurement import (  # noqa: F401  (the constants are documented here too
     EARLY_PSS_WINDOW_S,
     FAST_BATCH_EPOCH_STRIDE,
     FAST_BATCH_S,
+    FAST_BATCH_TIMED_EPOCH_SPACING,
     PSS_INTERVAL_S,
     Measurement,
     describe_loader,

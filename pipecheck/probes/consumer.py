@@ -498,6 +498,11 @@ class ConsumerProbe:
         made._periodic = periodic
         return made
 
+    def batches_taken(self) -> int:
+        """Batches of the epochs folded so far (every epoch ended before the last one
+        began, and the folded part of any still open): a count that only grows. O(1)."""
+        return self._batches_folded
+
     def _begin_epoch(self, fixed: Optional[FixedBatches]) -> _Epoch:
         """A new epoch, listed among the most recent; the one it pushes out of them is
         folded into the sums once ended (:meth:`_retire`). O(1) however many came before:
@@ -606,7 +611,9 @@ class ConsumerProbe:
         marks = epoch.marks
         if not marks:
             return
-        if len(marks) >> 1 <= SMALL_FOLD_BATCHES and min(marks[0::2]) >= 0:
+        if len(marks) == 2 and marks[0] >= 0:
+            self._fold_one(epoch, next_entered)  # one timed batch: a one-batch epoch's close
+        elif len(marks) >> 1 <= SMALL_FOLD_BATCHES and min(marks[0::2]) >= 0:
             self._fold_small(epoch, next_entered)
         else:
             chunk = epoch.chunk(next_entered)
@@ -675,6 +682,38 @@ class ConsumerProbe:
         self._batches_folded += n
         self._row_count += rows
         if len(buffer) >= 6 * _ROW_BUFFER_ROWS:
+            self._flush_rows()
+
+    def _fold_one(self, epoch: _Epoch, next_entered: Optional[float]) -> None:
+        """:meth:`_fold_small` for exactly one buffered timed batch, without its loop: what
+        an epoch of one batch (``next(iter(loader))``, a tiny dataset) folds when it ends.
+        The same figures as :meth:`_fold_small`'s; clears nothing (the caller does)."""
+        fixed = epoch.fixed
+        if fixed is None:
+            if not epoch.sizes:
+                return
+            batch = epoch.sizes[0]
+        else:
+            batch = min(max(fixed.samples_per_epoch - epoch.samples, 0), fixed.batch_size)
+        marks = epoch.marks
+        entered, left = marks[0], marks[1]
+        index = epoch.base_index + epoch.batches
+        step = math.nan if next_entered is None else next_entered - left
+        if index % self._stride == 0:
+            self._row_buffer.extend((index, epoch.epoch, entered - self._run_start,
+                                     left - entered, step, batch))
+            self._row_count += 1
+        if epoch.first is None and epoch.batches == 0:
+            epoch.first = left - entered
+        epoch.batches += 1
+        epoch.samples += batch
+        epoch.wait += left - entered
+        if next_entered is not None:
+            epoch.compute += step
+        epoch.last = left
+        epoch.counted_to = left if next_entered is None else next_entered
+        self._batches_folded += 1
+        if len(self._row_buffer) >= 6 * _ROW_BUFFER_ROWS:
             self._flush_rows()
 
     def _bound_timeline(self) -> None:

@@ -221,8 +221,9 @@ def test_samples_exact_with_drop_last_and_custom_collate():
 def test_fast_main_process_loader_times_only_some_epochs(monkeypatch):
     from pipecheck.wrap import FAST_BATCH_EPOCH_STRIDE
 
-    # Every batch counts as fast, however loaded this machine is.
+    # Every batch counts as fast, however loaded this machine is; no spacing in batches.
     monkeypatch.setattr(sys.modules["pipecheck.measurement"], "FAST_BATCH_S", 10.0)
+    monkeypatch.setattr(sys.modules["pipecheck.measurement"], "FAST_BATCH_TIMED_EPOCH_SPACING", 0)
     wrapped = pipecheck.wrap(DataLoader(SquaresDataset(64), batch_size=8), host=False)
     epochs = FAST_BATCH_EPOCH_STRIDE + 1
     for _ in range(epochs):
@@ -234,6 +235,26 @@ def test_fast_main_process_loader_times_only_some_epochs(monkeypatch):
     assert main.id == -1 and main.batches == 2 * 8
     report = wrapped.report()
     assert report.producer.capacity_batches_per_s is not None
+    wrapped.close()
+
+
+def test_fast_one_batch_epochs_are_timed_only_batches_apart(monkeypatch):
+    """Epochs of one fast batch: a timed epoch (one in FAST_BATCH_EPOCH_STRIDE) begins only
+    FAST_BATCH_TIMED_EPOCH_SPACING batches after the last one began, so its start-up cost
+    is not paid every few batches; the consumer still counts every batch."""
+    import pipecheck.measurement as measurement
+
+    monkeypatch.setattr(measurement, "FAST_BATCH_S", 10.0)
+    monkeypatch.setattr(measurement, "FAST_BATCH_TIMED_EPOCH_SPACING", 16)
+    assert measurement.FAST_BATCH_EPOCH_STRIDE == 8
+    wrapped = pipecheck.wrap(DataLoader(SquaresDataset(8), batch_size=8), host=False)
+    for _ in range(33):
+        list(wrapped)
+    record = wrapped.record()
+    assert record.probed_epochs == 3  # epochs 0, 16 and 32
+    assert record.consumer.batches == 33
+    (main,) = record.workers
+    assert main.batches == 3
     wrapped.close()
 
 
