@@ -52,6 +52,7 @@ import weakref
 from typing import Any, Optional
 
 from pipecheck import _atomic
+from pipecheck.errors import one_line
 
 SAVE_WAIT_S = 10.0
 """Longest time (seconds) the SIGTERM handler waits for the saver thread before going on to
@@ -121,7 +122,7 @@ class AutoSave:
             self.compared(self._measurement.final_report()).save(self.path)
         except Exception as err:  # one line, never a traceback at exit
             print(f"pipecheck: could not save the report to {self.path}: "
-                  f"{type(err).__name__}: {err}", file=sys.stderr)
+                  f"{one_line(err)}", file=sys.stderr)
         finally:
             self._lock.release()
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, T
 
 from pipecheck._atomic import is_stdout, output_problem
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
+from pipecheck.errors import one_line as error_line
 from pipecheck.records import MAX_WORLD_SIZE, to_jsonable
 from pipecheck.render.inert import one_line
 from pipecheck.render.formats import FILE_FORMATS
@@ -816,7 +817,7 @@ class RunCommand(Command):
             _say(f"{PROG}: interrupted while writing the reports", sys.stderr)
         except Exception as err:
             _say(f"{PROG}: could not write the reports: "
-                 f"{_one_line(f'{type(err).__name__}: {err}')}", sys.stderr)
+                 f"{error_line(err)}", sys.stderr)
         return outcome.code
 
 
@@ -865,9 +866,9 @@ def _save_run_output(save: Callable[[], Any], what: str, path: str, quiet: bool)
     except BrokenPipeError:
         raise
     except Exception as err:  # one line; the other outputs and the summary still come
-        reason = str(err) if isinstance(err, PipecheckError) else (
-            f"cannot write {path}: {type(err).__name__}: {err}")
-        _say(f"{PROG}: {what} not saved: {_one_line(reason)}", sys.stderr)
+        reason = error_line(err) if isinstance(err, PipecheckError) else (
+            f"cannot write {path}: {error_line(err)}")
+        _say(f"{PROG}: {what} not saved: {reason}", sys.stderr)
         return
     if not quiet and not is_stdout(path):
         _say(f"{PROG}: {what} saved to {saved}", sys.stderr)
@@ -1092,7 +1093,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except PipecheckError as err:
         if debug:
             traceback.print_exc()
-        _say(f"{PROG}: error: {_one_line(str(err))}", sys.stderr)
+        _say(f"{PROG}: error: {error_line(err)}", sys.stderr)
         return err.exit_code
     except Exception as err:
         if debug:
@@ -1100,7 +1101,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             hint = ""
         else:
             hint = " (run with --debug for the traceback)"
-        message = _one_line(f"{type(err).__name__}: {err}")
+        message = error_line(err)
         _say(f"{PROG}: internal error: {message}{hint}", sys.stderr)
         return EXIT_INTERNAL_ERROR
 
@@ -1116,10 +1117,6 @@ def _say(line: str, stream: TextIO) -> None:
     line, its control characters and line breaks made visible: file names and messages come
     from the user (:func:`pipecheck.render.inert.one_line`)."""
     print(one_line(line), file=stream)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _silence_stdout() -> None:

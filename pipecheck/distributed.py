@@ -23,6 +23,7 @@ import os
 import socket
 from typing import Any, Optional
 
+from pipecheck.errors import one_line
 from pipecheck.kinds import FindingKind
 from pipecheck.rank_files import rank_path as rank_path  # re-exported: its documented home
 from pipecheck.records import RankInfo, RankSummary, from_jsonable, to_jsonable
@@ -111,8 +112,7 @@ def gather_summaries(summary: RankSummary,
             received = [None] * dist.get_world_size()
         dist.gather_object(to_jsonable(summary), received, dst=0, group=group)
     except Exception as err:  # gloo raises RuntimeError (timeout, connection closed) and others
-        text = " ".join(str(err).split())
-        raise GatherFailed(f"{type(err).__name__}: {text[:200]}") from err
+        raise GatherFailed(one_line(err, limit=200)) from err
     if received is None:
         return None
     return [from_jsonable(RankSummary, item, f"rank {i}") for i, item in enumerate(received)]

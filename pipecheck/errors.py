@@ -6,6 +6,8 @@ file, an unreadable report, a target that is not a loader), 1 a violated check t
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 class PipecheckError(Exception):
     """Base class; the message is one line meant for the user."""
@@ -27,3 +29,27 @@ class CheckFailed(PipecheckError):
     """A ``pipecheck check`` threshold was violated."""
 
     exit_code = 1
+
+
+def one_line(err: BaseException, limit: Optional[int] = None) -> str:
+    """``err`` as one line, for a note in a report or a one-line error: ``Type: message``, the
+    message's lines joined by single spaces; a :class:`PipecheckError`'s message alone (it is
+    already written for the user). torch re-raises a DataLoader worker's exception with the
+    worker's whole traceback in its message ("Caught ValueError in DataLoader worker process
+    0.", "Original Traceback ...", the original error last): only that first line and the
+    last are kept. ``limit`` (characters, > 0): the message is cut to it. Never raises, even
+    for an exception whose ``__str__`` does."""
+    name = type(err).__name__
+    try:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    except Exception:  # a user exception whose __str__ fails still gets its type named
+        lines = []
+    if not lines:
+        return name
+    if len(lines) > 1 and any(line.startswith("Original Traceback") for line in lines):
+        text = f"{lines[0]} {lines[-1]}"
+    else:
+        text = " ".join(" ".join(line.split()) for line in lines)
+    if limit is not None:
+        text = text[:limit]
+    return text if isinstance(err, PipecheckError) else f"{name}: {text}"

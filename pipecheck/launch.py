@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from pipecheck.errors import BadInputError
+from pipecheck.errors import BadInputError, one_line
 from pipecheck.run_files import ReportName, parse
 from pipecheck.run_process import (GRACE_S, KILL_WAIT_S, StartFailed, describe,
                                    run_until_all_gone, say)
@@ -261,7 +261,7 @@ def run_and_collect(command: Sequence[str], *, grace_s: float = GRACE_S,
     except KeyboardInterrupt:  # the program's exit code stands whatever happens here
         say("interrupted while reading the reports")
     except Exception as err:
-        say(f"could not read the reports: {type(err).__name__}: {err}")
+        say(f"could not read the reports: {one_line(err)}")
     finally:
         if stuck:
             outcome.kept_folder = folder

@@ -33,6 +33,7 @@ from ._torch_compat import IteratorHookUnavailable, IteratorSubstitutes, quiet_l
 from .autosave import AutoSave
 from .distributed import DEFAULT_GATHER_TIMEOUT_S, current_rank
 from .environment import collect_environment
+from .errors import one_line
 from .probes.base import Probe
 from .probes.batches import SampleCounter, TokenCounter
 from .probes.consumer import ConsumerProbe, FixedBatches
@@ -190,7 +191,7 @@ def _stop(probes: list[Probe]) -> None:
 
 
 def _off_note(probe: Any, err: BaseException) -> str:
-    return f"{probe.name} probe off: {type(err).__name__}: {err}"
+    return f"{probe.name} probe off: {one_line(err)}"
 
 
 def _start_probe(make: Callable[[], Any], name: str, what: str, off: dict[str, str]) -> Any:

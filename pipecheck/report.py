@@ -20,7 +20,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
-from pipecheck.errors import BadInputError, ReportFormatError
+from pipecheck.errors import BadInputError, ReportFormatError, one_line
 from pipecheck.kinds import REPORT_KINDS, ReportKind
 from pipecheck.rank_files import rank_path
 from pipecheck.report_sections import AttachSection, StressSection
@@ -363,7 +363,7 @@ def read_earlier(path: str | os.PathLike[str]) -> Optional[Earlier]:
     try:
         old = load(name)
     except Exception as err:  # one line in the new report, never an error
-        text = str(err) if isinstance(err, ReportFormatError) else f"{type(err).__name__}: {err}"
+        text = one_line(err)
         return Earlier(name, note=f"the earlier file could not be read ({text})")
     timeline = Timeline(batches=old.timeline.batches, epochs=[], worker_batches=[], host=[])
     return Earlier(name, report=dataclasses.replace(old, timeline=timeline))

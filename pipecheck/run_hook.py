@@ -34,13 +34,15 @@ import threading
 import weakref
 from typing import Any, Optional, Sequence
 
+from pipecheck.errors import one_line
+
 RUN_DIR_ENV = "PIPECHECK_RUN_DIR"
+"""Environment variable naming the folder each process writes its loaders' reports to."""
 
 TUNE_ENV = "PIPECHECK_RUN_TUNE"
 """Set to ``1`` by ``pipecheck run --tune``: every measured DataLoader is tuned online with the
 default :class:`pipecheck.tune.TuneLimits`, as ``wrap(loader, tune=True)``; ``name=value``
 pairs set other limits (:func:`pipecheck.tune.controller.limits_from_text`)."""
-"""Environment variable naming the folder each process writes its loaders' reports to."""
 
 MAX_LOADERS = 16
 """Most loader objects measured per process: each has its own samplers; a program that builds a
@@ -97,7 +99,7 @@ def _measure(loader: Any) -> Any:
         weakref.finalize(loader, measurement.close)
     except Exception as err:
         print(f"pipecheck run: a {type(loader).__name__} is not measured: "
-              f"{type(err).__name__}: {err}", file=sys.stderr)
+              f"{one_line(err)}", file=sys.stderr)
         return None
     return measurement
 
@@ -162,7 +164,7 @@ class _PatchingLoader(importlib.abc.Loader):
         try:
             patch(module)
         except Exception as err:
-            print(f"pipecheck run: DataLoaders are not measured: {type(err).__name__}: {err}",
+            print(f"pipecheck run: DataLoaders are not measured: {one_line(err)}",
                   file=sys.stderr)
 
 

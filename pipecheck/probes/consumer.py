@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequ
 import numpy as np
 
 from .._clock import Clock, monotonic
+from ..errors import one_line
 from .._locks import bounded
 from ..kinds import (COMPLETE, ERROR, IN_PROGRESS, INTERRUPTED, NOT_STARTED, TERMINATED,
                      ConsumerStatus)
@@ -138,20 +139,6 @@ ObserverErrorHandler = Callable[[BatchObserver, Exception], None]
 
 DEFAULT_TIMELINE_CAPACITY = 8192
 """Timeline rows kept (about 100 bytes each: under 1 MB)."""
-
-
-def _describe(exc: BaseException) -> str:
-    """One line: the exception type and first message line; for torch's re-raised worker
-    errors ("Caught ValueError in DataLoader worker process 0." + traceback) also the last
-    line, which holds the original message."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    name = type(exc).__name__
-    if not lines:
-        return name
-    text = lines[0]
-    if len(lines) > 1 and lines[-1] != lines[0]:
-        text = f"{text} {lines[-1]}"
-    return f"{name}: {text}"
 
 
 class FixedBatches(NamedTuple):
@@ -582,7 +569,7 @@ class ConsumerProbe:
             self._interrupted = True
             self._finish(epoch, entered, end, "interrupted")
         else:
-            self._error = _describe(exc)
+            self._error = one_line(exc)
             self._finish(epoch, entered, end, "error")
 
     def _first_batch(self, batch: Any) -> None:
@@ -870,7 +857,7 @@ class ConsumerProbe:
         if status == "error":
             self._failed = True
             if exc is not None and self._error is None:
-                self._error = _describe(exc)
+                self._error = one_line(exc)
         elif status == "interrupted":
             self._interrupted = True
         elif status == "terminated":

@@ -34,6 +34,7 @@ import psutil
 from pipecheck import _clock
 from pipecheck._clock import Clock
 from pipecheck._locks import bounded
+from pipecheck.errors import one_line
 from pipecheck.kinds import CHILD, MAIN, WORKER, ProcessRole
 from pipecheck.probes.neighbours import NeighbourScan
 from pipecheck.records import CpuSample, HostRecord, HostSample, MemorySample, ProcessStats
@@ -242,7 +243,7 @@ class HostProbe:
         except Exception as error:  # psutil unusable here: report it, never break the run
             with self._lock:
                 self._unavailable = True
-                self._note = f"psutil cannot read process {self._pid}: {_describe(error)}"
+                self._note = f"psutil cannot read process {self._pid}: {one_line(error)}"
             return
         finally:
             with self._lock:
@@ -300,7 +301,7 @@ class HostProbe:
         with self._lock:
             self._failed = True
             at_s = self._last_tick.at_s if self._last_tick is not None else 0.0
-            self._note = f"sampling stopped after at_s={at_s:.2f}: {_describe(error)}"
+            self._note = f"sampling stopped after at_s={at_s:.2f}: {one_line(error)}"
 
     # -- one tick ----------------------------------------------------------------------------
 
@@ -799,5 +800,3 @@ def _rate(amount: Optional[int], duration_s: float) -> Optional[float]:
     return amount / duration_s
 
 
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"

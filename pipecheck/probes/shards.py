@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
-from pipecheck.errors import BadInputError
+from pipecheck.errors import BadInputError, one_line
 
 Splitter = Callable[[Iterable[str]], Iterable[str]]
 """A webdataset-style splitter: takes the shard URLs, yields this rank's (or worker's) share."""
@@ -198,7 +198,7 @@ def replay_split(urls: Sequence[str], world_size: int, num_workers: int,
                         islice(worker_splitter(node_splitter(iter(urls))), len(urls) + 1))
                 except Exception as err:
                     raise BadInputError(
-                        f"the shard splitter raised {type(err).__name__}: {err}") from None
+                        f"the shard splitter raised {one_line(err)}") from None
     return assignment
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Optional
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR
-from pipecheck.errors import BadInputError
+from pipecheck.errors import BadInputError, one_line
 from pipecheck.stress.settings import TrialConfig
 
 Factory = Callable[..., Any]
@@ -86,7 +86,7 @@ def _import_file(where: str) -> Any:
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as err:
         del sys.modules[name]
-        raise BadInputError(f"importing {where} failed: {_describe(err)}") from err
+        raise BadInputError(f"importing {where} failed: {one_line(err)}") from err
     return module
 
 
@@ -98,9 +98,9 @@ def _import_module(where: str) -> Any:
     except ModuleNotFoundError as err:
         if err.name and where.startswith(err.name):
             raise BadInputError(f"no module named {where!r}") from err
-        raise BadInputError(f"importing {where} failed: {_describe(err)}") from err
+        raise BadInputError(f"importing {where} failed: {one_line(err)}") from err
     except Exception as err:
-        raise BadInputError(f"importing {where} failed: {_describe(err)}") from err
+        raise BadInputError(f"importing {where} failed: {one_line(err)}") from err
 
 
 def call_factory(factory: Factory, config: TrialConfig, name: str = "target") -> DataLoader:
@@ -111,7 +111,7 @@ def call_factory(factory: Factory, config: TrialConfig, name: str = "target") ->
     try:
         result = factory(**_accepted(factory, offered))
     except Exception as err:
-        raise BadInputError(f"{name} raised {_describe(err)}") from err
+        raise BadInputError(f"{name} raised {one_line(err)}") from err
     if isinstance(result, DataLoader):
         if _matches(result, config):
             return result
@@ -255,6 +255,3 @@ class FirstIndices(Sampler):
             return self.count
 
 
-def _describe(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__

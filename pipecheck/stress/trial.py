@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 from pipecheck.analysis.consumer import (cold_start_s, started_steady_s, steady_stall_fraction,
                                          summarize_consumer)
+from pipecheck.errors import one_line
 from pipecheck.records import RunRecord, from_jsonable, to_jsonable
 from pipecheck.report_sections import TrialEntry
 from pipecheck.stress.settings import Step, TrialConfig, step_from_dict
@@ -138,7 +139,7 @@ def measure(loader: Any, config: TrialConfig, limits: TrialLimits,
             if delivered == before or used_up or out_of_time:
                 break  # an empty epoch would repeat forever
     except Exception as err:
-        error = describe_error(err)
+        error = one_line(err)
     finally:
         wrapped.close()
     record = dataclasses.replace(wrapped.record(), kind="stress")
@@ -163,25 +164,6 @@ def shorten_epochs(loader: Any, config: TrialConfig, batches: int) -> Any:
     if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
         return loader
     return rebuild_loader(loader, config, epoch_batches=batches)
-
-
-def describe_error(err: BaseException) -> str:
-    """One line for ``err``. A DataLoader worker's exception arrives with the worker's whole
-    traceback in its message; only its first line and the original error (the last line) are
-    kept: ``RuntimeError: Caught RuntimeError in DataLoader worker process 0: RuntimeError: ...``.
-    """
-    from pipecheck.errors import PipecheckError
-
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    if isinstance(err, PipecheckError) and lines:  # already a message for the user
-        return " ".join(lines)
-    if not lines:
-        return type(err).__name__
-    if len(lines) > 1 and any(line.startswith("Original Traceback") for line in lines):
-        text = f"{lines[0].rstrip('.')}: {lines[-1]}"
-    else:
-        text = " ".join(lines)
-    return f"{type(err).__name__}: {text}"
 
 
 def summarize(config: TrialConfig, record: RunRecord, wall_s: float,
@@ -254,7 +236,7 @@ def _child(request_path: str) -> int:
                          on_batch=lambda: progress.write(b"b"))
     except Exception as err:
         traceback.print_exc()
-        result = failed(config, describe_error(err), time.perf_counter() - started)
+        result = failed(config, one_line(err), time.perf_counter() - started)
     temp = os.path.join(folder, "result.json.tmp")
     with open(temp, "w", encoding="utf-8") as handle:
         json.dump(result_to_json(result), handle)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from pipecheck._clock import Clock, monotonic
 from pipecheck._torch_compat import IteratorSubstitutes, index_sampler_attribute, quiet_len
+from pipecheck.errors import one_line
 from pipecheck.kinds import TuneStatus
 from pipecheck.probes.batches import count_samples
 from pipecheck.records import TuneSection, TuneSettings
@@ -301,7 +302,7 @@ class Tuner:
         """Tuning failed: off for the rest of the run, with the reason. Never raises."""
         try:
             self.status = "off"
-            self.reason = f"tuning off: {type(err).__name__}: {err}"[:500]
+            self.reason = f"tuning off: {one_line(err, limit=480)}"
         except Exception:
             pass
 
