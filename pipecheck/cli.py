@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, T
 from pipecheck._atomic import is_stdout, output_problem
 from pipecheck.errors import BadInputError, CheckFailed, PipecheckError
 from pipecheck.errors import one_line as error_line
-from pipecheck.records import MAX_WORLD_SIZE, to_jsonable
+from pipecheck.records import MAX_WORLD_SIZE
+from pipecheck.codec import to_jsonable
 from pipecheck.render.inert import one_line
 from pipecheck.render.formats import FILE_FORMATS
 from pipecheck.render.markdown import MarkdownRenderer

@@ -26,7 +26,8 @@ from typing import Any, Optional
 from pipecheck.errors import one_line
 from pipecheck.kinds import FindingKind
 from pipecheck.rank_files import rank_path as rank_path  # re-exported: its documented home
-from pipecheck.records import RankInfo, RankSummary, from_jsonable, to_jsonable
+from pipecheck.records import RankInfo, RankSummary
+from pipecheck.codec import from_jsonable, to_jsonable
 
 DEFAULT_GATHER_TIMEOUT_S = 60.0
 """Seconds rank 0 waits for the other ranks' summaries (the gloo subgroup's timeout). A

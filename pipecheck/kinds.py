@@ -5,7 +5,7 @@ Plain data: ``Literal`` aliases for the fields of :mod:`pipecheck.records` and
 those strings, and :class:`FindingKind`, every ``Finding.kind`` pipecheck emits, each with
 what it means. The strings are the JSON values of the report contract (``docs/architecture.md``)
 and never change; a report a newer pipecheck wrote may hold values not listed here and still
-loads (:func:`pipecheck.records.from_jsonable` checks only that they are strings).
+loads (:func:`pipecheck.codec.from_jsonable` checks only that they are strings).
 
 Imports nothing from pipecheck, so any module may import it.
 """

@@ -26,8 +26,8 @@ from typing import Any, Optional, Sequence
 from pipecheck.analysis.ranks import analyze_ranks, rank_summary
 from pipecheck.errors import BadInputError, ReportFormatError
 from pipecheck.kinds import FindingKind
-from pipecheck.records import (ConsumerSummary, Diagnosis, RankInfo, RankSummary, RanksSummary,
-                               Recommendation, from_jsonable)
+from pipecheck.records import ConsumerSummary, Diagnosis, RankInfo, RankSummary, RanksSummary, Recommendation
+from pipecheck.codec import from_jsonable
 from pipecheck.report import Report, check_schema, load, read_json
 
 

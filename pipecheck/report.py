@@ -24,25 +24,8 @@ from pipecheck.errors import BadInputError, ReportFormatError, one_line
 from pipecheck.kinds import REPORT_KINDS, ReportKind
 from pipecheck.rank_files import rank_path
 from pipecheck.report_sections import AttachSection, StressSection
-from pipecheck.records import (
-    Comparison,
-    ConsumerSummary,
-    DeviceRecord,
-    Diagnosis,
-    Environment,
-    HostRecord,
-    LoaderConfig,
-    ProducerSummary,
-    RankInfo,
-    RanksSummary,
-    Recommendation,
-    ShardingSection,
-    StacksRecord,
-    TuneSection,
-    Timeline,
-    from_jsonable,
-    to_jsonable,
-)
+from pipecheck.records import Comparison, ConsumerSummary, DeviceRecord, Diagnosis, Environment, HostRecord, LoaderConfig, ProducerSummary, RankInfo, RanksSummary, Recommendation, ShardingSection, StacksRecord, TuneSection, Timeline
+from pipecheck.codec import from_jsonable, to_jsonable
 
 if TYPE_CHECKING:
     from pipecheck.records import RunRecord
@@ -152,7 +135,7 @@ class Report:
         :class:`~pipecheck.errors.ReportFormatError` (one line, naming the key path) when
         ``data`` is not an object, its schema is missing or not :data:`SCHEMA`, a required key is
         missing, a value has the wrong type, a number is out of range
-        (:func:`~pipecheck.records.from_jsonable` with ``ranges``: infinity or NaN anywhere,
+        (:func:`~pipecheck.codec.from_jsonable` with ``ranges``: infinity or NaN anywhere,
         evidence and configurations included; an integer beyond 2**63 - 1; negative durations,
         counts or rates, fractions outside 0-1), or a rank lies outside its world size (at most
         :data:`~pipecheck.records.MAX_WORLD_SIZE`).

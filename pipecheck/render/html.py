@@ -24,7 +24,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND
-from pipecheck.records import to_jsonable
+from pipecheck.codec import to_jsonable
 from pipecheck.render import charts
 from pipecheck.render.base import Renderer
 from pipecheck.render.generic import to_html as generic_html

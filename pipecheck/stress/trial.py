@@ -21,7 +21,8 @@ from typing import Any, Callable, Optional
 from pipecheck.analysis.consumer import (cold_start_s, started_steady_s, steady_stall_fraction,
                                          summarize_consumer)
 from pipecheck.errors import one_line
-from pipecheck.records import RunRecord, from_jsonable, to_jsonable
+from pipecheck.records import RunRecord
+from pipecheck.codec import from_jsonable, to_jsonable
 from pipecheck.report_sections import TrialEntry
 from pipecheck.stress.settings import Step, TrialConfig, step_from_dict
 from pipecheck.stress.step import step_runner

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 import pipecheck
 from pipecheck.distributed import gather_summaries
 from pipecheck.merge import own_summary
-from pipecheck.records import to_jsonable
+from pipecheck.codec import to_jsonable
 
 STEPS = 10
 BATCH_SIZE = 2

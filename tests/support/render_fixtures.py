@@ -11,7 +11,8 @@ import time
 import torch
 
 import pipecheck
-from pipecheck.records import Finding, LoaderConfig, Recommendation, from_jsonable
+from pipecheck.records import Finding, LoaderConfig, Recommendation
+from pipecheck.codec import from_jsonable
 from pipecheck.report import Report
 from pipecheck.report_sections import StressSection
 from report_factory import replace_consumer, sample_report

@@ -25,7 +25,7 @@ from pipecheck.records import (
     WorkerBatch,
     WorkerSummary,
 )
-from pipecheck.records import from_jsonable
+from pipecheck.codec import from_jsonable
 from pipecheck.report import Report
 from pipecheck.report_sections import StressSection
 

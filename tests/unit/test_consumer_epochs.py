@@ -18,7 +18,8 @@ from pipecheck.analysis import consumer as analysis
 from pipecheck.probes import consumer as consumer_module
 from pipecheck.probes.consumer import (EPOCH_ROWS_FIRST, EPOCH_ROWS_LAST, ConsumerProbe,
                                        FixedBatches)
-from pipecheck.records import ConsumerRecord, FoldedEpochs, Timeline, from_jsonable, to_jsonable
+from pipecheck.records import ConsumerRecord, FoldedEpochs, Timeline
+from pipecheck.codec import from_jsonable, to_jsonable
 
 
 class Source:

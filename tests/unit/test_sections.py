@@ -10,7 +10,8 @@ import pytest
 
 from pipecheck.errors import ReportFormatError
 from pipecheck.analysis.stages import stage_table
-from pipecheck.records import HeadOfLineSummary, StageRow, to_jsonable
+from pipecheck.records import HeadOfLineSummary, StageRow
+from pipecheck.codec import to_jsonable
 from pipecheck.report import Report
 from report_factory import sample_report
 
