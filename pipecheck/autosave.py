@@ -52,7 +52,7 @@ import weakref
 from typing import Any, Optional
 
 from pipecheck import _atomic
-from pipecheck.errors import one_line
+from pipecheck.errors import BadArgumentError, one_line
 
 SAVE_WAIT_S = 10.0
 """Longest time (seconds) the SIGTERM handler waits for the saver thread before going on to
@@ -98,11 +98,11 @@ class AutoSave:
 
     @staticmethod
     def check_path(path: str | os.PathLike[str]) -> None:
-        """Raise ``ValueError`` (one line naming ``path``) when a report could not be saved
+        """Raise :class:`~pipecheck.errors.BadArgumentError` (a ``ValueError``, one line naming ``path``) when a report could not be saved
         there (:func:`pipecheck._atomic.output_problem`)."""
         problem = _atomic.output_problem(path)
         if problem is not None:
-            raise ValueError(f"cannot save the report to {os.fspath(path)}: {problem}")
+            raise BadArgumentError(f"cannot save the report to {os.fspath(path)}: {problem}")
 
     def _warm_up(self) -> None:
         """Build one report now so that every module the saver needs (numpy's lazily loaded

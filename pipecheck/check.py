@@ -22,13 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from pipecheck.errors import BadArgumentError
 from pipecheck.report import Report
 from pipecheck.units import percent, rate, seconds
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """What a run must meet; ``None`` skips that check. Raises ``ValueError`` when
+    """What a run must meet; ``None`` skips that check. Raises
+    :class:`~pipecheck.errors.BadArgumentError` (a ``ValueError``) when
     ``max_stall`` is outside 0-1 or another bound is not positive, or none is given."""
 
     max_stall: Optional[float] = None
@@ -37,13 +39,13 @@ class Thresholds:
 
     def __post_init__(self) -> None:
         if self.max_stall is not None and not 0 <= self.max_stall <= 1:
-            raise ValueError(f"--max-stall is a 0-1 fraction (0.05 = 5%), got {self.max_stall:g}")
+            raise BadArgumentError(f"--max-stall is a 0-1 fraction (0.05 = 5%), got {self.max_stall:g}")
         for name, value in (("--min-samples-per-s", self.min_samples_per_s),
                             ("--max-wait-per-batch-s", self.max_wait_per_batch_s)):
             if value is not None and not 0 < value < float("inf"):
-                raise ValueError(f"{name} must be a positive number, got {value:g}")
+                raise BadArgumentError(f"{name} must be a positive number, got {value:g}")
         if (self.max_stall, self.min_samples_per_s, self.max_wait_per_batch_s) == (None,) * 3:
-            raise ValueError("give at least one threshold: --max-stall, --min-samples-per-s "
+            raise BadArgumentError("give at least one threshold: --max-stall, --min-samples-per-s "
                              "or --max-wait-per-batch-s")
 
 

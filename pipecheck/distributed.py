@@ -23,7 +23,7 @@ import os
 import socket
 from typing import Any, Optional
 
-from pipecheck.errors import one_line
+from pipecheck.errors import BadArgumentError, one_line
 from pipecheck.kinds import FindingKind
 from pipecheck.rank_files import rank_path as rank_path  # re-exported: its documented home
 from pipecheck.records import RankInfo, RankSummary
@@ -102,7 +102,7 @@ def gather_summaries(summary: RankSummary,
     within the timeout, or the transport fails (a rank died).
     """
     if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        raise BadArgumentError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     dist = _dist()
     if dist is None:
         raise GatherFailed("no torch.distributed process group is initialized")

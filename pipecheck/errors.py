@@ -21,6 +21,12 @@ class BadInputError(PipecheckError):
     exit_code = 2
 
 
+class BadArgumentError(BadInputError, ValueError):
+    """A public entry point (``wrap``, ``stress``, ``TuneLimits``, ``CheckThresholds``, the
+    callbacks, ``report(timeout_s=)``) was given a value it cannot use. A ``ValueError`` too, so
+    code that catches ``ValueError`` around those calls keeps working."""
+
+
 class ReportFormatError(BadInputError):
     """A saved report is unreadable: not JSON, wrong or unknown schema, missing keys."""
 

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from .autosave import AutoSave
 from .distributed import DEFAULT_GATHER_TIMEOUT_S
+from .errors import BadArgumentError
 from .measurement import (  # noqa: F401  (the constants are documented here too)
     EARLY_PSS_INTERVAL_S,
     EARLY_PSS_WINDOW_S,
@@ -310,7 +311,8 @@ def wrap(
 
     Raises:
         TypeError: ``loader`` is not iterable (the message names what was given).
-        ValueError: ``host_interval_s``, ``memory_interval_s``, ``stacks_window_s`` or
+        pipecheck.errors.BadArgumentError (a ``ValueError``): ``host_interval_s``,
+            ``memory_interval_s``, ``stacks_window_s`` or
             ``stacks_rate_hz`` is not positive, or ``save`` cannot be written (missing or
             read-only folder, a directory), checked now rather than at exit.
         TypeError: ``tune`` is neither a bool nor a :class:`pipecheck.tune.TuneLimits`.
@@ -320,9 +322,9 @@ def wrap(
                         ("memory_interval_s", memory_interval_s),
                         ("stacks_window_s", stacks_window_s)):
         if not value > 0:
-            raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+            raise BadArgumentError(f"{name} must be > 0 seconds, got {value!r}")
     if not stacks_rate_hz > 0:
-        raise ValueError(f"stacks_rate_hz must be > 0 samples/s, got {stacks_rate_hz!r}")
+        raise BadArgumentError(f"stacks_rate_hz must be > 0 samples/s, got {stacks_rate_hz!r}")
     if save is not None:
         AutoSave.check_path(save)  # now, not at exit when the run is over
     if isinstance(tune, TuneLimits):

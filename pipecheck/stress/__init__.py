@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from pipecheck.environment import torch_has_in_order
-from pipecheck.errors import BadInputError
+from pipecheck.errors import BadArgumentError, BadInputError
 from pipecheck.report_sections import (
     EpochStart,
     ProfileOutcome,
@@ -139,13 +139,13 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
     """
     started = time.perf_counter()  # the budget covers validating the target too
     if not budget_s > 0 or not timeout_s > 0 or not trial_s > 0:
-        raise BadInputError("budget, timeout and trial seconds must be > 0")
+        raise BadArgumentError("budget, timeout and trial seconds must be > 0")
     if trial_batches is not None and trial_batches < 2:
-        raise BadInputError(f"trial_batches must be at least 2, got {trial_batches}")
+        raise BadArgumentError(f"trial_batches must be at least 2, got {trial_batches}")
     if search not in ("model", "grid"):
-        raise BadInputError(f"search must be 'model' or 'grid', got {search!r}")
+        raise BadArgumentError(f"search must be 'model' or 'grid', got {search!r}")
     if isinstance(workers, str) and workers != "auto":
-        raise BadInputError(f"workers must be a list of counts or 'auto', got {workers!r}")
+        raise BadArgumentError(f"workers must be a list of counts or 'auto', got {workers!r}")
     if in_order is not None and not torch_has_in_order():
         raise BadInputError("this torch's DataLoader has no in_order (added in torch 2.6)")
     trial_step = _trial_step(step_time_s, step_cpu_share, step, isinstance(source, str))
@@ -365,11 +365,11 @@ def _baseline(given: Union[TrialConfig, Mapping[str, Any], None], source: Source
         try:
             config = TrialConfig(**given)
         except TypeError as err:
-            raise BadInputError(f"bad baseline {dict(given)!r}: {err}") from None
+            raise BadArgumentError(f"bad baseline {dict(given)!r}: {err}") from None
     if config is None:
         return None
     if config.num_workers < 0 or (config.num_workers > 0 and (config.prefetch_factor or 1) < 1):
-        raise BadInputError(f"bad baseline: {config.label()}")
+        raise BadArgumentError(f"bad baseline: {config.label()}")
     if config.num_workers > 0 and config.prefetch_factor is None:
         config = dataclasses.replace(config, prefetch_factor=TORCH_DEFAULT_PREFETCH_FACTOR)
     fill = {name: getattr(first, name) for name in ("pin_memory", "in_order", "batch_size")
@@ -380,7 +380,7 @@ def _baseline(given: Union[TrialConfig, Mapping[str, Any], None], source: Source
 def _step_time(value: Any, cpu_share: float) -> Optional[StepTime]:
     if value is None:
         if cpu_share:
-            raise BadInputError("a step CPU share needs a step time (--step-time)")
+            raise BadArgumentError("a step CPU share needs a step time (--step-time)")
         return None
     if isinstance(value, StepTime):
         return value if not cpu_share else dataclasses.replace(value, cpu_share=cpu_share)
@@ -390,7 +390,7 @@ def _step_time(value: Any, cpu_share: float) -> Optional[StepTime]:
         return StepTime(float(value[0]), float(value[1]), cpu_share)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return StepTime(float(value), 0.0, cpu_share)
-    raise BadInputError(f"step_time_s must be seconds or (mean, jitter), got {value!r}")
+    raise BadArgumentError(f"step_time_s must be seconds or (mean, jitter), got {value!r}")
 
 
 def _trial_step(time_s: Any, cpu_share: float, function: Any, isolated: bool) -> Optional[Step]:
@@ -400,16 +400,16 @@ def _trial_step(time_s: Any, cpu_share: float, function: Any, isolated: bool) ->
     if function is None:
         return _step_time(time_s, cpu_share)
     if time_s is not None or cpu_share:
-        raise BadInputError("give the step as a time (--step-time) or as your function "
+        raise BadArgumentError("give the step as a time (--step-time) or as your function "
                             "(--step), not both")
     if callable(function):
         if isolated:
-            raise BadInputError("with a TARGET string the step must be 'file.py:function' too "
+            raise BadArgumentError("with a TARGET string the step must be 'file.py:function' too "
                                 "(it runs in each trial's process)")
         name = getattr(function, "__qualname__", type(function).__qualname__)
         return StepFunction(f"{getattr(function, '__module__', '?')}:{name}", function)
     if not isinstance(function, str):
-        raise BadInputError(f"step must be 'file.py:function' or a callable, got {function!r}")
+        raise BadArgumentError(f"step must be 'file.py:function' or a callable, got {function!r}")
     where, _ = split_target(function)
     if is_file_target(where) and not os.path.isfile(where):
         raise BadInputError(f"step file not found: {where}")

@@ -39,6 +39,7 @@ from typing import Optional
 
 from pipecheck.analysis.choice import (NOISE_BLOCKS, block_rate_noise, cheapest_within,
                                        tolerance)
+from pipecheck.errors import BadArgumentError
 from pipecheck.records import TuneSettings, TuneTrial
 
 MIN_TRIAL_BATCHES = 32
@@ -104,7 +105,7 @@ class TuneLimits:
     iterator's prefetched batches, ``num_workers x prefetch_factor``, plus one).
 
     Raises:
-        ValueError: a value out of its range.
+        BadArgumentError: a value out of its range (a ``ValueError``).
     """
 
     min_batches: int = MIN_TRIAL_BATCHES
@@ -116,17 +117,17 @@ class TuneLimits:
 
     def __post_init__(self) -> None:
         if self.min_batches < 2:
-            raise ValueError(f"min_batches must be >= 2, got {self.min_batches!r}")
+            raise BadArgumentError(f"min_batches must be >= 2, got {self.min_batches!r}")
         if not self.min_seconds >= 0:
-            raise ValueError(f"min_seconds must be >= 0, got {self.min_seconds!r}")
+            raise BadArgumentError(f"min_seconds must be >= 0, got {self.min_seconds!r}")
         if self.max_blocks < NOISE_BLOCKS:
-            raise ValueError(f"max_blocks must be >= {NOISE_BLOCKS}, got {self.max_blocks!r}")
+            raise BadArgumentError(f"max_blocks must be >= {NOISE_BLOCKS}, got {self.max_blocks!r}")
         if not self.budget_s > 0:
-            raise ValueError(f"budget_s must be > 0, got {self.budget_s!r}")
+            raise BadArgumentError(f"budget_s must be > 0, got {self.budget_s!r}")
         if not 0 < self.budget_fraction <= 1:
-            raise ValueError(f"budget_fraction must be in (0, 1], got {self.budget_fraction!r}")
+            raise BadArgumentError(f"budget_fraction must be in (0, 1], got {self.budget_fraction!r}")
         if self.warmup_batches is not None and self.warmup_batches < 0:
-            raise ValueError(f"warmup_batches must be >= 0, got {self.warmup_batches!r}")
+            raise BadArgumentError(f"warmup_batches must be >= 0, got {self.warmup_batches!r}")
 
 
 def limits_from_text(text: str) -> TuneLimits:
@@ -146,7 +147,7 @@ def limits_from_text(text: str) -> TuneLimits:
         name, _, value = pair.partition("=")
         name = name.strip()
         if name not in fields:
-            raise ValueError(f"unknown tune limit {name!r} (known: {', '.join(fields)})")
+            raise BadArgumentError(f"unknown tune limit {name!r} (known: {', '.join(fields)})")
         number = float(value)
         values[name] = int(number) if name in ("min_batches", "max_blocks",
                                                  "warmup_batches") else number
