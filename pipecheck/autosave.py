@@ -98,8 +98,9 @@ class AutoSave:
 
     @staticmethod
     def check_path(path: str | os.PathLike[str]) -> None:
-        """Raise :class:`~pipecheck.errors.BadArgumentError` (a ``ValueError``, one line naming ``path``) when a report could not be saved
-        there (:func:`pipecheck._atomic.output_problem`)."""
+        """Raise :class:`~pipecheck.errors.BadArgumentError` (a ``ValueError``, one line
+        naming ``path``) when a report could not be saved there
+        (:func:`pipecheck._atomic.output_problem`)."""
         problem = _atomic.output_problem(path)
         if problem is not None:
             raise BadArgumentError(f"cannot save the report to {os.fspath(path)}: {problem}")

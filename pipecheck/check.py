@@ -39,7 +39,8 @@ class Thresholds:
 
     def __post_init__(self) -> None:
         if self.max_stall is not None and not 0 <= self.max_stall <= 1:
-            raise BadArgumentError(f"--max-stall is a 0-1 fraction (0.05 = 5%), got {self.max_stall:g}")
+            raise BadArgumentError(
+                f"--max-stall is a 0-1 fraction (0.05 = 5%), got {self.max_stall:g}")
         for name, value in (("--min-samples-per-s", self.min_samples_per_s),
                             ("--max-wait-per-batch-s", self.max_wait_per_batch_s)):
             if value is not None and not 0 < value < float("inf"):

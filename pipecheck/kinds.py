@@ -161,7 +161,7 @@ FindingKindName = Literal[
     "contended-host", "intra-op-threads", "probe-off", "cpu-bound-workers", "io-bound-workers",
     "latency-bound-workers", "memory-growth", "shm-headroom", "stacks-unavailable",
     "hot-function", "gpu-idle", "head-of-line-blocking", "dominant-stage",
-    "ranks-missing", "straggler-rank", "gather-failed",
+    "ranks-missing", "straggler-rank", "gather-failed", "ranks-tuned-differently",
     "empty-workers", "shard-imbalance", "unequal-rank-batches", "shard-size-skew",
     "small-shuffle-buffer", "no-dataloader",
 ]
@@ -240,6 +240,8 @@ class FindingKind:
     """One rank waits for data per step far longer than the others: every rank waits for it."""
     GATHER_FAILED: Final = "gather-failed"
     """Gathering the ranks' reports through torch.distributed failed."""
+    RANKS_TUNED_DIFFERENTLY: Final = "ranks-tuned-differently"
+    """Online tuning (``wrap(tune=True)``) kept different loader settings on different ranks."""
 
     # The shard-assignment dry run of a webdataset loader (analysis.sharding)
     EMPTY_WORKERS: Final = "empty-workers"

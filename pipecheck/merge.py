@@ -26,7 +26,8 @@ from typing import Any, Optional, Sequence
 from pipecheck.analysis.ranks import analyze_ranks, rank_summary
 from pipecheck.errors import BadInputError, ReportFormatError
 from pipecheck.kinds import FindingKind
-from pipecheck.records import ConsumerSummary, Diagnosis, RankInfo, RankSummary, RanksSummary, Recommendation
+from pipecheck.records import (ConsumerSummary, Diagnosis, RankInfo, RankSummary, RanksSummary,
+                               Recommendation, TuneSection)
 from pipecheck.codec import from_jsonable
 from pipecheck.report import Report, check_schema, load, read_json
 
@@ -35,7 +36,7 @@ def own_summary(report: Report, source: Optional[str] = None) -> RankSummary:
     """The rank summary of ``report`` (which must carry ``rank``)."""
     assert report.rank is not None
     return rank_summary(report.rank, report.consumer, report.diagnosis.verdict, source,
-                        report.diagnosis.findings, report.recommendations)
+                        report.diagnosis.findings, report.recommendations, report.tune)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +54,8 @@ class RankRead:
 def read_rank_file(path: str | os.PathLike[str]) -> RankRead:
     """Read one report file and keep only its rank summary: the JSON is parsed
     (:func:`pipecheck.report.read_json`), then only ``rank``, ``consumer``, ``diagnosis``,
-    ``recommendations`` and ``ranks`` are decoded and range-checked as :func:`pipecheck.load`
+    ``recommendations``, ``tune`` and ``ranks`` are decoded and range-checked as
+    :func:`pipecheck.load`
     would (the timeline is never decoded). Raises :class:`~pipecheck.errors.BadInputError` /
     :class:`~pipecheck.errors.ReportFormatError` with one line naming the file."""
     source = os.fspath(path)
@@ -68,6 +70,8 @@ def read_rank_file(path: str | os.PathLike[str]) -> RankRead:
                                         "report.recommendations", ranges=True)
         gathered = from_jsonable(Optional[RanksSummary], data.get("ranks"), "report.ranks",
                                  ranges=True)
+        tune = from_jsonable(Optional[TuneSection], data.get("tune"), "report.tune",
+                             ranges=True)
     except ReportFormatError as err:
         raise ReportFormatError(f"{source}: {err}") from err
     except KeyError as err:
@@ -75,7 +79,7 @@ def read_rank_file(path: str | os.PathLike[str]) -> RankRead:
     except (TypeError, ValueError) as err:
         raise ReportFormatError(f"{source}: report is malformed: {err}") from err
     summary = (rank_summary(rank, consumer, diagnosis.verdict, source, diagnosis.findings,
-                            recommendations) if rank is not None else None)
+                            recommendations, tune) if rank is not None else None)
     return RankRead(source, rank, summary, gathered)
 
 

@@ -1,7 +1,8 @@
 """Plain data: what the probes measured (raw records) and what analysis derived (summaries).
 
 Everything here is a frozen dataclass of JSON-friendly fields, so a report round-trips through
-JSON exactly (:func:`pipecheck.codec.to_jsonable` / :func:`pipecheck.codec.from_jsonable`). Units live in field names: ``_s`` is
+JSON exactly (:func:`pipecheck.codec.to_jsonable` / :func:`pipecheck.codec.from_jsonable`).
+Units live in field names: ``_s`` is
 seconds, ``_bytes`` bytes, ``_per_s`` a rate per second, ``_fraction`` a 0-1 fraction and
 ``_percent`` 0-100 percent where 100 means one fully busy core for a process (psutil's
 convention) and all cores busy for the whole system. Times named ``*_at_s`` are seconds since the
@@ -890,6 +891,9 @@ class RankSummary:
     """The kind of the rank's own most severe finding (rank findings left out); ``None``: none."""
     top_recommendation: Optional[str] = None
     """The setting of the rank's first recommendation; ``None``: it has none."""
+    tuned: Optional[str] = None
+    """The settings online tuning (``wrap(tune=True)``) kept on this rank, as
+    :meth:`TuneSettings.label` writes them; ``None``: it did not tune, or chose nothing yet."""
 
     @property
     def failed(self) -> bool:
@@ -936,6 +940,17 @@ class JobShape:
 
 
 @dataclass(frozen=True)
+class TunedRanks:
+    """Ranks whose online tuning kept the same ``settings`` (a :meth:`TuneSettings.label`):
+    how many (``ranks``, >= 1) and the first of them in rank order (``first_ranks``, at most
+    :data:`pipecheck.analysis.ranks.TUNED_RANKS_LISTED`)."""
+
+    settings: str
+    ranks: int
+    first_ranks: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class RanksSummary:
     """Every rank of a multi-rank run side by side. ``straggler``: the rank whose mean data wait
     per step is highest (under synchronous gradients every rank waits for it; ``None`` with
@@ -950,6 +965,10 @@ class RanksSummary:
     shape: Optional[JobShape] = None
     """The job's shape (distribution over ranks, nodes, the straggler's scope); ``None`` in
     reports written before it was recorded (renderers then work it out from ``ranks``)."""
+    tuned: list[TunedRanks] = field(default_factory=list)
+    """The settings online tuning kept, grouped over ranks, most ranks first (ties by
+    settings); empty when no rank tuned. Two or more groups: the ranks disagree (finding
+    ``ranks-tuned-differently``)."""
 
     def __post_init__(self) -> None:
         for rank in [s.rank for s in self.ranks] + list(self.missing):

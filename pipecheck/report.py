@@ -24,7 +24,9 @@ from pipecheck.errors import BadInputError, ReportFormatError, one_line
 from pipecheck.kinds import REPORT_KINDS, ReportKind
 from pipecheck.rank_files import rank_path
 from pipecheck.report_sections import AttachSection, StressSection
-from pipecheck.records import Comparison, ConsumerSummary, DeviceRecord, Diagnosis, Environment, HostRecord, LoaderConfig, ProducerSummary, RankInfo, RanksSummary, Recommendation, ShardingSection, StacksRecord, TuneSection, Timeline
+from pipecheck.records import (Comparison, ConsumerSummary, DeviceRecord, Diagnosis, Environment,
+                               HostRecord, LoaderConfig, ProducerSummary, RankInfo, RanksSummary,
+                               Recommendation, ShardingSection, StacksRecord, TuneSection, Timeline)
 from pipecheck.codec import from_jsonable, to_jsonable
 
 if TYPE_CHECKING:

@@ -7,7 +7,8 @@ measured"); the field names are the JSON keys, in the order they are written, so
 when these sections were plain dicts load and write back the same text. Where an entry's keys
 depend on its kind (an unmeasured trial has no ``run_*`` rates; ``epoch_start`` and ``profile``
 change shape with their ``status``) its ``json_keys()`` names the keys written, in order
-(:func:`pipecheck.codec.to_jsonable`); keys it leaves out load as their default. Loaded and checked by
+(:func:`pipecheck.codec.to_jsonable`); keys it leaves out load as their default. Loaded and
+checked by
 :func:`pipecheck.codec.from_jsonable` (a wrongly typed value fails the load naming its path).
 Nothing here measures or renders, and nothing imports torch.
 """

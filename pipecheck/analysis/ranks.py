@@ -26,7 +26,8 @@ from typing import Any, Iterable, Optional, Sequence
 from pipecheck.analysis.verdict import DEFAULT_COMPUTE_BOUND_STALL, DEFAULT_INPUT_BOUND_STALL
 from pipecheck.kinds import FindingKind, Severity, Verdict
 from pipecheck.records import (ConsumerSummary, Finding, JobShape, NodeSummary, RankInfo,
-                               RankSummary, RanksSummary, Recommendation)
+                               RankSummary, RanksSummary, Recommendation, TunedRanks,
+                               TuneSection)
 from pipecheck.units import percent, rate, seconds
 
 STRAGGLER_MIN_FRACTION = DEFAULT_COMPUTE_BOUND_STALL
@@ -48,8 +49,12 @@ SLOWEST_LISTED = 5
 """Slowest ranks and nodes kept in :class:`~pipecheck.records.JobShape` (the JSON and the
 terminal show these; every rank is in ``ranks``)."""
 
+TUNED_RANKS_LISTED = 8
+"""Ranks named for each group of :attr:`~pipecheck.records.RanksSummary.tuned` (the rest are
+counted), and groups named in the ``ranks-tuned-differently`` finding."""
+
 RANK_FINDINGS = frozenset({FindingKind.STRAGGLER_RANK, FindingKind.RANKS_MISSING,
-                           FindingKind.GATHER_FAILED})
+                           FindingKind.GATHER_FAILED, FindingKind.RANKS_TUNED_DIFFERENTLY})
 """Finding kinds about the ranks together, not about one rank's own loader."""
 
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -57,10 +62,12 @@ _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 def rank_summary(rank: RankInfo, consumer: ConsumerSummary, verdict: Verdict,
                  source: Optional[str] = None, findings: Sequence[Finding] = (),
-                 recommendations: Sequence[Recommendation] = ()) -> RankSummary:
+                 recommendations: Sequence[Recommendation] = (),
+                 tune: Optional[TuneSection] = None) -> RankSummary:
     """One rank's consumer side (``consumer`` from its report) as a :class:`RankSummary`, with
     the kind of its most severe own finding (``findings``: its report's, rank findings left
-    out) and the setting of its first recommendation."""
+    out), the setting of its first recommendation and the settings its online tuning kept
+    (``tune``: its report's tune section)."""
     per_batch = consumer.wait_s / consumer.batches if consumer.batches else None
     own = [f for f in findings if f.kind not in RANK_FINDINGS]
     top = min(own, key=lambda f: _SEVERITY_RANK.get(f.severity, 3)) if own else None
@@ -74,7 +81,9 @@ def rank_summary(rank: RankInfo, consumer: ConsumerSummary, verdict: Verdict,
                                if rank.shards is not None else None),
                        local_rank=rank.local_rank, top_finding=top.kind if top else None,
                        top_recommendation=(recommendations[0].setting if recommendations
-                                           else None))
+                                           else None),
+                       tuned=(tune.chosen.label() if tune is not None and tune.chosen is not None
+                              else None))
 
 
 def analyze_ranks(summaries: Iterable[RankSummary],
@@ -115,10 +124,59 @@ def analyze_ranks(summaries: Iterable[RankSummary],
             "saving, its file was not given, or it did not call report() in time; the "
             "comparison covers the other ranks only.",
             evidence={"missing_ranks": missing, "world_size": world_size}))
+    tuned = tuned_groups(ranks)
+    if len(tuned) >= 2:
+        findings.append(_tuned_differently_finding(tuned, straggler))
     return RanksSummary(world_size=world_size, ranks=ranks,
                         straggler=straggler.rank if straggler is not None else None,
                         missing=missing, samples_per_s=sum(rates) if rates else None,
-                        shape=shape), findings
+                        shape=shape, tuned=tuned), findings
+
+
+def tuned_groups(ranks: Iterable[RankSummary]) -> list[TunedRanks]:
+    """The settings online tuning kept (:attr:`RankSummary.tuned`), grouped: most ranks
+    first, ties by settings; ranks that did not tune are left out. O(ranks)."""
+    members: dict[str, list[int]] = {}
+    counts: dict[str, int] = {}
+    for summary in ranks:
+        if summary.tuned is None:
+            continue
+        counts[summary.tuned] = counts.get(summary.tuned, 0) + 1
+        listed = members.setdefault(summary.tuned, [])
+        if len(listed) < TUNED_RANKS_LISTED:
+            listed.append(summary.rank)
+    return [TunedRanks(settings=s, ranks=counts[s], first_ranks=sorted(members[s]))
+            for s in sorted(counts, key=lambda s: (-counts[s], s))]
+
+
+def _tuned_differently_finding(groups: Sequence[TunedRanks],
+                               straggler: Optional[RankSummary]) -> Finding:
+    """``ranks-tuned-differently``: each rank kept what was fastest for itself, but under
+    synchronous gradients the job runs at its slowest rank's pace, so one setting should hold
+    on every rank."""
+    def named(group: TunedRanks) -> str:
+        listed = ", ".join(map(str, group.first_ranks))
+        more_ranks = group.ranks - len(group.first_ranks)
+        return (f"{group.settings} on {group.ranks:,} rank(s) ({listed}"
+                f"{f' and {more_ranks:,} more' if more_ranks > 0 else ''})")
+
+    shown = "; ".join(named(g) for g in groups[:TUNED_RANKS_LISTED])
+    if len(groups) > TUNED_RANKS_LISTED:
+        shown += f"; {len(groups) - TUNED_RANKS_LISTED:,} more settings"
+    pin = groups[0].settings
+    if straggler is not None and straggler.tuned is not None:
+        pin = straggler.tuned
+        which = f"the straggler's (rank {straggler.rank})"
+    else:
+        which = "the most common"
+    return Finding(
+        kind=FindingKind.RANKS_TUNED_DIFFERENTLY, severity="warning",
+        message=f"Online tuning kept different loader settings on different ranks: {shown}. "
+        "Each rank measured its own loop, but under synchronous gradients every rank waits "
+        f"for the slowest, so pin one setting on every rank: {which}, {pin}.",
+        evidence={"groups": len(groups), "settings": [g.settings for g in groups],
+                  "ranks": [g.ranks for g in groups], "pin": pin})
+
 
 
 def node_of(rank: RankSummary) -> str:

@@ -23,7 +23,8 @@ from pipecheck.errors import BadArgumentError
 def callback_options(path: Optional[str | os.PathLike[str]], gather_timeout_s: float
                      ) -> tuple[Optional[pathlib.Path], float]:
     """The options both callbacks take, checked: the report path (``None``: not saved) and the
-    rank-0 gather timeout in seconds. Raises :class:`~pipecheck.errors.BadArgumentError` (a ``ValueError``) unless the timeout is > 0."""
+    rank-0 gather timeout in seconds. Raises :class:`~pipecheck.errors.BadArgumentError` (a
+    ``ValueError``) unless the timeout is > 0."""
     if not gather_timeout_s > 0:
         raise BadArgumentError(f"gather_timeout_s must be > 0 seconds, got {gather_timeout_s!r}")
     return (pathlib.Path(path) if path is not None else None), gather_timeout_s

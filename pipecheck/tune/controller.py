@@ -125,7 +125,8 @@ class TuneLimits:
         if not self.budget_s > 0:
             raise BadArgumentError(f"budget_s must be > 0, got {self.budget_s!r}")
         if not 0 < self.budget_fraction <= 1:
-            raise BadArgumentError(f"budget_fraction must be in (0, 1], got {self.budget_fraction!r}")
+            raise BadArgumentError(
+                f"budget_fraction must be in (0, 1], got {self.budget_fraction!r}")
         if self.warmup_batches is not None and self.warmup_batches < 0:
             raise BadArgumentError(f"warmup_batches must be >= 0, got {self.warmup_batches!r}")
 

@@ -337,3 +337,49 @@ def test_the_merge_reads_each_file_once_and_only_the_stragglers_in_full(tmp_path
     assert "on rank 2 (the straggler)" in capsys.readouterr().out
     assert loaded == [str(tmp_path / "run.rank2.json")]
     assert sorted(parsed[1:]) == sorted(paths)  # the first file is also peeked at for its rank
+
+
+def _tuned(report: Report, workers: int) -> Report:
+    from pipecheck.records import TuneSection, TuneSettings
+
+    chosen = TuneSettings(num_workers=workers, prefetch_factor=2 if workers else None)
+    return dataclasses.replace(report, tune=TuneSection(
+        status="settled", start=TuneSettings(num_workers=0), chosen=chosen))
+
+
+def test_ranks_that_tuned_alike_agree_and_say_so(tmp_path, capsys):
+    reports = [_tuned(_rank_report(r, world=3, wait_s=0.5 + 0.1 * r), 2) for r in range(3)]
+    merged = merge_reports([(f"r{r}.json", rep) for r, rep in enumerate(reports)])
+    assert [(g.settings, g.ranks, g.first_ranks) for g in merged.ranks.tuned] == [
+        ("num_workers=2 prefetch_factor=2", 3, [0, 1, 2])]
+    assert "ranks-tuned-differently" not in [f.kind for f in merged.diagnosis.findings]
+    for rep in reports:
+        rep.save(tmp_path / "run.json")
+    files = sorted(str(p) for p in tmp_path.glob("run.rank*.json"))
+    assert main(["report", *files, "--width", "120"]) == 0
+    assert ("online tuning: the 3 rank(s) that tuned all kept num_workers=2 prefetch_factor=2"
+            in capsys.readouterr().out)
+
+
+def test_ranks_that_tuned_differently_get_a_finding_naming_each_setting(tmp_path, capsys):
+    # ranks 0-2 kept 2 workers, rank 3 (the straggler: most wait per step) kept 4, rank 4
+    # did not tune
+    reports = [_tuned(_rank_report(r, world=5, wait_s=0.5), 2) for r in range(3)]
+    reports.append(_tuned(_rank_report(3, world=5, wait_s=3.0), 4))
+    reports.append(_rank_report(4, world=5, wait_s=0.5))
+    for rep in reports:
+        rep.save(tmp_path / "run.json")
+    files = sorted(str(p) for p in tmp_path.glob("run.rank*.json"))
+    merged = merge_files(files)
+    assert merged == merge_reports([(f, load(f)) for f in files])  # streaming == loaded
+    assert [(g.settings, g.ranks) for g in merged.ranks.tuned] == [
+        ("num_workers=2 prefetch_factor=2", 3), ("num_workers=4 prefetch_factor=2", 1)]
+    assert [s.tuned for s in merged.ranks.ranks][3:] == ["num_workers=4 prefetch_factor=2", None]
+    (finding,) = [f for f in merged.diagnosis.findings if f.kind == "ranks-tuned-differently"]
+    assert finding.severity == "warning"
+    assert "num_workers=2 prefetch_factor=2 on 3 rank(s) (0, 1, 2)" in finding.message
+    assert "num_workers=4 prefetch_factor=2 on 1 rank(s) (3)" in finding.message
+    assert finding.evidence["pin"] == "num_workers=4 prefetch_factor=2"  # the straggler's
+    assert "the straggler's (rank 3)" in finding.message
+    assert main(["report", *files, "--width", "120"]) == 0
+    assert "online tuning: ranks disagree" in capsys.readouterr().out

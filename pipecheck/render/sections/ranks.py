@@ -1,6 +1,7 @@
 """The "Ranks" section of a torch.distributed run: the job's shape (data wait per step over
 ranks, p50 / p90 / max, and by node; the slowest ranks and nodes; whether the straggler is a
-rank, a node or the whole job; the ranks missing or failed), then every rank side by side in a
+rank, a node or the whole job; the ranks missing or failed; what online tuning kept, and
+whether the ranks agree), then every rank side by side in a
 table shown only where there is room for it (the HTML page, collapsed; the terminal and
 markdown with ``--verbose``; the JSON always holds it). :func:`straggler_section` is the
 straggler's own diagnosis and first recommendation, for the short job summary
@@ -101,6 +102,15 @@ def job_blocks(summary: "RanksSummary") -> list[Block]:
                            "interrupted or terminated): " + _listed(shape.failed), "warning"))
     if not summary.missing and not shape.failed:
         blocks.append(Note("no rank missing or failed", "dim"))
+    tuned = summary.tuned
+    if len(tuned) == 1:
+        blocks.append(Note(f"online tuning: the {tuned[0].ranks:,} rank(s) that tuned all kept "
+                           f"{tuned[0].settings}", "dim"))
+    elif tuned:
+        kept = "; ".join(f"{g.settings} on {g.ranks:,} rank(s)" for g in tuned[:SLOWEST_ROWS])
+        if len(tuned) > SLOWEST_ROWS:
+            kept += f"; {len(tuned) - SLOWEST_ROWS:,} more settings"
+        blocks.append(Note(f"online tuning: ranks disagree: {kept}", "warning"))
     return blocks
 
 
