@@ -22,9 +22,9 @@ class BadInputError(PipecheckError):
 
 
 class BadArgumentError(BadInputError, ValueError):
-    """A public entry point (``wrap``, ``stress``, ``TuneLimits``, ``CheckThresholds``, the
-    callbacks, ``report(timeout_s=)``) was given a value it cannot use. A ``ValueError`` too, so
-    code that catches ``ValueError`` around those calls keeps working."""
+    """A public entry point (``wrap``, ``stress``, ``TuneLimits``, ``check.Thresholds``, the
+    callbacks' options, the rank gather's ``timeout_s``) was given a value it cannot use. A
+    ``ValueError`` too, so code that catches ``ValueError`` around those calls keeps working."""
 
 
 class ReportFormatError(BadInputError):
