@@ -173,7 +173,7 @@ class _Window:
     batch."""
 
     __slots__ = ("block_batches", "block_s", "batches", "samples", "seconds", "wait", "rates",
-                 "cur_batches", "cur_s")
+                 "cur_batches", "cur_s", "cur_samples", "cur_wait")
 
     def __init__(self, limits: TuneLimits) -> None:
         self.block_batches = math.ceil(limits.min_batches / NOISE_BLOCKS)
@@ -181,7 +181,7 @@ class _Window:
         self.batches = self.samples = 0
         self.seconds = self.wait = 0.0
         self.rates: list[float] = []
-        self.cur_batches, self.cur_s = 0, 0.0
+        self.cur_batches, self.cur_s, self.cur_samples, self.cur_wait = 0, 0.0, 0, 0.0
 
     def add(self, wait_s: float, loop_s: float, samples: int) -> None:
         self.batches += 1
@@ -190,10 +190,21 @@ class _Window:
         self.wait += wait_s
         self.cur_batches += 1
         self.cur_s += loop_s
+        self.cur_samples += samples
+        self.cur_wait += wait_s
         if self.cur_batches >= self.block_batches and self.cur_s >= self.block_s \
                 and self.cur_s > 0:
             self.rates.append(self.cur_batches / self.cur_s)
-            self.cur_batches, self.cur_s = 0, 0.0
+            self.cur_batches, self.cur_s, self.cur_samples, self.cur_wait = 0, 0.0, 0, 0.0
+
+    def drop_partial_block(self) -> None:
+        """Forget the block in progress (its batches leave the totals too); the whole blocks
+        stay: each is one measurement of the same settings."""
+        self.batches -= self.cur_batches
+        self.samples -= self.cur_samples
+        self.seconds -= self.cur_s
+        self.wait -= self.cur_wait
+        self.cur_batches, self.cur_s, self.cur_samples, self.cur_wait = 0, 0.0, 0, 0.0
 
     def noise(self) -> Optional[float]:
         return block_rate_noise(self.rates)
@@ -309,12 +320,15 @@ class TuneController:
         return self._switch_to(following)
 
     def restart_window(self) -> None:
-        """The current settings' iterator was rebuilt (a new epoch): the partial window is
-        dropped and the new iterator's warm-up left out."""
+        """The current settings' iterator was rebuilt (a new epoch): the block in progress is
+        dropped and the new iterator's warm-up left out; the window's whole blocks are kept,
+        so a window longer than an epoch (a noisy loop takes up to ``max_blocks`` blocks)
+        still ends."""
         if self.settled:
             return
-        self._window = _Window(self.limits)
-        self._warmup = self._warmup_left = warmup_for(self.current, self.limits)
+        self._window.drop_partial_block()
+        self._warmup_left += warmup_for(self.current, self.limits)
+        self._warmup += warmup_for(self.current, self.limits)
 
     def _switch_to(self, settings: TuneSettings) -> TuneSettings:
         self.current = settings

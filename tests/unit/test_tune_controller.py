@@ -207,3 +207,20 @@ def test_a_budget_too_short_for_two_windows_keeps_the_start_and_says_why():
     drive(controller, lambda s: 0.01)
     assert controller.settled and controller.chosen == START
     assert "ended before two settings were measured" in controller.settle_reason()
+
+
+def test_a_window_longer_than_an_epoch_still_ends():
+    """Epochs shorter than a window (here 2 whole blocks an epoch, 4 needed): each epoch drops
+    only its block in progress and its warm-up, so the window ends in its second epoch instead
+    of restarting for ever."""
+    controller = TuneController(START, LIMITS, max_workers=2, change_workers=True, cuda=False)
+    epochs = 0
+    while not controller.trials and epochs < 10:
+        for _ in range(7):  # 2 warm-up batches, 2 whole blocks of 2, 1 batch left in progress
+            controller.observe(0.01, 0.01, 4)
+        controller.restart_window()
+        epochs += 1
+    assert epochs == 2
+    (trial,) = controller.trials
+    assert trial.settings == START and trial.batches == 8 and trial.samples == 32
+    assert trial.seconds == pytest.approx(0.08)
