@@ -329,7 +329,7 @@ def test_a_slow_first_batch_does_not_keep_a_fast_loader_timed_batch_by_batch():
     0.3 s first fetch would otherwise hold the mean of 20 us batches over FAST_BATCH_S for
     about 1,500 batches, each timed one by one in the training loop."""
     from pipecheck.probes.consumer import CPU_SAMPLE_EVERY
-    from pipecheck.probes.workers import FAST_BATCH_S, MAIN_SAMPLE_AFTER, MAIN_WINDOW
+    from pipecheck.probes.workers import MAIN_SAMPLE_AFTER, MAIN_WINDOW
 
     n = 3000
     wrapped = pipecheck.wrap(DataLoader(_LazyFirstItem(n), batch_size=1), host=False)
@@ -341,9 +341,11 @@ def test_a_slow_first_batch_does_not_keep_a_fast_loader_timed_batch_by_batch():
     assert after_close.busy_s == pytest.approx(record.busy_s)
     windows = n // CPU_SAMPLE_EVERY + 1
     assert record.timed_batches <= MAIN_SAMPLE_AFTER + CPU_SAMPLE_EVERY + windows * MAIN_WINDOW
-    # The first batch counts once: scaled with the sampled ones it would add about
-    # 0.3 s x n / timed_batches (over 3 s) to the production time.
-    assert 0.3 <= record.busy_s < 0.3 + (n - 1) * FAST_BATCH_S
+    # The first batch counts once: scaled with the sampled ones it alone would make the
+    # production time 0.3 s x n / timed_batches (over 3 s). That bound, not the batches' own
+    # speed, is what this checks: on a loaded machine a 20 us fetch can take far longer.
+    assert 0.3 <= record.busy_s < 0.3 * n / record.timed_batches
+    assert record.timed_batches * 4 <= n  # so the bound above is at least 1.2 s
 
 
 def test_wrapped_main_process_samples_fast_batches_and_scales_the_timed_ones():
