@@ -7,12 +7,15 @@ epoch of 262,144 samples, the single long epoch of LLM-style pretraining), in ea
 (``quiet``; ``busy``: one CPU-burning neighbour started with ``setsid``, killed on every way
 out), starting from ``num_workers=0``:
 
-1. **untuned**: the same number of batches (``--batches``) with ``num_workers=0``, under
-   ``pipecheck.wrap`` without tuning (so both runs pay the same measurement): the whole run's
-   wall seconds;
+1. **untuned**: ``--run-seconds`` of training with ``num_workers=0``, under ``pipecheck.wrap``
+   without tuning (so both runs pay the same measurement): the batches it took, its wall
+   seconds. So each pipeline's run is a fixed amount of work about as long as the others',
+   which tuning must pay for out of (a run of 400 batches is 15 s of one pipeline and 110 s
+   of another);
 2. **tuned**: the same batches under ``pipecheck.wrap(loader, tune=True)``: the whole run's
    wall seconds, the settings it kept, and its samples/s after tuning settled (over the batches
-   after the tune section's ``tuning_s`` of loop time: the loop's own clock, batch by batch);
+   after the tune section's ``tuning_batches``, timed by the loop's own clock; a batch the
+   tuner did not observe makes that count short, so the figure errs low);
 3. **grid**: unwrapped, ``num_workers`` in ``--grid`` (``prefetch_factor`` 2), each trained
    ``--seconds`` after 3 warm-up batches (``pipelines.train_for``), interleaved over
    ``--rounds`` rounds, each figure the median of its rounds: the best.
@@ -22,7 +25,7 @@ after / best (target >= 0.95), untuned and tuned wall seconds (target: tuned fas
 tuning time and cost the tune section reports. A summary counts the rows meeting each target.
 
     python benchmarks/tune_gain.py [--pipelines latency,jpeg,...] [--conditions quiet,busy]
-        [--batches 400] [--seconds 6] [--rounds 2] [--grid 0,1,2,4,8] [--json OUT]
+        [--run-seconds 60] [--seconds 5] [--rounds 2] [--grid 0,1,2,4,8] [--json OUT]
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ AFTER_TARGET = 0.95
 """The tuned run's rate after tuning, over the grid's best, at least this (issue 27)."""
 
 LONG_EPOCH_SAMPLES = 262_144
-"""Samples in the ``long`` pipeline's one epoch (4,096 batches of 64: a run of ``--batches`` takes
+"""Samples in the ``long`` pipeline's one epoch (4,096 batches of 64: a run of ``--run-seconds`` takes
 its first part, as a long pretraining epoch's first minutes)."""
 
 EXTRA: dict[str, Pipeline] = {
@@ -62,6 +65,7 @@ EXTRA: dict[str, Pipeline] = {
 class Row:
     pipeline: str
     condition: str
+    batches: int
     kept: Optional[str]
     tune_status: str
     after_samples_per_s: Optional[float]
@@ -80,28 +84,34 @@ class Row:
         return self.after_samples_per_s / self.grid_best_samples_per_s
 
 
-def run_batches(loader: Any, model: Any, batches: int) -> tuple[float, list[tuple[float, int]]]:
-    """Train ``batches`` batches (epochs repeat); returns the wall seconds and each batch's
-    (time after its step, samples)."""
+def run_batches(loader: Any, model: Any, batches: Optional[int] = None,
+                seconds: Optional[float] = None) -> tuple[float, list[tuple[float, int]]]:
+    """Train ``batches`` batches, or until ``seconds`` have passed (epochs repeat); returns
+    the wall seconds and each batch's (time after its step, samples)."""
     marks: list[tuple[float, int]] = []
     started = time.perf_counter()
-    while len(marks) < batches:
+
+    def enough() -> bool:
+        if batches is not None:
+            return len(marks) >= batches
+        return bool(marks) and marks[-1][0] - started >= (seconds or 0.0)
+
+    while not enough():
         for batch in loader:
             model.step(batch)
             marks.append((time.perf_counter(), len(batch[1])))
-            if len(marks) >= batches:
+            if enough():
                 break
     return time.perf_counter() - started, marks
 
 
-def after_rate(marks: list[tuple[float, int]], started: float,
-               tuning_s: Optional[float]) -> Optional[float]:
-    """Samples/s over the batches that ended after ``tuning_s`` seconds of the run, ``None``
-    when fewer than 10 batches are left."""
-    if tuning_s is None:
+def after_rate(marks: list[tuple[float, int]], tuning_batches: Optional[int]
+               ) -> Optional[float]:
+    """Samples/s over the batches after the first ``tuning_batches``, ``None`` when fewer than
+    10 batches are left."""
+    if tuning_batches is None:
         return None
-    settle = started + tuning_s
-    after = [(t, n) for t, n in marks if t > settle]
+    after = marks[tuning_batches:]
     if len(after) < 10:
         return None
     return sum(n for _, n in after[1:]) / (after[-1][0] - after[0][0])
@@ -112,13 +122,13 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
     # 1. untuned, measured the same way
     loader = pipecheck.wrap(loader_with(pipeline.dataset(data), {"num_workers": 0}, iterable),
                             host=False)
-    untuned_s, _ = run_batches(loader, pipeline.model(), args.batches)
+    untuned_s, marks = run_batches(loader, pipeline.model(), seconds=args.run_seconds)
+    batches = len(marks)
     loader.close()
     # 2. tuned
     loader = pipecheck.wrap(loader_with(pipeline.dataset(data), {"num_workers": 0}, iterable),
                             host=False, tune=True)
-    started = time.perf_counter()
-    tuned_s, marks = run_batches(loader, pipeline.model(), args.batches)
+    tuned_s, marks = run_batches(loader, pipeline.model(), batches)
     section = loader.report().tune
     loader.close()
     kept = section.chosen.label() if section.chosen is not None else None
@@ -132,8 +142,9 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
             del grid_loader
     grid = {n: statistics.median(r) for n, r in rates.items()}
     best = max(grid, key=grid.get)
-    return Row(pipeline.name, condition, kept, section.status,
-               after_rate(marks, started, section.tuning_s), grid[best],
+    return Row(pipeline.name, condition, batches, kept, section.status,
+               after_rate(marks, section.tuning_batches) if section.status == "settled"
+               else None, grid[best],
                f"num_workers={best}", grid, untuned_s, tuned_s, section.tuning_s, section.cost_s)
 
 
@@ -141,10 +152,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipelines", default="latency,jpeg,text,fft,wds,long")
     parser.add_argument("--conditions", default="quiet,busy")
-    parser.add_argument("--batches", type=int, default=400,
-                        help="batches of each tuned and untuned run (default 400)")
-    parser.add_argument("--seconds", type=float, default=6.0,
-                        help="seconds each grid entry trains per round (default 6)")
+    parser.add_argument("--run-seconds", type=float, default=60.0,
+                        help="seconds of the untuned run; the tuned run takes as many batches "
+                             "(default 60)")
+    parser.add_argument("--seconds", type=float, default=5.0,
+                        help="seconds each grid entry trains per round (default 5)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--grid", default="0,1,2,4,8")
     parser.add_argument("--json", help="write the rows and summary here")
@@ -178,7 +190,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 print(f"{row.pipeline:8s} {row.condition:5s} kept {row.kept or 'n/a':34s} "
                       f"after {row.after_samples_per_s or 0:8.0f} samples/s; grid best "
                       f"{row.grid_best_samples_per_s:8.0f} ({row.grid_best}); after/best "
-                      f"{'n/a' if ratio is None else f'{ratio:.2f}'}; run {row.untuned_s:.1f} s "
+                      f"{'n/a' if ratio is None else f'{ratio:.2f}'}; {row.batches} batches: {row.untuned_s:.1f} s "
                       f"untuned vs {row.tuned_s:.1f} s tuned; tuning {row.tuning_s or 0:.1f} s, "
                       f"cost {row.cost_s or 0:.2f} s [{row.tune_status}]", flush=True)
     met_after = sum(1 for r in rows if (r.after_over_best or 0) >= AFTER_TARGET)

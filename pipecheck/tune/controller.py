@@ -18,11 +18,21 @@ The schedule (:meth:`TuneController.next_settings`), from the user's settings (t
    (:func:`pipecheck.analysis.choice.cheapest_within`: fewest workers, then smallest
    ``prefetch_factor``, then ``pin_memory`` off), the rule ``pipecheck stress`` recommends by.
 
+The worker climb and the ``prefetch_factor`` trials stop once the best trial's loop barely
+waits: its stall ``w`` bounds what any loader setting can add, ``w / (1 - w)`` of its rate (the
+loop cannot run faster than its step), and below
+:data:`pipecheck.analysis.choice.MIN_WORTHWHILE_GAIN` no trial is worth its switch.
+
 Each window (:class:`_Window`) is cut into blocks of at least ``min_batches / NOISE_BLOCKS``
 batches and ``min_seconds / NOISE_BLOCKS`` seconds; it ends once it has :data:`NOISE_BLOCKS`
-blocks and their rates' noise (:func:`pipecheck.analysis.choice.block_rate_noise`) is within
-:data:`pipecheck.analysis.choice.MIN_WORTHWHILE_GAIN`, or at ``max_blocks`` blocks: a noisy
-loader gets a longer window, a steady one the minimum. The budget ends the trials (the choice is
+blocks and either their rates' noise (:func:`pipecheck.analysis.choice.block_rate_noise`) is
+within :data:`pipecheck.analysis.choice.MIN_WORTHWHILE_GAIN`, or its comparison with the best
+trial so far is decided (the two rates differ by more than their noises together: ranking
+them needs no more batches) or cannot be decided by it (its noise is already within the best
+trial's: the doubt left is the other's), or, for the start (nothing to compare yet), its noise is within
+:data:`MAX_TIE_TOLERANCE`; else at ``max_blocks`` blocks. A close race gets a longer window,
+a clear one the minimum. The start's window also leaves out the run's first
+:data:`RUN_WARMUP_BATCHES` batches (the loop's own first steps). The budget ends the trials (the choice is
 then made among the trials measured): ``budget_s`` of loop time from the first trial, or
 ``budget_fraction`` of the epoch's batches when the epoch's length is known (only once
 :data:`MIN_BUDGET_WINDOWS` trials are measured), whichever comes first; no trial starts after it, and the one in progress runs on to its minimum window
@@ -37,8 +47,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from pipecheck.analysis.choice import (NOISE_BLOCKS, block_rate_noise, cheapest_within,
-                                       tolerance)
+from pipecheck.analysis.choice import (MIN_WORTHWHILE_GAIN, NOISE_BLOCKS, block_rate_noise,
+                                       cheapest_within, tolerance)
 from pipecheck.errors import BadArgumentError
 from pipecheck.records import TuneSettings, TuneTrial
 
@@ -53,10 +63,13 @@ scheduler's time slice and a batch-wide hiccup (a page-cache miss, a neighbour's
 fast loader's trial is not decided by a few milliseconds. pipecheck's choice, as ``pipecheck
 stress``'s default trial of 3 s (:data:`pipecheck.stress.settings.DEFAULT_TRIAL_S`) is."""
 
-MAX_TRIAL_BLOCKS = 3 * NOISE_BLOCKS
-"""Most blocks a window takes while its noise stays above the worthwhile gain: a noisy loader
-is measured three times as long, then judged with the noise it has (the tolerance grows with
-it). pipecheck's choice."""
+MAX_TRIAL_BLOCKS = 2 * NOISE_BLOCKS
+"""Most blocks a window takes while its race is undecided: a noisy loader is measured twice as
+long, then judged with the noise it has (the tie tolerance grows with it, to
+:data:`MAX_TIE_TOLERANCE`). Not longer: on the benchmark pipelines the noise is the machine's
+drift over seconds (block rates of the GIL-bound ``text`` pipeline swing 850-1,600 samples/s
+unwrapped), which more blocks barely average down, while three times as long took 6 s a
+trial there (``docs/tuning.md``). pipecheck's choice."""
 
 BUDGET_S = 60.0
 """Loop time (seconds) from the first trial after which no new trial starts (issue 27)."""
@@ -89,6 +102,13 @@ FIRST_WORKERS = 2
 the step, which two also do, while two can also overlap one batch's loading with another's
 (pipecheck's choice; the choice among near-ties still prefers fewer workers measured)."""
 
+RUN_WARMUP_BATCHES = 3
+"""Batches at the start of the run left out of the start's window: a loop's first steps run
+slowly (lazy initialization, the allocator's first growth, autotuning; the benchmark
+pipelines' first step takes 1.5 s where later ones take 0.28 s), as ``pipecheck stress``'s and
+the benchmarks' timed windows leave out their first 3 batches
+(``benchmarks/pipelines.train_for``). pipecheck's choice."""
+
 PREFETCH_FACTORS = (2, 4)
 """``prefetch_factor`` values tried with workers: torch's default and double it, as ``pipecheck
 stress`` searches (:data:`pipecheck.stress.search.AUTO_PREFETCH_FACTORS`)."""
@@ -101,8 +121,8 @@ class TuneLimits:
     ``min_batches`` (>= 2) and ``min_seconds`` (>= 0) the least a window holds;
     ``max_blocks`` (>= ``NOISE_BLOCKS``) the most blocks it takes while noisy; ``budget_s``
     (> 0, loop seconds) and ``budget_fraction`` (0-1 of an epoch's batches) when trials stop;
-    ``warmup_batches`` batches after a switch left out of the window (``None``: the new
-    iterator's prefetched batches, ``num_workers x prefetch_factor``, plus one).
+    ``warmup_batches`` batches after a switch left out of the window (``None``: one round of
+    the new workers' first batches, ``num_workers + 1``: :func:`warmup_for`).
 
     Raises:
         BadArgumentError: a value out of its range (a ``ValueError``).
@@ -156,10 +176,16 @@ def limits_from_text(text: str) -> TuneLimits:
 
 
 def warmup_for(settings: TuneSettings, limits: TuneLimits) -> int:
-    """Batches after a switch to ``settings`` left out of the trial's window."""
+    """Batches after a switch to ``settings`` left out of the trial's window: ``num_workers +
+    1`` unless ``limits`` sets it. New workers start together, so their first batches arrive
+    together after one fetch time (the first batch's wait); from the next round on they
+    deliver at their steady rate, whatever ``prefetch_factor`` (a producer-bound loop never
+    fills the queue; a consumer-bound one never waits after the first batch). Leaving out the
+    whole prefetch depth (``num_workers x prefetch_factor``) cost 17-33 batches a switch at
+    8 workers, a quarter of a 64-batch epoch, for no change in the measured rate."""
     if limits.warmup_batches is not None:
         return limits.warmup_batches
-    return settings.num_workers * (settings.prefetch_factor or 0) + 1
+    return settings.num_workers + 1
 
 
 def pin_line(settings: TuneSettings) -> str:
@@ -209,13 +235,25 @@ class _Window:
     def noise(self) -> Optional[float]:
         return block_rate_noise(self.rates)
 
-    def done(self, max_blocks: int) -> bool:
+    def done(self, max_blocks: int, reference: Optional[TuneTrial]) -> bool:
+        """Whether the window has measured enough (module docstring); ``reference``: the best
+        other trial so far, ``None`` for the start."""
         if len(self.rates) < NOISE_BLOCKS:
             return False
         if len(self.rates) >= max_blocks:
             return True
         noise = self.noise()
-        return noise is not None and tolerance(noise) <= tolerance(None)
+        if noise is None:
+            return False
+        if noise <= MIN_WORTHWHILE_GAIN:
+            return True
+        if reference is None or not reference.samples_per_s:
+            return noise <= MAX_TIE_TOLERANCE
+        reference_noise = reference.noise_fraction or 0.0
+        if noise <= reference_noise:
+            return True  # the race's doubt is the reference's: more batches here cannot end it
+        gap = abs(self.samples / self.seconds / reference.samples_per_s - 1.0)
+        return gap > max(MIN_WORTHWHILE_GAIN, noise + reference_noise)
 
     def trial(self, settings: TuneSettings, warmup: int) -> TuneTrial:
         rate = self.samples / self.seconds if self.seconds > 0 else None
@@ -259,13 +297,17 @@ class TuneController:
         self._tried: set[TuneSettings] = set()
         self._climbing = change_workers
         self._window = _Window(limits)
-        # the start's window leaves out the epoch's first batches (worker start-up)
-        self._warmup = self._warmup_left = warmup_for(start, limits)
+        # the start's window leaves out the epoch's first batches (worker start-up) and the
+        # loop's own first steps
+        self._warmup = self._warmup_left = (
+            warmup_for(start, limits) if limits.warmup_batches is not None
+            else max(warmup_for(start, limits), RUN_WARMUP_BATCHES))
         self._spent_s = 0.0
         self._spent_batches = 0
         self._switch_s = 0.0  # loop time of warm-ups (switch costs)
         self._switch_samples = 0
         self._settled_at_s: Optional[float] = None
+        self._settled_at_batches: Optional[int] = None
 
     # -- per batch -----------------------------------------------------------------------------
 
@@ -285,7 +327,7 @@ class TuneController:
         window = self._window
         window.add(wait_s, loop_s, samples)
         over = self._over_budget()
-        done = (window.done(self.limits.max_blocks)
+        done = (window.done(self.limits.max_blocks, self._best())
                 or (over and len(window.rates) >= NOISE_BLOCKS)  # its minimum, then stop
                 or self._over_budget(HARD_BUDGET_FACTOR))
         if not done:
@@ -341,6 +383,7 @@ class TuneController:
         self.chosen = chosen
         self.settled = True
         self._settled_at_s = self._spent_s
+        self._settled_at_batches = self._spent_batches
         self.current = chosen
         return chosen
 
@@ -370,6 +413,8 @@ class TuneController:
             return None
         base = best.settings
         within = self.tie_tolerance(best)
+        if self._loop_bound(best):
+            self._climbing = False
         if self._climbing:
             if self.trials[-1] is best and self._beat_others(best, within):
                 count = min(FIRST_WORKERS if base.num_workers == 0 else 2 * base.num_workers,
@@ -381,7 +426,7 @@ class TuneController:
                         and candidate not in self._tried:
                     return candidate
             self._climbing = False
-        if base.num_workers > 0:
+        if base.num_workers > 0 and not self._loop_bound(best):
             for factor in PREFETCH_FACTORS:
                 candidate = dataclasses.replace(base, prefetch_factor=factor)
                 if candidate not in self._tried:
@@ -391,6 +436,16 @@ class TuneController:
             if candidate not in self._tried:
                 return candidate
         return None
+
+    @staticmethod
+    def _loop_bound(best: TuneTrial) -> bool:
+        """Whether ``best``'s loop waits so little that no loader setting can gain
+        :data:`~pipecheck.analysis.choice.MIN_WORTHWHILE_GAIN`: removing its whole wait would
+        speed it by ``stall / (1 - stall)``."""
+        stall = best.stall_fraction
+        if stall is None or stall >= 1.0:
+            return False
+        return stall / (1.0 - stall) < MIN_WORTHWHILE_GAIN
 
     def _beat_others(self, best: TuneTrial, within: float) -> bool:
         others = [t.samples_per_s for t in self.trials[:-1] if t.samples_per_s]
@@ -445,6 +500,11 @@ class TuneController:
     def tuning_s(self) -> float:
         """Loop seconds from the first trial to the settling (to now while tuning)."""
         return self._settled_at_s if self._settled_at_s is not None else self._spent_s
+
+    def tuning_batches(self) -> int:
+        """Batches from the first trial to the settling (to now while tuning)."""
+        return (self._settled_at_batches if self._settled_at_batches is not None
+                else self._spent_batches)
 
     def cost_s(self) -> Optional[float]:
         """What the trials slower than the start cost, seconds >= 0 (``None`` without the

@@ -13,12 +13,14 @@ report's ``tune`` section holds the line of code that pins them for the next run
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import warnings
 from typing import Any, Callable, Iterator, Optional
 
 from pipecheck._clock import Clock, monotonic
 from pipecheck._torch_compat import IteratorSubstitutes, index_sampler_attribute, quiet_len
+from pipecheck.analysis.choice import NOISE_BLOCKS
 from pipecheck.errors import one_line
 from pipecheck.kinds import TuneStatus
 from pipecheck.probes.batches import count_samples
@@ -265,10 +267,13 @@ class Tuner:
 
     def batches_needed(self, settings: TuneSettings) -> int:
         """Batches an epoch must still hold for an in-epoch switch to ``settings`` to be
-        worth it: its warm-up and, while trials run, a whole window."""
+        worth it: its warm-up and, while trials run, one block of its window (a window may
+        span epochs, so the rest of it is measured in the next; deferring instead would run
+        the rest of this epoch on settings already measured)."""
         assert self.controller is not None
         limits = self.controller.limits
-        return warmup_for(settings, limits) + (limits.min_batches if self.tuning else 1)
+        block = math.ceil(limits.min_batches / NOISE_BLOCKS)
+        return warmup_for(settings, limits) + (block if self.tuning else 1)
 
     def defer(self) -> None:
         """The switch waits for the next epoch's build (this epoch is too short, or the
@@ -325,5 +330,6 @@ class Tuner:
             start=self.start, chosen=chosen,
             trials=list(controller.trials), speedup=controller.speedup(),
             tuning_s=controller.tuning_s(), cost_s=controller.cost_s(),
+            tuning_batches=controller.tuning_batches(),
             pin_line=pin_line(chosen) if chosen is not None else None,
             notes=list(controller.notes))

@@ -146,7 +146,7 @@ def test_pin_line_and_labels():
         "DataLoader(..., num_workers=2, prefetch_factor=4)"
     assert pin_line(TuneSettings(num_workers=0, pin_memory=True)) == \
         "DataLoader(..., num_workers=0, pin_memory=True)"
-    assert warmup_for(TuneSettings(num_workers=2, prefetch_factor=4), TuneLimits()) == 9
+    assert warmup_for(TuneSettings(num_workers=2, prefetch_factor=4), TuneLimits()) == 3
 
 
 def test_shared_choice_rule():
@@ -224,3 +224,66 @@ def test_a_window_longer_than_an_epoch_still_ends():
     (trial,) = controller.trials
     assert trial.settings == START and trial.batches == 8 and trial.samples == 32
     assert trial.seconds == pytest.approx(0.08)
+
+
+def _wobbly(base: float, amplitude: float):
+    """Loop times around ``base`` seconds: blocks of 2 batches alternate between ``base x (1 +
+    amplitude)`` and ``base x (1 - amplitude)``, so every window measures about ``amplitude``
+    of block noise."""
+    state = {"n": 0}
+
+    def seconds(_settings):
+        state["n"] += 1
+        return base * (1 + amplitude if (state["n"] - 1) // 2 % 2 == 0 else 1 - amplitude)
+    return seconds
+
+
+def test_a_clear_gap_ends_a_noisy_window_at_its_minimum():
+    """Windows as noisy as 6 % still end at NOISE_BLOCKS blocks when the race is clear (the
+    start within MAX_TIE_TOLERANCE; 2 workers twice as fast): ranking them needs no more."""
+    limits = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=0, max_blocks=12,
+                        budget_s=1e9, budget_fraction=1.0)
+    controller = TuneController(START, limits, max_workers=2, change_workers=True, cuda=False)
+    wobble = {0: _wobbly(0.010, 0.06), 2: _wobbly(0.005, 0.06)}
+    drive(controller, lambda s: wobble[min(s.num_workers, 2)](s))
+    start, two = controller.trials[:2]
+    assert 0.03 < start.noise_fraction <= MAX_TIE_TOLERANCE
+    assert start.batches == two.batches == limits.min_batches
+    assert controller.chosen.num_workers == 2
+
+
+def test_a_close_race_runs_its_window_until_it_is_as_precise_as_the_reference():
+    """3 % apart: a noisier trial (8 % swings against the start's 5 %) is measured on until
+    its noise is within the start's, and no longer (more batches cannot decide the race)."""
+    limits = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=0, max_blocks=12,
+                        budget_s=1e9, budget_fraction=1.0)
+    controller = TuneController(START, limits, max_workers=2, change_workers=True, cuda=False)
+    wobble = {0: _wobbly(0.010, 0.05), 2: _wobbly(0.0097, 0.08)}
+    drive(controller, lambda s: wobble[min(s.num_workers, 2)](s))
+    start, two = controller.trials[:2]
+    assert start.batches == limits.min_batches
+    assert limits.min_batches < two.batches < limits.max_blocks * 2
+    assert two.noise_fraction <= start.noise_fraction
+
+
+def test_a_loop_that_barely_waits_is_not_tuned_further():
+    """1 % of the loop waits: removing all of it gains 1 %, under MIN_WORTHWHILE_GAIN, so no
+    setting is tried after the start (the loop cannot outrun its step)."""
+    controller = TuneController(START, LIMITS, max_workers=8, change_workers=True, cuda=False)
+    for _ in range(1000):
+        if controller.observe(0.0001, 0.010, 4) is not None or controller.settled:
+            break
+    assert controller.settled and controller.chosen == START
+    assert [t.settings for t in controller.trials] == [START]
+
+
+def test_the_start_leaves_out_the_runs_first_steps_by_default():
+    controller = TuneController(START, TuneLimits(min_batches=8, min_seconds=0.0),
+                                max_workers=2, change_workers=True, cuda=False)
+    for seconds in [1.5, 0.5, 0.3] + [0.01] * 100:  # lazy initialization, then steady
+        controller.observe(seconds, seconds, 4)
+        if controller.trials:
+            break
+    assert controller.trials[0].samples_per_s == pytest.approx(400.0)
+    assert controller.tuning_batches() == 3 + 8
+    assert controller.trials[0].warmup_batches == 3

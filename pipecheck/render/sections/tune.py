@@ -53,7 +53,9 @@ def tune_blocks(section: TuneSection) -> list[Block]:
         gain = (fmt.NOT_MEASURED if section.speedup is None
                 else f"x{section.speedup:.2f} samples/s over the start")
         blocks.append(line(("measured gain", gain),
-                           ("tuning took", fmt.seconds(section.tuning_s) + " of loop time"),
+                           ("tuning took", fmt.seconds(section.tuning_s) + " of loop time"
+                            + ("" if section.tuning_batches is None
+                               else f", {section.tuning_batches:,} batches")),
                            ("slower trials cost", fmt.seconds(section.cost_s))))
     trials, hidden = capped(section.trials, TRIAL_ROWS)
     if trials:
