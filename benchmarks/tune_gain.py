@@ -15,12 +15,16 @@ out), starting from ``num_workers=0``:
 2. **tuned**: the same batches under ``pipecheck.wrap(loader, tune=True)``: the whole run's
    wall seconds, the settings it kept, and its samples/s after tuning settled (over the batches
    after the tune section's ``tuning_batches``, timed by the loop's own clock; a batch the
-   tuner did not observe makes that count short, so the figure errs low);
+   tuner did not observe makes that count short, so the figure errs low). When the run's
+   batches end before tuning settles, or less than :data:`AFTER_MIN_S` after it, the loop goes
+   on (at most :data:`AFTER_CAP_S` more) to measure that rate; the wall seconds stay those of
+   the run's batches;
 3. **grid**: unwrapped, ``num_workers`` in ``--grid`` (``prefetch_factor`` 2), each trained
    ``--seconds`` after 3 warm-up batches (``pipelines.train_for``), interleaved over
    ``--rounds`` rounds, each figure the median of its rounds: the best.
 
-Per row: pipeline, condition, kept settings, rate after tuning, grid best (and its setting),
+Per row (``--json`` adds each trial: settings, batches, seconds, samples/s, stall and block
+noise): pipeline, condition, kept settings, rate after tuning, grid best (and its setting),
 after / best (target >= 0.95), untuned and tuned wall seconds (target: tuned faster), and the
 tuning time and cost the tune section reports. A summary counts the rows meeting each target.
 
@@ -49,6 +53,12 @@ from pipelines import (PIPELINES, LatencyDataset, Neighbour, Pipeline,  # noqa: 
 AFTER_TARGET = 0.95
 """The tuned run's rate after tuning, over the grid's best, at least this (issue 27)."""
 
+AFTER_MIN_S = 5.0
+"""Seconds of loop after the settling that the rate after tuning is measured over, at least."""
+
+AFTER_CAP_S = 120.0
+"""Most seconds the tuned loop runs past the run's batches to settle and measure."""
+
 LONG_EPOCH_SAMPLES = 262_144
 """Samples in the ``long`` pipeline's one epoch (4,096 batches of 64: a run of ``--run-seconds`` takes
 its first part, as a long pretraining epoch's first minutes)."""
@@ -76,6 +86,7 @@ class Row:
     tuned_s: float
     tuning_s: Optional[float]
     cost_s: Optional[float]
+    trials: list[dict[str, Any]]
 
     @property
     def after_over_best(self) -> Optional[float]:
@@ -105,6 +116,36 @@ def run_batches(loader: Any, model: Any, batches: Optional[int] = None,
     return time.perf_counter() - started, marks
 
 
+def tuner_status(loader: Any) -> str:
+    """The wrapped loader's tuning status without building a report (a benchmark's peek at
+    pipecheck's internals: ``report()`` each batch would slow the loop it measures)."""
+    return object.__getattribute__(loader, "_measurement")._tuner.status
+
+
+def run_tuned(loader: Any, model: Any, batches: int) -> tuple[float, list[tuple[float, int]]]:
+    """``batches`` batches of the tuned loop (their wall seconds), then on until tuning has
+    settled and :data:`AFTER_MIN_S` more have passed (at most :data:`AFTER_CAP_S`); every
+    batch's (time after its step, samples)."""
+    marks: list[tuple[float, int]] = []
+    started = time.perf_counter()
+    run_s: Optional[float] = None
+    settled_at: Optional[float] = None
+    while True:
+        for batch in loader:
+            model.step(batch)
+            now = time.perf_counter()
+            marks.append((now, len(batch[1])))
+            if len(marks) == batches:
+                run_s = now - started
+            if run_s is None:
+                continue
+            if settled_at is None and tuner_status(loader) != "tuning":
+                settled_at = now
+            if (settled_at is not None and now - settled_at >= AFTER_MIN_S) \
+                    or now - started - run_s >= AFTER_CAP_S:
+                return run_s, marks
+
+
 def after_rate(marks: list[tuple[float, int]], tuning_batches: Optional[int]
                ) -> Optional[float]:
     """Samples/s over the batches after the first ``tuning_batches``, ``None`` when fewer than
@@ -128,7 +169,7 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
     # 2. tuned
     loader = pipecheck.wrap(loader_with(pipeline.dataset(data), {"num_workers": 0}, iterable),
                             host=False, tune=True)
-    tuned_s, marks = run_batches(loader, pipeline.model(), batches)
+    tuned_s, marks = run_tuned(loader, pipeline.model(), batches)
     section = loader.report().tune
     loader.close()
     kept = section.chosen.label() if section.chosen is not None else None
@@ -145,7 +186,10 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
     return Row(pipeline.name, condition, batches, kept, section.status,
                after_rate(marks, section.tuning_batches) if section.status == "settled"
                else None, grid[best],
-               f"num_workers={best}", grid, untuned_s, tuned_s, section.tuning_s, section.cost_s)
+               f"num_workers={best}", grid, untuned_s, tuned_s, section.tuning_s, section.cost_s,
+               [{"settings": t.settings.label(), "batches": t.batches, "seconds": t.seconds,
+                 "samples_per_s": t.samples_per_s, "stall_fraction": t.stall_fraction,
+                 "noise_fraction": t.noise_fraction} for t in section.trials])
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -66,9 +66,9 @@ stress``'s default trial of 3 s (:data:`pipecheck.stress.settings.DEFAULT_TRIAL_
 MAX_TRIAL_BLOCKS = 2 * NOISE_BLOCKS
 """Most blocks a window takes while its race is undecided: a noisy loader is measured twice as
 long, then judged with the noise it has (the tie tolerance grows with it, to
-:data:`MAX_TIE_TOLERANCE`). Not longer: on the benchmark pipelines the noise is the machine's
-drift over seconds (block rates of the GIL-bound ``text`` pipeline swing 850-1,600 samples/s
-unwrapped), which more blocks barely average down, while three times as long took 6 s a
+:data:`MAX_TIE_TOLERANCE`). Not longer: on the benchmark pipelines much of the noise is the machine's
+drift over seconds (the GIL-bound ``text`` pipeline's trials measure 8-11 % block noise at
+every setting), which more blocks barely average down, while three times as long took 6 s a
 trial there (``docs/tuning.md``). pipecheck's choice."""
 
 BUDGET_S = 60.0
