@@ -14,11 +14,10 @@ out), starting from ``num_workers=0``:
    of another);
 2. **tuned**: the same batches under ``pipecheck.wrap(loader, tune=True)``: the whole run's
    wall seconds, the settings it kept, and its samples/s after tuning settled (over the batches
-   after the tune section's ``tuning_batches``, timed by the loop's own clock; a batch the
-   tuner did not observe makes that count short, so the figure errs low). When the run's
-   batches end before tuning settles, or less than :data:`AFTER_MIN_S` after it, the loop goes
-   on (at most :data:`AFTER_CAP_S` more) to measure that rate; the wall seconds stay those of
-   the run's batches;
+   after the first one the loop found the tuner settled at, timed by the loop's own clock).
+   When the run's batches end before tuning settles, or less than :data:`AFTER_MIN_S` after
+   it, the loop goes on (at most :data:`AFTER_CAP_S` more) to measure that rate; the wall
+   seconds stay those of the run's batches;
 3. **grid**: unwrapped, ``num_workers`` in ``--grid`` (``prefetch_factor`` 2), each trained
    ``--seconds`` after 3 warm-up batches (``pipelines.train_for``), interleaved over
    ``--rounds`` rounds, each figure the median of its rounds: the best.
@@ -53,7 +52,7 @@ from pipelines import (PIPELINES, LatencyDataset, Neighbour, Pipeline,  # noqa: 
 AFTER_TARGET = 0.95
 """The tuned run's rate after tuning, over the grid's best, at least this (issue 27)."""
 
-AFTER_MIN_S = 5.0
+AFTER_MIN_S = 10.0
 """Seconds of loop after the settling that the rate after tuning is measured over, at least."""
 
 AFTER_CAP_S = 120.0
@@ -122,37 +121,38 @@ def tuner_status(loader: Any) -> str:
     return object.__getattribute__(loader, "_measurement")._tuner.status
 
 
-def run_tuned(loader: Any, model: Any, batches: int) -> tuple[float, list[tuple[float, int]]]:
+def run_tuned(loader: Any, model: Any, batches: int
+              ) -> tuple[float, list[tuple[float, int]], Optional[int]]:
     """``batches`` batches of the tuned loop (their wall seconds), then on until tuning has
     settled and :data:`AFTER_MIN_S` more have passed (at most :data:`AFTER_CAP_S`); every
-    batch's (time after its step, samples)."""
+    batch's (time after its step, samples), and the index of the first batch after which the
+    tuner was found settled (``None`` if it never was)."""
     marks: list[tuple[float, int]] = []
     started = time.perf_counter()
     run_s: Optional[float] = None
-    settled_at: Optional[float] = None
+    settled: Optional[int] = None
     while True:
         for batch in loader:
             model.step(batch)
             now = time.perf_counter()
             marks.append((now, len(batch[1])))
+            if settled is None and tuner_status(loader) != "tuning":
+                settled = len(marks)
             if len(marks) == batches:
                 run_s = now - started
             if run_s is None:
                 continue
-            if settled_at is None and tuner_status(loader) != "tuning":
-                settled_at = now
-            if (settled_at is not None and now - settled_at >= AFTER_MIN_S) \
+            if (settled is not None and now - marks[settled - 1][0] >= AFTER_MIN_S) \
                     or now - started - run_s >= AFTER_CAP_S:
-                return run_s, marks
+                return run_s, marks, settled
 
 
-def after_rate(marks: list[tuple[float, int]], tuning_batches: Optional[int]
-               ) -> Optional[float]:
-    """Samples/s over the batches after the first ``tuning_batches``, ``None`` when fewer than
-    10 batches are left."""
-    if tuning_batches is None:
+def after_rate(marks: list[tuple[float, int]], settled: Optional[int]) -> Optional[float]:
+    """Samples/s over the batches after the first ``settled``, ``None`` when fewer than 10
+    batches are left."""
+    if settled is None:
         return None
-    after = marks[tuning_batches:]
+    after = marks[settled - 1:]
     if len(after) < 10:
         return None
     return sum(n for _, n in after[1:]) / (after[-1][0] - after[0][0])
@@ -169,7 +169,7 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
     # 2. tuned
     loader = pipecheck.wrap(loader_with(pipeline.dataset(data), {"num_workers": 0}, iterable),
                             host=False, tune=True)
-    tuned_s, marks = run_tuned(loader, pipeline.model(), batches)
+    tuned_s, marks, settled = run_tuned(loader, pipeline.model(), batches)
     section = loader.report().tune
     loader.close()
     kept = section.chosen.label() if section.chosen is not None else None
@@ -184,8 +184,7 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
     grid = {n: statistics.median(r) for n, r in rates.items()}
     best = max(grid, key=grid.get)
     return Row(pipeline.name, condition, batches, kept, section.status,
-               after_rate(marks, section.tuning_batches) if section.status == "settled"
-               else None, grid[best],
+               after_rate(marks, settled) if section.status == "settled" else None, grid[best],
                f"num_workers={best}", grid, untuned_s, tuned_s, section.tuning_s, section.cost_s,
                [{"settings": t.settings.label(), "batches": t.batches, "seconds": t.seconds,
                  "samples_per_s": t.samples_per_s, "stall_fraction": t.stall_fraction,

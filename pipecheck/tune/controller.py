@@ -11,9 +11,12 @@ The schedule (:meth:`TuneController.next_settings`), from the user's settings (t
 2. workers (when they may change): the next count is double the best so far
    (:data:`FIRST_WORKERS` after 0),
    capped at the guard's ``max_workers``; the climb goes on while each step beats the best by
-   more than the tolerance, and stops at the first that does not;
-3. with workers, ``prefetch_factor`` :data:`PREFETCH_FACTORS` not yet tried, at the best count;
-4. with CUDA, ``pin_memory=True`` at the best settings;
+   more than the tolerance, and stops at the first that does not; when no count above the
+   start's is kept (a user's ``num_workers=8`` where fewer do as well), the count halves while
+   each half ties with the fastest;
+3. with workers, ``prefetch_factor`` :data:`PREFETCH_FACTORS` not yet tried, at the settings
+   that would be kept now (step 5);
+4. with CUDA, ``pin_memory=True`` at the settings that would be kept now;
 5. the cheapest measured settings within the noise of the fastest are kept
    (:func:`pipecheck.analysis.choice.cheapest_within`: fewest workers, then smallest
    ``prefetch_factor``, then ``pin_memory`` off), the rule ``pipecheck stress`` recommends by.
@@ -426,16 +429,35 @@ class TuneController:
                         and candidate not in self._tried:
                     return candidate
             self._climbing = False
-        if base.num_workers > 0 and not self._loop_bound(best):
+        fewer = self._fewer_workers()
+        if fewer is not None:
+            return fewer
+        kept = self.choose()  # later trials vary the settings that would be kept
+        if kept.num_workers > 0 and not self._loop_bound(best):
             for factor in PREFETCH_FACTORS:
-                candidate = dataclasses.replace(base, prefetch_factor=factor)
+                candidate = dataclasses.replace(kept, prefetch_factor=factor)
                 if candidate not in self._tried:
                     return candidate
-        if self.cuda and not base.pin_memory:
-            candidate = dataclasses.replace(base, pin_memory=True)
+        if self.cuda and not kept.pin_memory:
+            candidate = dataclasses.replace(kept, pin_memory=True)
             if candidate not in self._tried:
                 return candidate
         return None
+
+    def _fewer_workers(self) -> Optional[TuneSettings]:
+        """The descent: when no count above the start's was kept (the climb gained nothing,
+        or the start already has the most workers allowed), half the kept count, as long as
+        each half ties with the fastest (the kept settings then move down to it)."""
+        if not self.change_workers:
+            return None
+        kept = self.choose()
+        if not 0 < kept.num_workers <= self.start.num_workers:
+            return None
+        lower = kept.num_workers // 2
+        candidate = dataclasses.replace(
+            kept, num_workers=lower,
+            prefetch_factor=(kept.prefetch_factor or PREFETCH_FACTORS[0]) if lower else None)
+        return None if candidate in self._tried else candidate
 
     @staticmethod
     def _loop_bound(best: TuneTrial) -> bool:

@@ -287,3 +287,26 @@ def test_the_start_leaves_out_the_runs_first_steps_by_default():
     assert controller.trials[0].samples_per_s == pytest.approx(400.0)
     assert controller.tuning_batches() == 3 + 8
     assert controller.trials[0].warmup_batches == 3
+
+
+def test_a_start_with_more_workers_than_needed_halves_them_while_they_tie():
+    """The user's num_workers=8 where 2 do as well: no count above 8 is allowed, so the count
+    halves while each half ties with the fastest (4, 2), stops at the first that is slower
+    (1), and the cheapest tie is kept."""
+    start = TuneSettings(num_workers=8, prefetch_factor=2)
+    times = {8: 0.0050, 4: 0.0050, 2: 0.00505, 1: 0.010}
+    controller = TuneController(start, LIMITS, max_workers=8, change_workers=True, cuda=False)
+    drive(controller, lambda s: times[s.num_workers])
+    counts = [t.settings.num_workers for t in controller.trials]
+    assert counts[:4] == [8, 4, 2, 1]
+    assert 0 not in counts
+    assert controller.chosen == TuneSettings(num_workers=2, prefetch_factor=2)
+
+
+def test_a_start_at_zero_workers_never_descends():
+    times = {0: 0.010, 2: 0.005, 4: 0.006}
+    controller = TuneController(START, LIMITS, max_workers=8, change_workers=True, cuda=False)
+    drive(controller, lambda s: times[s.num_workers])
+    counts = [t.settings.num_workers for t in controller.trials]
+    assert 1 not in counts and counts[:3] == [0, 2, 4]
+    assert controller.chosen.num_workers == 2
