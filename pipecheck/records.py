@@ -1052,8 +1052,11 @@ class TuneSection:
     there is nothing to explain); ``start`` the user's settings, ``chosen`` the settings kept
     (``None`` until chosen); ``trials`` in the order run; ``speedup`` the chosen trial's
     samples/s over the start's (``None`` unless both were measured); ``tuning_s`` loop time
-    and ``tuning_batches`` batches from the first trial to the settling (to now while
-    tuning; ``None`` in older reports); ``cost_s`` what the trials slower than the start
+    and ``tuning_batches`` batches spent tuning, all rounds (to now while tuning; ``None``
+    in older reports); ``retunes`` how often the kept settings' rate fell by more than
+    :data:`pipecheck.tune.watch.RETUNE_DROP` for a whole window and a new round of trials
+    began (at most once an epoch; the choice and ``speedup`` are then the latest round's,
+    ``speedup`` over the settings kept before it; each drop is in ``notes``); ``cost_s`` what the trials slower than the start
     cost: for each trial (the batches of its warm-up after the switch included), its loop
     time less the time the start's measured rate would have taken for the same samples,
     summed where positive, seconds >= 0 (``None`` without the start measured); ``pin_line`` the one line of code that pins the chosen settings;
@@ -1069,6 +1072,7 @@ class TuneSection:
     tuning_s: Optional[float] = None
     cost_s: Optional[float] = None
     tuning_batches: Optional[int] = None
+    retunes: int = 0
     pin_line: Optional[str] = None
     notes: list[str] = field(default_factory=list)
 

@@ -26,21 +26,21 @@ waits: its stall ``w`` bounds what any loader setting can add, ``w / (1 - w)`` o
 loop cannot run faster than its step), and below
 :data:`pipecheck.analysis.choice.MIN_WORTHWHILE_GAIN` no trial is worth its switch.
 
-Each window (:class:`_Window`) is cut into blocks of at least ``min_batches / NOISE_BLOCKS``
-batches and ``min_seconds / NOISE_BLOCKS`` seconds; it ends once it has :data:`NOISE_BLOCKS`
-blocks and either their rates' noise (:func:`pipecheck.analysis.choice.block_rate_noise`) is
-within :data:`pipecheck.analysis.choice.MIN_WORTHWHILE_GAIN`, or its comparison with the best
-trial so far is decided (the two rates differ by more than their noises together: ranking
-them needs no more batches) or cannot be decided by it (its noise is already within the best
-trial's: the doubt left is the other's), or, for the start (nothing to compare yet), its noise is within
-:data:`MAX_TIE_TOLERANCE`; else at ``max_blocks`` blocks. A close race gets a longer window,
-a clear one the minimum. The start's window also leaves out the run's first
-:data:`RUN_WARMUP_BATCHES` batches (the loop's own first steps). The budget ends the trials (the choice is
-then made among the trials measured): ``budget_s`` of loop time from the first trial, or
+Each window (:class:`pipecheck.tune.window.TrialWindow`: when it has measured enough) is cut
+into blocks of at least :func:`block_batches` batches and ``min_seconds / NOISE_BLOCKS``
+seconds. The start's window also leaves out the run's first
+:data:`RUN_WARMUP_BATCHES` batches (the loop's own first steps). The budget ends the trials
+(the choice is then made among the trials measured): ``budget_s`` of loop time from the first trial, or
 ``budget_fraction`` of the epoch's batches when the epoch's length is known (only once
 :data:`MIN_BUDGET_WINDOWS` trials are measured), whichever comes first; no trial starts after it, and the one in progress runs on to its minimum window
 (:data:`NOISE_BLOCKS` blocks), at most to :data:`HARD_BUDGET_FACTOR` times the budget. So
 tuning aims at the budget and may overshoot it by one minimum window.
+
+Once settled, the kept settings are watched (:class:`pipecheck.tune.watch.RateWatch`):
+:data:`~pipecheck.tune.watch.SUSTAINED_WINDOWS` windows in a row of ``max_blocks`` blocks, each
+more than :data:`pipecheck.tune.watch.RETUNE_DROP` below their measured rate, start a new round
+of trials from them, at most once per epoch, with a budget of its own. Each round
+chooses among its own trials only (the conditions changed between rounds).
 """
 
 from __future__ import annotations
@@ -50,15 +50,21 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from pipecheck.analysis.choice import (MIN_WORTHWHILE_GAIN, NOISE_BLOCKS, block_rate_noise,
-                                       cheapest_within, tolerance)
+from pipecheck.analysis.choice import (MIN_WORTHWHILE_GAIN, NOISE_BLOCKS, cheapest_within,
+                                       tolerance)
 from pipecheck.errors import BadArgumentError
 from pipecheck.records import TuneSettings, TuneTrial
+from pipecheck.tune.watch import RateWatch, kept_trial
+from pipecheck.tune.window import MAX_TIE_TOLERANCE, TrialWindow
 
-MIN_TRIAL_BATCHES = 32
-"""Fewest batches in a trial's window: :data:`NOISE_BLOCKS` blocks of 8, so each block's rate
-averages over several batches of every worker of a 4-8 worker loader (workers deliver in
-turn, and one block must not be one worker's batch). pipecheck's choice."""
+MIN_TRIAL_BATCHES = 4
+"""Fewest batches in a trial's window: :data:`NOISE_BLOCKS` blocks of one batch, and of at
+least ``num_workers`` batches with workers (:func:`block_batches`: workers deliver in turn, so
+a block holds a batch of every worker); the seconds (:data:`MIN_TRIAL_S`) bind first for any
+fast loader. Blocks of 8 batches at every setting made the start's window of a loader at
+3 s a batch (JPEG decode at ``num_workers=0`` beside a busy neighbour) longer than the whole
+budget: it kept the start, 10x slower than 2 workers (``docs/tuning.md``). pipecheck's
+choice."""
 
 MIN_TRIAL_S = 2.0
 """Fewest seconds of loop time in a trial's window: blocks of 0.5 s, several times the
@@ -93,12 +99,6 @@ HARD_BUDGET_FACTOR = 2.0
 measures nothing, and the start would be kept blind), but never past this many times the
 budget: then it ends with what it has (kept when it holds 2 blocks or more). pipecheck's
 choice."""
-
-MAX_TIE_TOLERANCE = 0.10
-"""Most a trial may be measured slower than the fastest and still tie with it, however noisy
-the windows: the trials ran in the same loop seconds apart, so a 10 % gap is more than the
-run's drift between them (pipecheck's choice; ``pipecheck stress``'s longer trials rarely
-measure so much noise)."""
 
 FIRST_WORKERS = 2
 """Workers of the first step up from ``num_workers=0``: one worker only overlaps loading with
@@ -191,80 +191,22 @@ def warmup_for(settings: TuneSettings, limits: TuneLimits) -> int:
     return settings.num_workers + 1
 
 
+def block_batches(limits: TuneLimits, settings: TuneSettings) -> int:
+    """Fewest batches in a block of a window of ``settings``: ``min_batches / NOISE_BLOCKS``
+    (rounded up), and at least ``num_workers`` (a batch of every worker)."""
+    return max(math.ceil(limits.min_batches / NOISE_BLOCKS), settings.num_workers)
+
+
+def new_window(limits: TuneLimits, settings: TuneSettings) -> TrialWindow:
+    """An empty trial window of ``settings`` with the blocks ``limits`` set (module
+    docstring)."""
+    return TrialWindow(block_batches(limits, settings), limits.min_seconds / NOISE_BLOCKS)
+
+
 def pin_line(settings: TuneSettings) -> str:
     """The one line of code that pins ``settings``, e.g.
     ``DataLoader(..., num_workers=2, prefetch_factor=4)``."""
     return f"DataLoader(..., {settings.label().replace(' ', ', ')})"
-
-
-class _Window:
-    """One trial's measured window: blocks of batches (see the module docstring). O(1) per
-    batch."""
-
-    __slots__ = ("block_batches", "block_s", "batches", "samples", "seconds", "wait", "rates",
-                 "cur_batches", "cur_s", "cur_samples", "cur_wait")
-
-    def __init__(self, limits: TuneLimits) -> None:
-        self.block_batches = math.ceil(limits.min_batches / NOISE_BLOCKS)
-        self.block_s = limits.min_seconds / NOISE_BLOCKS
-        self.batches = self.samples = 0
-        self.seconds = self.wait = 0.0
-        self.rates: list[float] = []
-        self.cur_batches, self.cur_s, self.cur_samples, self.cur_wait = 0, 0.0, 0, 0.0
-
-    def add(self, wait_s: float, loop_s: float, samples: int) -> None:
-        self.batches += 1
-        self.samples += samples
-        self.seconds += loop_s
-        self.wait += wait_s
-        self.cur_batches += 1
-        self.cur_s += loop_s
-        self.cur_samples += samples
-        self.cur_wait += wait_s
-        if self.cur_batches >= self.block_batches and self.cur_s >= self.block_s \
-                and self.cur_s > 0:
-            self.rates.append(self.cur_batches / self.cur_s)
-            self.cur_batches, self.cur_s, self.cur_samples, self.cur_wait = 0, 0.0, 0, 0.0
-
-    def drop_partial_block(self) -> None:
-        """Forget the block in progress (its batches leave the totals too); the whole blocks
-        stay: each is one measurement of the same settings."""
-        self.batches -= self.cur_batches
-        self.samples -= self.cur_samples
-        self.seconds -= self.cur_s
-        self.wait -= self.cur_wait
-        self.cur_batches, self.cur_s, self.cur_samples, self.cur_wait = 0, 0.0, 0, 0.0
-
-    def noise(self) -> Optional[float]:
-        return block_rate_noise(self.rates)
-
-    def done(self, max_blocks: int, reference: Optional[TuneTrial]) -> bool:
-        """Whether the window has measured enough (module docstring); ``reference``: the best
-        other trial so far, ``None`` for the start."""
-        if len(self.rates) < NOISE_BLOCKS:
-            return False
-        if len(self.rates) >= max_blocks:
-            return True
-        noise = self.noise()
-        if noise is None:
-            return False
-        if noise <= MIN_WORTHWHILE_GAIN:
-            return True
-        if reference is None or not reference.samples_per_s:
-            return noise <= MAX_TIE_TOLERANCE
-        reference_noise = reference.noise_fraction or 0.0
-        if noise <= reference_noise:
-            return True  # the race's doubt is the reference's: more batches here cannot end it
-        gap = abs(self.samples / self.seconds / reference.samples_per_s - 1.0)
-        return gap > max(MIN_WORTHWHILE_GAIN, noise + reference_noise)
-
-    def trial(self, settings: TuneSettings, warmup: int) -> TuneTrial:
-        rate = self.samples / self.seconds if self.seconds > 0 else None
-        stall = self.wait / self.seconds if self.seconds > 0 else None
-        return TuneTrial(settings=settings, batches=self.batches, samples=self.samples,
-                         seconds=self.seconds, samples_per_s=rate,
-                         stall_fraction=None if stall is None else min(1.0, max(0.0, stall)),
-                         noise_fraction=self.noise(), warmup_batches=warmup)
 
 
 class TuneController:
@@ -299,7 +241,7 @@ class TuneController:
         self.settled = False
         self._tried: set[TuneSettings] = set()
         self._climbing = change_workers
-        self._window = _Window(limits)
+        self._window = new_window(limits, start)
         # the start's window leaves out the epoch's first batches (worker start-up) and the
         # loop's own first steps
         self._warmup = self._warmup_left = (
@@ -307,10 +249,16 @@ class TuneController:
             else max(warmup_for(start, limits), RUN_WARMUP_BATCHES))
         self._spent_s = 0.0
         self._spent_batches = 0
-        self._switch_s = 0.0  # loop time of warm-ups (switch costs)
-        self._switch_samples = 0
         self._settled_at_s: Optional[float] = None
         self._settled_at_batches: Optional[int] = None
+        # rounds: the first trial's index and start settings of each; a re-tune adds one
+        self.retunes = 0
+        self._rounds: list[tuple[int, TuneSettings]] = [(0, start)]
+        self._round_switch: list[list[float]] = [[0.0, 0.0]]  # warm-ups' loop s, samples
+        self._budget_from = (0.0, 0)  # loop seconds and batches spent when the round began
+        self._epoch = 0
+        self._retuned_epoch: Optional[int] = None
+        self._watch: Optional[RateWatch] = None
 
     # -- per batch -----------------------------------------------------------------------------
 
@@ -319,13 +267,14 @@ class TuneController:
         (seconds since the previous batch was handed over, >= 0) and its samples. Returns the
         settings to switch to at this batch boundary, or ``None``."""
         if self.settled:
-            return None
+            return self._watch_batch(wait_s, loop_s, samples)
         self._spent_s += loop_s
         self._spent_batches += 1
         if self._warmup_left > 0:
             self._warmup_left -= 1
-            self._switch_s += loop_s
-            self._switch_samples += samples
+            if self.current != self.round_start:  # the start's own warm-up costs nothing
+                self._round_switch[-1][0] += loop_s
+                self._round_switch[-1][1] += samples
             return None
         window = self._window
         window.add(wait_s, loop_s, samples)
@@ -349,20 +298,72 @@ class TuneController:
         self._warmup_left += max(0, batches)
         self._warmup += max(0, batches)
 
-    def refuse(self, settings: TuneSettings, note: str) -> TuneSettings:
+    def refuse(self, settings: TuneSettings, note: str) -> Optional[TuneSettings]:
         """``settings`` (just returned by :meth:`observe`) cannot be tried (a guard, ``note``
         says which): no trial with as many workers is made, and the next settings to switch to
-        (or the kept ones, when the schedule is done) are returned."""
+        (or the kept ones, when the schedule is done and they are not in use) are returned."""
         self.notes.append(note)
         self._tried.add(settings)
         if settings.num_workers > 0:
             self.max_workers = min(self.max_workers, settings.num_workers - 1)
-        previous = self.trials[-1].settings if self.trials else self.start
+        previous = self.trials[-1].settings if self.trials else self.round_start
         self.current = previous
         following = self.next_settings()
         if following is None:
             return self._settle()
         return self._switch_to(following)
+
+    def new_epoch(self) -> None:
+        """A new epoch's iterator was built (any but the run's first): the window in progress
+        (a trial's, or the watch's once settled) drops its partial block and leaves out the new
+        iterator's warm-up."""
+        self._epoch += 1
+        if not self.settled:
+            self.restart_window()
+        elif self._watch is not None:
+            self._watch.restart(warmup_for(self.current, self.limits))
+
+    @property
+    def watching(self) -> bool:
+        """Whether the settled settings are watched for a drop (they were measured)."""
+        return self.settled and self._watch is not None
+
+    def _watch_batch(self, wait_s: float, loop_s: float, samples: int
+                     ) -> Optional[TuneSettings]:
+        watch = self._watch
+        if watch is None or self._retuned_epoch == self._epoch:
+            return None
+        dropped = watch.add(wait_s, loop_s, samples)
+        return None if dropped is None else self._retune(watch, dropped)
+
+    def _retune(self, watch: RateWatch, dropped: TuneTrial) -> Optional[TuneSettings]:
+        """A new round from the kept settings, whose dropped window is its start's trial."""
+        self.notes.append(watch.drop_line(dropped))
+        self.retunes += 1
+        self._retuned_epoch = self._epoch
+        self._rounds.append((len(self.trials), self.current))
+        self._round_switch.append([0.0, 0.0])
+        self.trials.append(dropped)
+        self._tried = {self.current}
+        self._climbing = self.change_workers
+        self.settled = False
+        self.chosen = None
+        self._settled_at_s = self._settled_at_batches = None
+        self._budget_from = (self._spent_s, self._spent_batches)
+        self._watch = None
+        following = self.next_settings()
+        if following is None:
+            return self._settle()
+        return self._switch_to(following)
+
+    @property
+    def round_start(self) -> TuneSettings:
+        """The settings this round started from: the user's, or after a re-tune the settings
+        kept before it."""
+        return self._rounds[-1][1]
+
+    def _round_trials(self) -> list[TuneTrial]:
+        return self.trials[self._rounds[-1][0]:]
 
     def restart_window(self) -> None:
         """The current settings' iterator was rebuilt (a new epoch): the block in progress is
@@ -377,35 +378,45 @@ class TuneController:
 
     def _switch_to(self, settings: TuneSettings) -> TuneSettings:
         self.current = settings
-        self._window = _Window(self.limits)
+        self._window = new_window(self.limits, settings)
         self._warmup = self._warmup_left = warmup_for(settings, self.limits)
         return settings
 
-    def _settle(self) -> TuneSettings:
+    def _settle(self) -> Optional[TuneSettings]:
+        """Keep :meth:`choose`'s settings; returns them when they must be switched to (``None``
+        when they are in use already)."""
         chosen = self.choose()
+        changed = chosen != self.current
         self.chosen = chosen
         self.settled = True
         self._settled_at_s = self._spent_s
         self._settled_at_batches = self._spent_batches
         self.current = chosen
-        return chosen
+        reference = kept_trial(self._round_trials(), chosen)
+        self._watch = None if reference is None else RateWatch(
+            reference, lambda: new_window(self.limits, chosen),
+            warmup_for(chosen, self.limits) if changed else 0, blocks=self.limits.max_blocks)
+        return chosen if changed else None
 
     def _over_budget(self, factor: float = 1.0) -> bool:
-        if self._spent_s >= factor * self.limits.budget_s:
+        spent_s, spent_batches = (self._spent_s - self._budget_from[0],
+                                  self._spent_batches - self._budget_from[1])
+        if spent_s >= factor * self.limits.budget_s:
             return True
-        if not self.epoch_batches or len(self.trials) < MIN_BUDGET_WINDOWS:
+        if not self.epoch_batches or len(self._round_trials()) < MIN_BUDGET_WINDOWS:
             return False
-        return self._spent_batches >= factor * self.limits.budget_fraction * self.epoch_batches
+        return spent_batches >= factor * self.limits.budget_fraction * self.epoch_batches
 
     # -- the schedule --------------------------------------------------------------------------
 
-    def _rate(self, settings: TuneSettings) -> Optional[float]:
-        rates = [t.samples_per_s for t in self.trials
+    def _rate(self, settings: TuneSettings, trials: Optional[list[TuneTrial]] = None
+              ) -> Optional[float]:
+        rates = [t.samples_per_s for t in (self._round_trials() if trials is None else trials)
                  if t.settings == settings and t.samples_per_s is not None]
         return max(rates) if rates else None
 
     def _best(self) -> Optional[TuneTrial]:
-        measured = [t for t in self.trials if t.samples_per_s]
+        measured = [t for t in self._round_trials() if t.samples_per_s]
         return max(measured, key=lambda t: t.samples_per_s or 0.0) if measured else None
 
     def next_settings(self) -> Optional[TuneSettings]:
@@ -451,7 +462,7 @@ class TuneController:
         if not self.change_workers:
             return None
         kept = self.choose()
-        if not 0 < kept.num_workers <= self.start.num_workers:
+        if not 0 < kept.num_workers <= self.round_start.num_workers:
             return None
         lower = kept.num_workers // 2
         candidate = dataclasses.replace(
@@ -470,7 +481,7 @@ class TuneController:
         return stall / (1.0 - stall) < MIN_WORTHWHILE_GAIN
 
     def _beat_others(self, best: TuneTrial, within: float) -> bool:
-        others = [t.samples_per_s for t in self.trials[:-1] if t.samples_per_s]
+        others = [t.samples_per_s for t in self._round_trials()[:-1] if t.samples_per_s]
         return not others or (best.samples_per_s or 0.0) > max(others) * (1.0 + within)
 
     def choose(self) -> TuneSettings:
@@ -479,8 +490,8 @@ class TuneController:
         nothing was measured."""
         best = self._best()
         if best is None or best.samples_per_s is None:
-            return self.start
-        measured = [t for t in self.trials if t.samples_per_s]
+            return self.round_start
+        measured = [t for t in self._round_trials() if t.samples_per_s]
         chosen = cheapest_within(
             best.samples_per_s, measured, rate=lambda t: t.samples_per_s or 0.0,
             cost=lambda t: (t.settings.num_workers, t.settings.prefetch_factor or 0,
@@ -504,37 +515,45 @@ class TuneController:
     def settle_reason(self) -> Optional[str]:
         """One line when the trials ended with fewer than two settings measured (nothing
         compared), else ``None``."""
-        if not self.settled or len({t.settings for t in self.trials}) >= 2:
+        if not self.settled or len({t.settings for t in self._round_trials()}) >= 2:
             return None
         return (f"the budget ({self.limits.budget_s:g} s of loop time or "
                 f"{self.limits.budget_fraction:.0%} of the epoch's batches) ended before two "
                 "settings were measured: the start was kept")
 
     def speedup(self) -> Optional[float]:
-        """The kept settings' measured samples/s over the start's (``None`` unless both
-        were measured)."""
-        start = self._rate(self.start)
+        """The kept settings' measured samples/s over the round's start's (the user's
+        settings; after a re-tune, the settings kept before it, measured in the new
+        conditions); ``None`` unless both were measured."""
+        start = self._rate(self.round_start)
         chosen = self._rate(self.chosen) if self.chosen is not None else None
         if not start or chosen is None:
             return None
         return chosen / start
 
     def tuning_s(self) -> float:
-        """Loop seconds from the first trial to the settling (to now while tuning)."""
+        """Loop seconds spent tuning, all rounds (to now while tuning)."""
         return self._settled_at_s if self._settled_at_s is not None else self._spent_s
 
     def tuning_batches(self) -> int:
-        """Batches from the first trial to the settling (to now while tuning)."""
+        """Batches spent tuning, all rounds (to now while tuning)."""
         return (self._settled_at_batches if self._settled_at_batches is not None
                 else self._spent_batches)
 
     def cost_s(self) -> Optional[float]:
-        """What the trials slower than the start cost, seconds >= 0 (``None`` without the
-        start measured): see :class:`pipecheck.records.TuneSection`. The warm-ups' loop
-        time is counted against the start's rate too."""
-        start = self._rate(self.start)
-        if not start:
-            return None
-        lost = sum(max(0.0, t.seconds - t.samples / start) for t in self.trials)
-        lost += max(0.0, self._switch_s - self._switch_samples / start)
+        """What the trials slower than their round's start cost, seconds >= 0 (``None``
+        without the first start measured): see :class:`pipecheck.records.TuneSection`. The
+        warm-ups after each switch are counted against that rate too."""
+        lost = 0.0
+        for index, (first, start_settings) in enumerate(self._rounds):
+            following = self._rounds[index + 1][0] if index + 1 < len(self._rounds) else None
+            trials = self.trials[first:following]
+            start = self._rate(start_settings, trials)
+            if not start:
+                if index == 0:
+                    return None
+                continue
+            lost += sum(max(0.0, t.seconds - t.samples / start) for t in trials)
+            switch_s, switch_samples = self._round_switch[index]
+            lost += max(0.0, switch_s - switch_samples / start)
         return round(lost, 6)  # the start's own window gives float noise, not a cost

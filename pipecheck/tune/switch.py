@@ -304,7 +304,7 @@ class TuningIterator:
                                            left - (entered if last is None else last), batch)
             if settings is not None:
                 self._apply(settings)
-            elif not self._tuner.tuning:
+            elif not self._tuner.observing:
                 self._observing = False
         except Exception as err:  # tuning is off; the loop goes on with the iterator in use
             self._observing = False
@@ -330,5 +330,5 @@ class TuningIterator:
         self._draining.append(self._current)
         self._current = new
         self._tuner.switched(outstanding)
-        if not self._tuner.tuning:
+        if not self._tuner.observing:
             self._observing = False

@@ -13,20 +13,19 @@ report's ``tune`` section holds the line of code that pins them for the next run
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import warnings
 from typing import Any, Callable, Iterator, Optional
 
 from pipecheck._clock import Clock, monotonic
 from pipecheck._torch_compat import IteratorSubstitutes, index_sampler_attribute, quiet_len
-from pipecheck.analysis.choice import NOISE_BLOCKS
 from pipecheck.errors import one_line
 from pipecheck.kinds import TuneStatus
 from pipecheck.probes.batches import count_samples
 from pipecheck.records import TuneSection, TuneSettings
 from pipecheck.recommend import MAX_WORKERS_PER_CPU
-from pipecheck.tune.controller import TuneController, TuneLimits, pin_line, warmup_for
+from pipecheck.tune.controller import (TuneController, TuneLimits, block_batches, pin_line,
+                                       warmup_for)
 from pipecheck.tune.guards import cpu_budget, memory_refusal, splits_by_worker, \
     worker_uss_bytes
 from pipecheck.tune.switch import (BoundedIndices, BoundedSampler, TuningIterator, boundable,
@@ -157,6 +156,13 @@ class Tuner:
         """Whether trials are still running."""
         return self.status == "tuning"
 
+    @property
+    def observing(self) -> bool:
+        """Whether batches are fed to the controller: while trials run, and once settled while
+        the kept settings are watched for a drop (a re-tune)."""
+        return self.tuning or (self.status == "settled" and self.controller is not None
+                               and self.controller.watching)
+
     def _in_effect(self) -> Optional[TuneSettings]:
         if self.controller is None or self.status in ("off", "skipped") \
                 or os.getpid() != self._owner_pid:
@@ -200,7 +206,7 @@ class Tuner:
         # Settings other than the start's may run this epoch (trials, or the kept ones): its
         # shuffling sampler is bounded, so that its last step comes when the start's would.
         bounded = self._map_style and settings is not None and (
-            self.tuning or settings != self.start)
+            self.observing or settings != self.start)
         attribute = index_sampler_attribute(loader)
         self._bound_attribute = attribute if bounded and boundable(
             getattr(loader, attribute, None)) else None
@@ -208,10 +214,10 @@ class Tuner:
             iterator = self._open_with(loader, open_target, settings)
         finally:
             self._bound_attribute = None
-        if self.tuning and os.getpid() == self._owner_pid:
+        if self.observing and os.getpid() == self._owner_pid:
             if self._epochs:
                 assert self.controller is not None
-                self.controller.restart_window()
+                self.controller.new_epoch()
             self._epochs += 1
             return TuningIterator(self, iterator, loader if self._map_style else None,
                                   self._clock, start=self.start)
@@ -242,7 +248,7 @@ class Tuner:
         """One batch (see :meth:`pipecheck.tune.controller.TuneController.observe`); the
         settings to switch to, memory guard applied, or ``None``."""
         controller = self.controller
-        if controller is None or not self.tuning:
+        if controller is None or not self.observing:
             return None
         try:
             samples = count_samples(batch)
@@ -254,8 +260,7 @@ class Tuner:
             if refusal is None:
                 break
             settings = controller.refuse(settings, refusal)
-        if controller.settled:
-            self.status = "settled"
+        self.status = "settled" if controller.settled else "tuning"
         return settings
 
     def _memory_refusal(self, settings: TuneSettings) -> Optional[str]:
@@ -272,8 +277,8 @@ class Tuner:
         the rest of this epoch on settings already measured)."""
         assert self.controller is not None
         limits = self.controller.limits
-        block = math.ceil(limits.min_batches / NOISE_BLOCKS)
-        return warmup_for(settings, limits) + (block if self.tuning else 1)
+        return warmup_for(settings, limits) + (block_batches(limits, settings) if self.tuning
+                                               else 1)
 
     def defer(self) -> None:
         """The switch waits for the next epoch's build (this epoch is too short, or the
@@ -330,6 +335,6 @@ class Tuner:
             start=self.start, chosen=chosen,
             trials=list(controller.trials), speedup=controller.speedup(),
             tuning_s=controller.tuning_s(), cost_s=controller.cost_s(),
-            tuning_batches=controller.tuning_batches(),
+            tuning_batches=controller.tuning_batches(), retunes=controller.retunes,
             pin_line=pin_line(chosen) if chosen is not None else None,
             notes=list(controller.notes))

@@ -76,7 +76,7 @@ def tune_section() -> TuneSection:
               for s, secs, stall, w in ((start, 0.8, 0.9, 1), (chosen, 0.4, 0.5, 5),
                                         (TuneSettings(2, 4), 0.41, 0.5, 9))]
     return TuneSection(status="settled", reason=None, start=start, chosen=chosen,
-                       trials=trials, speedup=2.0, tuning_s=1.7, cost_s=0.05, tuning_batches=120,
+                       trials=trials, speedup=2.0, tuning_s=1.7, cost_s=0.05, tuning_batches=120, retunes=1,
                        pin_line="DataLoader(..., num_workers=2, prefetch_factor=2)",
                        notes=["num_workers=4 not tried: 4 x 900 MiB measured per worker is "
                               "more than 50% of the 3000 MiB available"])

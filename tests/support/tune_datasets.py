@@ -49,3 +49,18 @@ class FlakyPidSquares(PidSquares):
         if i == self.bad:
             raise ValueError(f"bad sample {i}")
         return super().__getitem__(i)
+
+
+class SlowingSquares(PidSquares):
+    """:class:`PidSquares` whose items take ``slow_s`` instead once the file ``flag`` exists
+    (in whichever process: a neighbour arriving mid-run)."""
+
+    def __init__(self, n: int, sleep_s: float, slow_s: float, flag: str) -> None:
+        super().__init__(n, sleep_s)
+        self.slow_s, self.flag = slow_s, flag
+
+    def __getitem__(self, i: int):
+        if os.path.exists(self.flag):
+            time.sleep(self.slow_s)
+            return torch.tensor(i), os.getpid()
+        return super().__getitem__(i)

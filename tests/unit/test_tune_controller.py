@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipecheck.analysis.choice import (MIN_WORTHWHILE_GAIN, block_rate_noise, cheapest_within,
-                                       loop_noise, tolerance)
+from pipecheck.analysis.choice import (MIN_WORTHWHILE_GAIN, NOISE_BLOCKS, block_rate_noise,
+                                       cheapest_within, loop_noise, tolerance)
 from pipecheck.records import TuneSettings
 from pipecheck.tune.controller import (MAX_TIE_TOLERANCE, MIN_BUDGET_WINDOWS, TuneController,
-                                       TuneLimits, pin_line, warmup_for)
+                                       TuneLimits, block_batches, pin_line, warmup_for)
 
 from pipecheck.tune.guards import cgroup_cpu_quota, memory_refusal
 
@@ -89,7 +89,9 @@ def test_budget_ends_the_trials_with_the_best_measured():
     # measured (a short epoch's 10% alone would end tuning before a second setting).
     # The trial in progress when the budget ends runs on to its minimum window.
     assert MIN_BUDGET_WINDOWS <= len(controller.trials) <= MIN_BUDGET_WINDOWS + 1
-    assert spent == len(controller.trials) * limits.min_batches
+    # each a minimum window: NOISE_BLOCKS blocks, of a batch of every worker at least
+    assert spent == sum(NOISE_BLOCKS * block_batches(limits, t.settings)
+                        for t in controller.trials)
     assert all(t.batches >= limits.min_batches for t in controller.trials)
     assert controller.chosen.num_workers > 0
 
@@ -310,3 +312,64 @@ def test_a_start_at_zero_workers_never_descends():
     counts = [t.settings.num_workers for t in controller.trials]
     assert 1 not in counts and counts[:3] == [0, 2, 4]
     assert controller.chosen.num_workers == 2
+
+
+def _settle(controller: TuneController, seconds_per_batch) -> None:
+    drive(controller, seconds_per_batch)
+    assert controller.settled
+
+
+def test_a_sustained_drop_starts_a_new_round_once_an_epoch():
+    """Settled on 2 workers (5 ms a batch); then every setting gets 3x slower (a neighbour
+    arrived) and 4 workers now help: one new round starts from the kept settings, with the
+    dropped window as its start's trial, and settles on 4 workers; a second drop in the same
+    epoch starts nothing, the next epoch may."""
+    times = {0: 0.010, 2: 0.005, 4: 0.005}
+    slow = {0: 0.030, 2: 0.015, 4: 0.006}
+    controller = TuneController(START, LIMITS, max_workers=4, change_workers=True, cuda=False)
+    _settle(controller, lambda s: times[s.num_workers])
+    kept = controller.chosen
+    assert kept.num_workers == 2 and controller.watching and controller.retunes == 0
+    before = len(controller.trials)
+    switches = []
+    for _ in range(2000):
+        loop = slow[controller.current.num_workers]
+        answer = controller.observe(loop, loop, 4)
+        if answer is not None:
+            switches.append(answer)
+        if controller.retunes and controller.settled:
+            break
+    assert controller.retunes == 1 and controller.settled
+    assert controller.chosen.num_workers == 4
+    assert switches and switches[-1] == controller.chosen
+    first_of_round = controller.trials[before]
+    assert first_of_round.settings == kept
+    assert first_of_round.samples_per_s == pytest.approx(4 / 0.015)
+    assert "re-tuned" in controller.notes[-1] and "fell from 800 to 267" in controller.notes[-1]
+    assert controller.speedup() == pytest.approx(0.015 / 0.006)  # over the round's start
+    # a second drop within the same epoch: watched, not re-tuned
+    for _ in range(200):
+        assert controller.observe(0.05, 0.05, 4) is None
+    assert controller.retunes == 1
+    controller.new_epoch()
+    for _ in range(200):
+        if controller.observe(0.05, 0.05, 4) is not None or not controller.settled:
+            break
+    assert controller.retunes == 2
+
+
+def test_a_drop_within_the_margin_keeps_the_settings():
+    times = {0: 0.010, 2: 0.005, 4: 0.005}
+    controller = TuneController(START, LIMITS, max_workers=4, change_workers=True, cuda=False)
+    _settle(controller, lambda s: times[s.num_workers])
+    for _ in range(500):  # 15 % slower: under RETUNE_DROP
+        assert controller.observe(0.0, 0.005 / 0.85, 4) is None
+    assert controller.retunes == 0 and controller.settled
+
+
+def test_the_starts_own_warm_up_is_no_cost():
+    controller = TuneController(START, TuneLimits(min_batches=8, min_seconds=0.0),
+                                max_workers=2, change_workers=True, cuda=False)
+    first = iter([2.0, 1.0, 0.5])
+    drive(controller, lambda s: next(first, 0.010) if s.num_workers == 0 else 0.010)
+    assert controller.cost_s() == pytest.approx(0.0)

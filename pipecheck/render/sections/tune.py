@@ -55,7 +55,9 @@ def tune_blocks(section: TuneSection) -> list[Block]:
         blocks.append(line(("measured gain", gain),
                            ("tuning took", fmt.seconds(section.tuning_s) + " of loop time"
                             + ("" if section.tuning_batches is None
-                               else f", {section.tuning_batches:,} batches")),
+                               else f", {section.tuning_batches:,} batches")
+                            + (f", re-tuned {section.retunes}x after a drop"
+                               if section.retunes else "")),
                            ("slower trials cost", fmt.seconds(section.cost_s))))
     trials, hidden = capped(section.trials, TRIAL_ROWS)
     if trials:
