@@ -11,7 +11,8 @@ The schedule (:meth:`TuneController.next_settings`), from the user's settings (t
 2. workers (when they may change): the next count is double the best so far
    (:data:`FIRST_WORKERS` after 0),
    capped at the guard's ``max_workers``; the climb goes on while each step beats the best by
-   more than the tolerance, and stops at the first that does not; when no count above the
+   more than the tolerance, or (once a round) ties with it while the loop still waits, and
+   stops at the first that does neither; when no count above the
    start's is kept (a user's ``num_workers=8`` where fewer do as well), the count halves while
    each half ties with the fastest;
 3. with workers, ``prefetch_factor`` :data:`PREFETCH_FACTORS` not yet tried, at the settings
@@ -241,6 +242,7 @@ class TuneController:
         self.settled = False
         self._tried: set[TuneSettings] = set()
         self._climbing = change_workers
+        self._tie_climbed = False  # the climb went on past a tie once this round
         self._window = new_window(limits, start)
         # the start's window leaves out the epoch's first batches (worker start-up) and the
         # loop's own first steps
@@ -346,6 +348,7 @@ class TuneController:
         self.trials.append(dropped)
         self._tried = {self.current}
         self._climbing = self.change_workers
+        self._tie_climbed = False
         self.settled = False
         self.chosen = None
         self._settled_at_s = self._settled_at_batches = None
@@ -425,18 +428,18 @@ class TuneController:
         best = self._best()
         if best is None:
             return None
-        base = best.settings
         within = self.tie_tolerance(best)
         if self._loop_bound(best):
             self._climbing = False
         if self._climbing:
-            if self.trials[-1] is best and self._beat_others(best, within):
-                count = min(FIRST_WORKERS if base.num_workers == 0 else 2 * base.num_workers,
-                            self.max_workers)
-                factor = base.prefetch_factor or PREFETCH_FACTORS[0]
-                candidate = dataclasses.replace(base, num_workers=count,
+            step_from = self._climb_from(best, within)
+            if step_from is not None:
+                count = min(FIRST_WORKERS if step_from.num_workers == 0
+                            else 2 * step_from.num_workers, self.max_workers)
+                factor = step_from.prefetch_factor or PREFETCH_FACTORS[0]
+                candidate = dataclasses.replace(step_from, num_workers=count,
                                                 prefetch_factor=factor if count else None)
-                if count > base.num_workers and count <= self.max_workers \
+                if count > step_from.num_workers and count <= self.max_workers \
                         and candidate not in self._tried:
                     return candidate
             self._climbing = False
@@ -479,6 +482,23 @@ class TuneController:
         if stall is None or stall >= 1.0:
             return False
         return stall / (1.0 - stall) < MIN_WORTHWHILE_GAIN
+
+    def _climb_from(self, best: TuneTrial, within: float) -> Optional[TuneSettings]:
+        """The settings the climb doubles next, or ``None`` when it stops: the latest trial
+        when it beat every other by more than ``within``; or once a round, when it tied with
+        the best (within ``within`` either way) while its loop still waited for a worthwhile
+        share of its time, since a noisy tie with a producer still behind does not show that
+        more workers cannot help (the GIL-bound ``text`` pipeline measured 2 workers level
+        with 0 at 13 % noise, and 4 were the grid's best: ``docs/tuning.md``)."""
+        latest = self._round_trials()[-1]
+        if latest is best and self._beat_others(best, within):
+            return latest.settings
+        if self._tie_climbed or latest.samples_per_s is None or self._loop_bound(latest):
+            return None
+        if latest.samples_per_s >= (best.samples_per_s or 0.0) * (1.0 - within):
+            self._tie_climbed = True
+            return latest.settings
+        return None
 
     def _beat_others(self, best: TuneTrial, within: float) -> bool:
         others = [t.samples_per_s for t in self._round_trials()[:-1] if t.samples_per_s]

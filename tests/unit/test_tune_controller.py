@@ -47,12 +47,29 @@ def test_climbs_workers_while_measured_faster_then_keeps_the_cheapest_tie():
     assert controller.cost_s() == pytest.approx(0.0)  # no trial was slower than the start
 
 
-def test_stops_climbing_at_the_first_step_that_does_not_gain():
-    times = {0: 0.010, 2: 0.010, 4: 0.001}  # 4 would be faster, but 2 gained nothing
+def test_a_tie_while_the_loop_waits_climbs_once_more_a_second_tie_stops():
+    # 8 would be faster, but 2 and then 4 gained nothing; each loop still waits (all wait)
+    times = {0: 0.010, 2: 0.010, 4: 0.010, 8: 0.001}
+    controller = TuneController(START, LIMITS, max_workers=8, change_workers=True, cuda=False)
+    drive(controller, lambda s: times[s.num_workers])
+    counts = {t.settings.num_workers for t in controller.trials}
+    assert 4 in counts and 8 not in counts
+    assert controller.chosen == START  # the tie goes to the cheaper start
+
+
+def test_a_tie_found_past_a_tie_is_kept_when_it_gains():
+    times = {0: 0.010, 2: 0.010, 4: 0.005}  # 2 ties with 0, 4 doubles the rate
+    controller = TuneController(START, LIMITS, max_workers=4, change_workers=True, cuda=False)
+    drive(controller, lambda s: times[s.num_workers])
+    assert controller.chosen.num_workers == 4
+
+
+def test_a_slower_step_stops_the_climb():
+    times = {0: 0.010, 2: 0.020, 4: 0.001}  # 2 workers clearly slower: 4 is never tried
     controller = TuneController(START, LIMITS, max_workers=8, change_workers=True, cuda=False)
     drive(controller, lambda s: times[s.num_workers])
     assert 4 not in {t.settings.num_workers for t in controller.trials}
-    assert controller.chosen == START  # the tie goes to the cheaper start
+    assert controller.chosen == START
 
 
 def test_never_more_workers_than_the_budget_and_slower_trials_cost():
