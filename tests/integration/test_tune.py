@@ -309,6 +309,7 @@ def test_a_stateful_loader_is_not_tuned():
     wrapped.close()
 
 
+@pytest.mark.slow  # 7 s of slowed items
 def test_a_drop_after_settling_re_tunes_and_keeps_the_order(tmp_path):
     """Items get 5x slower once tuning has settled (a neighbour arrived): the kept settings'
     rate falls far below their measured one for a whole window, a new round of trials starts
