@@ -257,31 +257,34 @@ def _wobbly(base: float, amplitude: float):
     return seconds
 
 
+RACE = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=0, max_blocks=12, budget_s=1e9,
+                  budget_fraction=1.0)
+
+
+def _race(start_amplitude: float, two_seconds: float, two_amplitude: float) -> TuneController:
+    """0 workers (10 ms a batch) against 2 workers, each wobbling by its amplitude."""
+    controller = TuneController(START, RACE, max_workers=2, change_workers=True, cuda=False)
+    wobble = {0: _wobbly(0.010, start_amplitude), 2: _wobbly(two_seconds, two_amplitude)}
+    drive(controller, lambda s: wobble[min(s.num_workers, 2)](s))
+    return controller
+
+
 def test_a_clear_gap_ends_a_noisy_window_at_its_minimum():
     """Windows as noisy as 6 % still end at NOISE_BLOCKS blocks when the race is clear (the
     start within MAX_TIE_TOLERANCE; 2 workers twice as fast): ranking them needs no more."""
-    limits = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=0, max_blocks=12,
-                        budget_s=1e9, budget_fraction=1.0)
-    controller = TuneController(START, limits, max_workers=2, change_workers=True, cuda=False)
-    wobble = {0: _wobbly(0.010, 0.06), 2: _wobbly(0.005, 0.06)}
-    drive(controller, lambda s: wobble[min(s.num_workers, 2)](s))
+    controller = _race(0.06, 0.005, 0.06)
     start, two = controller.trials[:2]
     assert 0.03 < start.noise_fraction <= MAX_TIE_TOLERANCE
-    assert start.batches == two.batches == limits.min_batches
+    assert start.batches == two.batches == RACE.min_batches
     assert controller.chosen.num_workers == 2
 
 
 def test_a_close_race_runs_its_window_until_it_is_as_precise_as_the_reference():
     """3 % apart: a noisier trial (8 % swings against the start's 5 %) is measured on until
     its noise is within the start's, and no longer (more batches cannot decide the race)."""
-    limits = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=0, max_blocks=12,
-                        budget_s=1e9, budget_fraction=1.0)
-    controller = TuneController(START, limits, max_workers=2, change_workers=True, cuda=False)
-    wobble = {0: _wobbly(0.010, 0.05), 2: _wobbly(0.0097, 0.08)}
-    drive(controller, lambda s: wobble[min(s.num_workers, 2)](s))
-    start, two = controller.trials[:2]
-    assert start.batches == limits.min_batches
-    assert limits.min_batches < two.batches < limits.max_blocks * 2
+    start, two = _race(0.05, 0.0097, 0.08).trials[:2]
+    assert start.batches == RACE.min_batches
+    assert RACE.min_batches < two.batches < RACE.max_blocks * 2
     assert two.noise_fraction <= start.noise_fraction
 
 
