@@ -281,8 +281,9 @@ class TuneController:
         window = self._window
         window.add(wait_s, loop_s, samples)
         over = self._over_budget()
-        done = (window.done(self.limits.max_blocks, self._best())
-                or (over and len(window.rates) >= NOISE_BLOCKS)  # its minimum, then stop
+        ready = len(window.rates) >= NOISE_BLOCKS  # the best is looked up only from then on
+        done = ((ready and window.done(self.limits.max_blocks, self._best()))
+                or (over and ready)  # its minimum, then stop
                 or self._over_budget(HARD_BUDGET_FACTOR))
         if not done:
             return None
@@ -406,7 +407,7 @@ class TuneController:
                                   self._spent_batches - self._budget_from[1])
         if spent_s >= factor * self.limits.budget_s:
             return True
-        if not self.epoch_batches or len(self._round_trials()) < MIN_BUDGET_WINDOWS:
+        if not self.epoch_batches or len(self.trials) - self._rounds[-1][0] < MIN_BUDGET_WINDOWS:
             return False
         return spent_batches >= factor * self.limits.budget_fraction * self.epoch_batches
 
