@@ -108,8 +108,9 @@ the step, which two also do, while two can also overlap one batch's loading with
 
 RUN_WARMUP_BATCHES = 3
 """Batches at the start of the run left out of the start's window: a loop's first steps run
-slowly (lazy initialization, the allocator's first growth, autotuning; the benchmark
-pipelines' first step takes 1.5 s where later ones take 0.28 s), as ``pipecheck stress``'s and
+slowly (lazy initialization, the allocator's first growth, autotuning; the latency
+pipeline's first loop time is 2.6 s against 0.27-0.31 s for the next 15:
+``python benchmarks/tune_probes.py first-steps``), as ``pipecheck stress``'s and
 the benchmarks' timed windows leave out their first 3 batches
 (``benchmarks/pipelines.train_for``). pipecheck's choice."""
 

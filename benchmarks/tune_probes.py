@@ -1,0 +1,92 @@
+"""Two measurements behind ``wrap(tune=True)``'s rules and its acceptance figures
+(``docs/tuning.md``):
+
+- ``first-steps``: the loop time of a plain loop's first 16 batches at ``num_workers=0``, in
+  ms (a loop's first step is slow: why the start's window leaves out the run's first batches);
+- ``wrapped-vs-plain``: samples/s of the same loader plain and under ``pipecheck.wrap``,
+  interleaved over ``--rounds`` rounds of ``--seconds`` each, quiet or beside a CPU-burning
+  neighbour (``--busy``): how much of a tuned run's shortfall against the unwrapped grid is
+  measurement, not the choice.
+
+    python benchmarks/tune_probes.py first-steps [--pipeline latency]
+    python benchmarks/tune_probes.py wrapped-vs-plain [--pipeline latency] [--workers 8]
+        [--busy] [--rounds 3] [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import warnings
+from typing import Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import pipecheck  # noqa: E402
+from pipelines import PIPELINES, Neighbour, loader_with, train_for  # noqa: E402
+
+
+def first_steps(pipeline, data: Optional[str]) -> None:
+    loader = loader_with(pipeline.dataset(data), {"num_workers": 0}, pipeline.iterable)
+    model = pipeline.model()
+    marks = [time.perf_counter()]
+    for batch in loader:
+        model.step(batch)
+        marks.append(time.perf_counter())
+        if len(marks) > 16:
+            break
+    print(f"{pipeline.name}: first 16 loop times (ms):",
+          ", ".join(f"{1000 * (b - a):.0f}" for a, b in zip(marks, marks[1:])))
+
+
+def wrapped_vs_plain(pipeline, data: Optional[str], args) -> None:
+    rates: dict[str, list[float]] = {"plain": [], "wrapped": []}
+    for _ in range(args.rounds):
+        for mode in rates:
+            loader = loader_with(pipeline.dataset(data), {"num_workers": args.workers},
+                                 pipeline.iterable)
+            if mode == "wrapped":
+                loader = pipecheck.wrap(loader, host=False)
+            rates[mode].append(train_for(loader, args.seconds, pipeline.model()).samples_per_s)
+            del loader
+    condition = "busy" if args.busy else "quiet"
+    for mode, values in rates.items():
+        print(f"{pipeline.name} {condition} num_workers={args.workers} {mode}: "
+              + ", ".join(f"{v:,.0f}" for v in values) + " samples/s")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("probe", choices=["first-steps", "wrapped-vs-plain"])
+    parser.add_argument("--pipeline", default="latency", choices=sorted(PIPELINES))
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--busy", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    pipeline = PIPELINES[args.pipeline]
+    with tempfile.TemporaryDirectory(prefix="pipecheck-tune-probes-") as folder:
+        data = None
+        if pipeline.prepare is not None:
+            data = folder
+            pipeline.prepare(data)
+        if args.probe == "first-steps":
+            first_steps(pipeline, data)
+            return 0
+        neighbour = Neighbour("session") if args.busy else None
+        try:
+            if neighbour is not None:
+                neighbour.start()
+            wrapped_vs_plain(pipeline, data, args)
+        finally:
+            if neighbour is not None:
+                neighbour.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
