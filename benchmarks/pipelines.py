@@ -232,16 +232,31 @@ def _decode_sample(sample: dict[str, Any]) -> tuple[torch.Tensor, int]:
     return tensor, int(sample["cls"])
 
 
-def webdataset_pipeline(folder: str) -> IterableDataset:
+def _remote_read(sample: dict[str, Any], delay_s: float, jitter_s: float) -> dict[str, Any]:
+    """Wait ``delay_s`` to ``delay_s + jitter_s`` (seeded by the sample's key), as a pipeline
+    that fetches each sample's image by URL does; the sample is returned unchanged."""
+    jitter = random.Random(sample.get("__key__")).random() * jitter_s if jitter_s else 0.0
+    time.sleep(delay_s + jitter)
+    return sample
+
+
+def webdataset_pipeline(folder: str, read_delay_s: float = 0.0,
+                        read_jitter_s: float = 0.0) -> IterableDataset:
     """An iterable WebDataset over the tar shards in ``folder``: shards split among workers
-    (``split_by_worker``, so any worker count reads each shard once per epoch), samples decoded
-    per item by :func:`_decode_sample`."""
+    (``split_by_worker``, so any worker count reads each shard once per epoch), each sample
+    first waiting ``read_delay_s`` to ``read_delay_s + read_jitter_s`` when given
+    (:func:`_remote_read`), then decoded by :func:`_decode_sample`."""
+    import functools
+
     import webdataset as wds
 
     urls = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".tar"))
-    return (wds.WebDataset(urls, shardshuffle=False, workersplitter=wds.split_by_worker,
-                           empty_check=False)
-            .map(_decode_sample))
+    pipeline = wds.WebDataset(urls, shardshuffle=False, workersplitter=wds.split_by_worker,
+                              empty_check=False)
+    if read_delay_s or read_jitter_s:
+        pipeline = pipeline.map(functools.partial(_remote_read, delay_s=read_delay_s,
+                                                  jitter_s=read_jitter_s))
+    return pipeline.map(_decode_sample)
 
 
 # --- data made here -------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 tuned run beat the untuned one? (issue 27's acceptance)
 
 For each pipeline of ``benchmarks/pipelines.py`` asked for (default: map-style ``latency``,
-``jpeg``, ``text`` and ``fft``, the iterable ``wds``, and ``long``: the latency pipeline as one
+``jpeg``, ``text`` and ``fft``, the iterable ``wds`` and ``wds-remote`` (the same shards, each
+sample waiting 2-6 ms for a remote read), and ``long``: the latency pipeline as one
 epoch of 262,144 samples, the single long epoch of LLM-style pretraining), in each condition
 (``quiet``; ``busy``: one CPU-burning neighbour started with ``setsid``, killed on every way
 out), starting from ``num_workers=0``:
@@ -47,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pipecheck  # noqa: E402
 from pipelines import (PIPELINES, LatencyDataset, Neighbour, Pipeline,  # noqa: E402
-                       loader_with, train_for)
+                       loader_with, make_shards, train_for, webdataset_pipeline)
 
 AFTER_TARGET = 0.95
 """The tuned run's rate after tuning, over the grid's best, at least this (issue 27)."""
@@ -67,6 +68,12 @@ EXTRA: dict[str, Pipeline] = {
                      f"the latency pipeline as one epoch of {LONG_EPOCH_SAMPLES:,} samples",
                      lambda _: LatencyDataset(n=LONG_EPOCH_SAMPLES, delay_s=0.002,
                                               jitter_s=0.004)),
+    "wds-remote": Pipeline("wds-remote", "iterable WebDataset, remote reads",
+                           "the wds pipeline with 2-6 ms of sleep per sample before its decode "
+                           "(each image fetched by URL)",
+                           lambda folder: webdataset_pipeline(folder, read_delay_s=0.002,
+                                                              read_jitter_s=0.004),
+                           prepare=make_shards, iterable=True),
 }
 
 
@@ -193,7 +200,7 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pipelines", default="latency,jpeg,text,fft,wds,long")
+    parser.add_argument("--pipelines", default="latency,jpeg,text,fft,wds,wds-remote,long")
     parser.add_argument("--conditions", default="quiet,busy")
     parser.add_argument("--run-seconds", type=float, default=60.0,
                         help="seconds of the untuned run; the tuned run takes as many batches "

@@ -154,6 +154,12 @@ class IteratorSubstitutes:
         if self.armed is not None:
             self.armed = 1
 
+    def disarm(self) -> None:
+        """The build :meth:`arm` was for did not happen (the loader reused an iterator): no
+        later build takes its substitutes."""
+        if self.armed is not None:
+            self.armed = 0
+
     def take(self) -> bool:
         """Whether the build happening now uses the substitutes (and, when armed for one
         build, disarm)."""

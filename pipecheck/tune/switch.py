@@ -185,6 +185,65 @@ class BoundedSampler:
         return len(self.sampler)
 
 
+def passes_per_build(num_workers: int) -> int:
+    """How many times torch's iterator build calls ``iter()`` on the index sampler: once in
+    ``_BaseDataLoaderIter.__init__``, and with workers once more in the first ``_reset`` (the
+    last call's iterator is the epoch's). A sampler whose ``iter()`` draws from a generator at
+    once (a custom sampler returning ``iter(torch.randperm(...))``, torchdata's
+    ``RandomSampler``) thus draws once or twice an epoch, by worker count."""
+    return 1 if num_workers == 0 else 2
+
+
+class MatchedIndices:
+    """The iterator :class:`MatchedPasses` hands out: the pass over its sampler in use now."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: Iterator[Any]) -> None:
+        self.source = source
+
+    def __iter__(self) -> "MatchedIndices":
+        return self
+
+    def __next__(self) -> Any:
+        return next(self.source)
+
+
+class MatchedPasses:
+    """What an epoch's build reads as the loader's index sampler when its settings would call
+    ``iter()`` on it another number of times than the untuned build (:func:`passes_per_build`):
+    the build's calls past ``passes`` start no new pass, and :meth:`complete` starts those it
+    lacked, so the sampler sees the untuned passes and the epoch runs on the last, as untuned.
+    ``len()`` is ``sampler``'s."""
+
+    __slots__ = ("sampler", "indices", "_passes", "_calls")
+
+    def __init__(self, sampler: Any, passes: int) -> None:
+        self.sampler = sampler
+        self.indices: Optional[MatchedIndices] = None
+        self._passes = passes
+        self._calls = 0
+
+    def __iter__(self) -> MatchedIndices:
+        self._calls += 1
+        if self.indices is None:
+            self.indices = MatchedIndices(iter(self.sampler))
+        elif self._calls <= self._passes:
+            self.indices.source = iter(self.sampler)
+        return self.indices
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def complete(self) -> None:
+        """After the build (before any index is taken without workers; with workers the
+        build never lacks a pass): the passes the untuned build would have started and this
+        one did not."""
+        while self.indices is not None and self._calls < self._passes:
+            self._calls += 1
+            self.indices.source = iter(self.sampler)
+
+
 def boundable(index_sampler: Any) -> bool:
     """Whether an epoch over ``index_sampler`` (the loader's ``batch_sampler``, or ``sampler``
     without automatic batching) needs and allows bounding: torch's own ``BatchSampler`` over
@@ -221,12 +280,14 @@ class TuningIterator:
     """
 
     __slots__ = ("_tuner", "_current", "_draining", "_loader", "_clock", "_last_left",
-                 "_taken", "_length", "_observing", "_bound", "_finish_at", "__weakref__")
+                 "_taken", "_length", "_observing", "_bound", "_finish_at", "_recorder",
+                 "__weakref__")
 
     def __init__(self, tuner: Any, iterator: Any, loader: Optional[Any],
                  clock: Callable[[], float], *, observing: bool = True,
-                 start: Optional[Any] = None) -> None:
+                 start: Optional[Any] = None, recorder: Optional[Any] = None) -> None:
         self._tuner = tuner
+        self._recorder = recorder  # a stateful loader's RecordingIndices (tune/checkpoint.py)
         self._current = iterator
         self._draining: list[Any] = []
         self._loader = weakref.ref(loader) if loader is not None else None
@@ -283,8 +344,12 @@ class TuningIterator:
         except StopIteration:
             if self._bound is not None:  # the loop asked past the last batch
                 self._finish_sampler()
+            if self._recorder is not None:
+                self._recorder.epoch_ended()
             raise
         self._taken += 1
+        if self._recorder is not None:
+            self._recorder.hand_out()
         if self._bound is not None and self._finish_at is not None \
                 and self._taken >= self._finish_at:
             self._finish_sampler()

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from pipecheck._clock import Clock, monotonic
 from pipecheck._torch_compat import IteratorSubstitutes, index_sampler_attribute, quiet_len
+from pipecheck._torchdata_compat import answer_state_dict, live_iterator, resume_pending
 from pipecheck.errors import one_line
 from pipecheck.kinds import TuneStatus
 from pipecheck.probes.batches import count_samples
@@ -26,10 +27,13 @@ from pipecheck.records import TuneSection, TuneSettings
 from pipecheck.recommend import MAX_WORKERS_PER_CPU
 from pipecheck.tune.controller import (TuneController, TuneLimits, block_batches, pin_line,
                                        warmup_for)
+from pipecheck.tune.checkpoint import (Checkpoints, EpochPosition, RecordingSampler,
+                                       stateful_refusal)
 from pipecheck.tune.guards import cpu_budget, memory_refusal, splits_by_worker, \
     worker_uss_bytes
-from pipecheck.tune.switch import (BoundedIndices, BoundedSampler, TuningIterator, boundable,
-                                   rng_state, switch_generator)
+from pipecheck.tune.switch import (BoundedIndices, BoundedSampler, MatchedPasses,
+                                   TuningIterator, boundable, passes_per_build, rng_state,
+                                   switch_generator)
 
 @contextlib.contextmanager
 def _trial_worker_count_quiet() -> Iterator[None]:
@@ -48,6 +52,10 @@ TUNED_ATTRIBUTES = ("num_workers", "prefetch_factor", "pin_memory", "batch_sampl
 settings in trial, and (for an in-epoch switch only) the continued index sampler and the
 private generator of the new workers' seeds (:func:`pipecheck.tune.switch.switch_generator`)."""
 
+STATEFUL_NOTE = ("a StatefulDataLoader: its checkpoints are written for its own settings at the "
+                 "batch the loop has, so they resume exactly without tuning; an epoch resumed "
+                 "from a checkpoint runs with its own settings, and trials go on in the next")
+
 PERSISTENT_NOTE = ("persistent_workers not tried: it acts at epoch starts, which an in-epoch "
                    "trial does not measure (the report's recommendations judge it)")
 
@@ -58,6 +66,11 @@ def _settings_of(loader: Any) -> TuneSettings:
                         prefetch_factor=loader.prefetch_factor if workers > 0 else None,
                         persistent_workers=bool(loader.persistent_workers),
                         pin_memory=bool(loader.pin_memory))
+
+
+def _stateful(loader: Any) -> bool:
+    return callable(getattr(loader, "state_dict", None)) \
+        and callable(getattr(loader, "load_state_dict", None))
 
 
 def _cuda() -> bool:
@@ -80,11 +93,10 @@ def skip_reason(loader: Any, inner: Any) -> Optional[str]:
     if loader.persistent_workers and loader.num_workers > 0:
         return ("persistent_workers=True: torch reuses the loader's own iterator every epoch, "
                 "which this version does not replace")
-    if callable(getattr(loader, "state_dict", None)) \
-            and callable(getattr(loader, "load_state_dict", None)):
-        return ("a stateful loader (state_dict / load_state_dict, e.g. torchdata's "
-                "StatefulDataLoader): a checkpoint taken while trials switch its iterators "
-                "would not resume exactly in this version")
+    if _stateful(loader):
+        refusal = stateful_refusal(loader)
+        if refusal is not None:
+            return refusal
     if getattr(loader, "in_order", True) is False:
         return "in_order=False: batches come in completion order, which a trial would change"
     try:
@@ -120,8 +132,17 @@ class Tuner:
         self._substitutes: Optional[IteratorSubstitutes] = None
         self._building: Optional[tuple[TuneSettings, str, Any, Any]] = None
         self._switches = 0  # in-epoch switches built so far (each seeds its own workers)
-        self._bound_attribute: Optional[str] = None  # the index sampler an epoch build bounds
         self._epochs = 0
+        # An epoch build of a map-style loader reads its index sampler through
+        # _epoch_sampler(): bounded, pass-matched, recorded (each only where needed).
+        self._epoch_attribute: Optional[str] = None
+        self._epoch_bound = False
+        self._matched: Optional[MatchedPasses] = None
+        # A stateful loader's checkpoints (tune/checkpoint.py): the epoch build's recording
+        # index sampler, and whether this build resumes a checkpoint (the loader's settings).
+        self._checkpoints: Optional[Checkpoints] = None
+        self._recording: Optional[RecordingSampler] = None
+        self._resuming = False
         self.reason: Optional[str] = skip or skip_reason(loader, inner)
         self.status: TuneStatus = "skipped" if self.reason else "tuning"
         self.controller: Optional[TuneController] = None
@@ -131,6 +152,10 @@ class Tuner:
         self.start = _settings_of(loader)
         self._map_style = not isinstance(loader.dataset, IterableDataset)
         notes = [PERSISTENT_NOTE]
+        if _stateful(loader):
+            self._checkpoints = Checkpoints(self.start.num_workers)
+            answer_state_dict(loader, self._checkpoint)
+            notes.append(STATEFUL_NOTE)
         change_workers = True
         if not self._map_style:
             change_workers, why = splits_by_worker(loader.dataset, loader)
@@ -172,6 +197,8 @@ class Tuner:
     def substitute(self, name: str, value: Any) -> Any:
         """The value a torch iterator build reads for the loader's attribute ``name`` (one of
         :data:`TUNED_ATTRIBUTES`) whose own value is ``value``."""
+        if self._resuming:
+            return value
         building = self._building
         if building is not None:
             settings, attribute, sampler, generator = building
@@ -180,8 +207,8 @@ class Tuner:
             if name == "generator":
                 return generator
         else:
-            if name == self._bound_attribute and value is not None:
-                return BoundedSampler(value)
+            if name == self._epoch_attribute and value is not None:
+                return self._epoch_sampler(value)
             settings = self._in_effect()  # type: ignore[assignment]
         if settings is None or name in ("batch_sampler", "sampler", "generator"):
             return value
@@ -192,6 +219,24 @@ class Tuner:
         if name == "pin_memory":
             return settings.pin_memory
         return value
+
+    def _epoch_sampler(self, sampler: Any) -> Any:
+        """What an epoch's build reads as the loader's index sampler ``sampler``, so that the
+        loop gets the untuned order and the sampler's generator the untuned draws: recorded
+        for a stateful loader's checkpoints (:class:`RecordingSampler`); iterated as often as
+        the start's build would (:class:`MatchedPasses`) when the settings in effect have
+        workers and the start's none, or the reverse; bounded (:class:`BoundedSampler`) when
+        the epoch may run with settings other than the start's."""
+        self._recording = self._matched = None  # a rebuild after a failed one starts anew
+        position = self._checkpoints.position if self._checkpoints is not None else None
+        if position is not None:
+            sampler = self._recording = RecordingSampler(sampler, position)
+        settings = self._in_effect()
+        if settings is not None and self.start is not None:
+            passes = passes_per_build(self.start.num_workers)
+            if passes_per_build(settings.num_workers) != passes:
+                sampler = self._matched = MatchedPasses(sampler, passes)
+        return BoundedSampler(sampler) if self._epoch_bound else sampler
 
     # -- epochs --------------------------------------------------------------------------------
 
@@ -208,23 +253,70 @@ class Tuner:
         bounded = self._map_style and settings is not None and (
             self.observing or settings != self.start)
         attribute = index_sampler_attribute(loader)
-        self._bound_attribute = attribute if bounded and boundable(
-            getattr(loader, attribute, None)) else None
+        checkpoints = self._checkpoints
+        if checkpoints is not None:
+            if resume_pending(loader):
+                return self._open_resumed(loader, open_target)
+            checkpoints.position = EpochPosition()
+        if self._map_style:
+            self._epoch_attribute = attribute
+            self._epoch_bound = bounded and boundable(getattr(loader, attribute, None))
         try:
             iterator = self._open_with(loader, open_target, settings)
         finally:
-            self._bound_attribute = None
+            self._epoch_attribute, self._epoch_bound = None, False
+        matched, self._matched = self._matched, None
+        if matched is not None:
+            matched.complete()
+        recorder = None
+        if checkpoints is not None:
+            recording, self._recording = self._recording, None
+            live = live_iterator(loader)
+            if recording is None or recording.indices is None or live is None \
+                    or checkpoints.position is None:
+                # Built without pipecheck's substitutes (torchdata reuses the iterator a
+                # state_dict() before the epoch made): it answers its own checkpoints, and
+                # this epoch runs untuned.
+                checkpoints.position = None
+                if self._substitutes is not None:
+                    self._substitutes.disarm()
+                return iterator
+            checkpoints.position.opened(live)
+            recorder = recording.indices
         if self.observing and os.getpid() == self._owner_pid:
             if self._epochs:
                 assert self.controller is not None
                 self.controller.new_epoch()
             self._epochs += 1
             return TuningIterator(self, iterator, loader if self._map_style else None,
-                                  self._clock, start=self.start)
-        if isinstance(getattr(iterator, "_sampler_iter", None), BoundedIndices):
+                                  self._clock, start=self.start, recorder=recorder)
+        if recorder is not None or isinstance(getattr(iterator, "_sampler_iter", None),
+                                              BoundedIndices):
             return TuningIterator(self, iterator, None, self._clock, observing=False,
-                                  start=self.start)
+                                  start=self.start, recorder=recorder)
         return iterator
+
+    def _open_resumed(self, loader: Any, open_target: Callable[[Any], Iterator[Any]]
+                      ) -> Iterator[Any]:
+        """The epoch a stateful loader resumes from its checkpoint, which holds the loader's own
+        settings (:meth:`_checkpoint`): built with them, not observed, and its checkpoints the
+        loader's own."""
+        assert self._checkpoints is not None
+        self._checkpoints.position = None
+        self._resuming = True
+        try:
+            return open_target(loader)
+        finally:
+            self._resuming = False
+
+    def _checkpoint(self, loader: Any) -> Optional[dict]:
+        """``loader.state_dict()`` while this tuner runs its epochs (tune/checkpoint.py), or
+        ``None`` for the loader's own answer. Never raises: a failure turns tuning off."""
+        try:
+            return self._checkpoints.answer(loader) if self._checkpoints is not None else None
+        except Exception as err:
+            self.turn_off(err)
+            return None
 
     def _open_with(self, loader: Any, open_target: Callable[[Any], Iterator[Any]],
                    settings: Optional[TuneSettings]) -> Iterator[Any]:

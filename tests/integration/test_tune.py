@@ -17,7 +17,7 @@ import pipecheck
 from pipecheck.analysis.choice import NOISE_BLOCKS
 from pipecheck.tune import TuneLimits
 from pipecheck.tune.tuner import Tuner
-from tune_datasets import FlakyPidSquares, NoSplitStream, PidSquares, SlowingSquares
+from tune_datasets import EagerShuffle, FlakyPidSquares, NoSplitStream, PidSquares, SlowingSquares
 from wrap_datasets import RangeStream
 
 SHORT = TuneLimits(min_batches=4, min_seconds=0.0, warmup_batches=1, budget_fraction=1.0)
@@ -79,6 +79,27 @@ def test_mid_epoch_switch_keeps_samples_and_order(seeded, workers, context):
             assert os.getpid() not in pids[0]
     # the user's loader reads as the user set it
     assert (loader.num_workers, loader.pin_memory) == (workers, False)
+    wrapped.close()
+
+
+def test_a_sampler_that_draws_at_iter_keeps_the_untuned_order_in_every_epoch():
+    """torch's build calls iter() on the index sampler once without workers and twice with
+    them; a sampler that draws its permutation in iter() (here without automatic batching,
+    where it is the index sampler) would shuffle later epochs differently under trial
+    settings if the build's passes were not matched to the start's."""
+    def loader():
+        return DataLoader(PidSquares(300, sleep_s=0.002), batch_size=None,
+                          sampler=EagerShuffle(300, seed=5))
+
+    def epochs(source):
+        return [[int(x) for x, _ in source] for _ in range(3)]
+
+    plain = epochs(loader())
+    wrapped = pipecheck.wrap(loader(), tune=SHORT, host=False)
+    assert epochs(wrapped) == plain
+    assert plain[1] != plain[2]
+    section = wrapped.report().tune
+    assert section.chosen is not None and section.chosen.num_workers > 0, section
     wrapped.close()
 
 
@@ -300,12 +321,91 @@ class _Checkpointed(DataLoader):
         pass
 
 
-def test_a_stateful_loader_is_not_tuned():
+def test_a_stateful_loader_of_an_unknown_layout_is_not_tuned():
     loader = _Checkpointed(PidSquares(16), batch_size=4, shuffle=True)
     wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
     assert sorted(sum((x.tolist() for x, _ in wrapped), [])) == list(range(16))
     section = wrapped.report().tune
     assert section.status == "skipped" and "state_dict" in section.reason
+    wrapped.close()
+
+
+CHECKPOINT_AT = (1, 37, 80, 100)
+"""Batches of the first 100-batch epoch after which a checkpoint is taken: the first batch,
+mid-trials (after in-epoch switches), later, and the epoch's end."""
+
+
+def _stateful_run(stateful, workers, context, tune, resume=None):
+    """Two epochs of a shuffling StatefulDataLoader over PidSquares(400) (100 batches an
+    epoch): each epoch's sample ids, and a deep copy of ``state_dict()`` after each batch count
+    in :data:`CHECKPOINT_AT` of the first epoch; ``resume``: a checkpoint loaded first."""
+    import copy
+
+    loader = stateful.StatefulDataLoader(
+        PidSquares(400, sleep_s=0.002), batch_size=4, shuffle=True, num_workers=workers,
+        generator=torch.Generator().manual_seed(7), multiprocessing_context=context)
+    if resume is not None:
+        loader.load_state_dict(copy.deepcopy(resume))
+    source = pipecheck.wrap(loader, tune=SHORT, host=False) if tune else loader
+    order, states = [], {}
+    for epoch in range(2):
+        ids = []
+        for i, (x, _) in enumerate(source):
+            ids += x.tolist()
+            if resume is None and epoch == 0 and i + 1 in CHECKPOINT_AT:
+                states[i + 1] = copy.deepcopy(loader.state_dict())
+        order.append(ids)
+    if tune:
+        states["section"] = source.report().tune
+        source.close()
+    return order, states
+
+
+def _equal_states(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(
+            _equal_states(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    return a == b
+
+
+@pytest.mark.parametrize("workers,context", [
+    (0, None),
+    pytest.param(2, "fork", marks=pytest.mark.slow),
+    pytest.param(1, "spawn", marks=pytest.mark.slow)])
+def test_a_stateful_dataloader_checkpoint_taken_while_tuning_resumes_exactly(workers, context):
+    """torchdata's StatefulDataLoader, tuned: the loop's samples are the untuned run's in
+    both epochs, and each checkpoint taken during the trials (after in-epoch switches to other
+    worker counts) is the one the untuned loader writes at that batch, so it resumes exactly,
+    in an untuned run and in a tuned one."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    plain, plain_states = _stateful_run(stateful, workers, context, tune=False)
+    tuned, tuned_states = _stateful_run(stateful, workers, context, tune=True)
+    assert tuned == plain
+    section = tuned_states["section"]
+    assert {t.settings.num_workers for t in section.trials} != {workers}, section
+    assert any("StatefulDataLoader" in note for note in section.notes)
+    for at in CHECKPOINT_AT:
+        assert _equal_states(tuned_states[at], plain_states[at]), at
+    for at in ((37,) if workers == 0 else (37, 100)):  # the epoch's end: the slow runs
+        expected, _ = _stateful_run(stateful, workers, context, tune=False,
+                                    resume=plain_states[at])
+        assert expected[0] == plain[0][at * 4:] or at == 100
+        for tune in (False, True):
+            resumed, _ = _stateful_run(stateful, workers, context, tune=tune,
+                                       resume=tuned_states[at])
+            assert resumed == expected, (at, tune)
+
+
+def test_a_stateful_dataloader_over_an_iterable_dataset_is_not_tuned():
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    loader = stateful.StatefulDataLoader(RangeStream(16), batch_size=4)
+    wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
+    assert [x.tolist() for x in wrapped] == [
+        x.tolist() for x in stateful.StatefulDataLoader(RangeStream(16), batch_size=4)]
+    section = wrapped.report().tune
+    assert section.status == "skipped" and "IterableDataset" in section.reason
     wrapped.close()
 
 

@@ -6,7 +6,7 @@ import os
 import time
 
 import torch
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import Dataset, IterableDataset, Sampler
 
 
 class PidSquares(Dataset):
@@ -64,3 +64,18 @@ class SlowingSquares(PidSquares):
             time.sleep(self.slow_s)
             return torch.tensor(i), os.getpid()
         return super().__getitem__(i)
+
+
+class EagerShuffle(Sampler):
+    """A shuffling sampler whose ``iter()`` draws its permutation at once (as many users'
+    samplers, and torchdata's, do), from its own seeded generator."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.generator = n, torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n, generator=self.generator).tolist())
+
