@@ -431,7 +431,11 @@ def test_names_with_newlines_and_semicolons_come_back_exactly_from_real_py_spy(t
     # frame with its own file; nothing forged a worker or a sample count.
     assert (HOSTILE_NAME, HOSTILE_FILE) in {(f.function, f.file) for f in record.main_top}
     fragments = set(re.split(r"[;\n]| \(", HOSTILE_NAME + ";" + WAIT_NAME))
-    assert not fragments & {f.function for f in record.main_top}, record.main_top
+    # Two fragments are also real frames of the script (the stand-in
+    # _BaseDataLoaderIter.__next__ and its <module>), sampled now and then with its own file.
+    forged = [f for f in record.main_top if f.function in fragments
+              and os.path.basename(f.file or "") != "hostile_names.py"]
+    assert not forged, record.main_top
     assert not {"/x/train.py", "/x/worker.py"} & {f.file for f in record.main_top}
     assert record.worker_samples == 0 and record.worker_samples_by_pid == {}
     assert record.main_samples <= 2 * 50  # no count of 99999 or 77 read from a name

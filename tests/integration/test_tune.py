@@ -25,9 +25,9 @@ SHORT = TuneLimits(min_batches=4, min_seconds=0.0, warmup_batches=1, budget_frac
 200-batch epoch holds the whole schedule."""
 
 
-def map_loader(seeded: bool, **kw) -> DataLoader:
+def map_loader(seeded: bool, size: int = 800, **kw) -> DataLoader:
     generator = torch.Generator().manual_seed(7) if seeded else None
-    return DataLoader(PidSquares(800, sleep_s=0.002), batch_size=4, shuffle=True,
+    return DataLoader(PidSquares(size, sleep_s=0.002), batch_size=4, shuffle=True,
                       generator=generator, **kw)
 
 
@@ -88,8 +88,8 @@ def test_a_sampler_that_draws_at_iter_keeps_the_untuned_order_in_every_epoch():
     where it is the index sampler) would shuffle later epochs differently under trial
     settings if the build's passes were not matched to the start's."""
     def loader():
-        return DataLoader(PidSquares(300, sleep_s=0.002), batch_size=None,
-                          sampler=EagerShuffle(300, seed=5))
+        return DataLoader(PidSquares(200, sleep_s=0.002), batch_size=None,
+                          sampler=EagerShuffle(200, seed=5))
 
     def epochs(source):
         return [[int(x) for x, _ in source] for _ in range(3)]
@@ -160,8 +160,8 @@ def test_failure_inside_tuning_turns_it_off_and_the_run_goes_on(monkeypatch):
 
     monkeypatch.setattr(Tuner, "build", broken)
     torch.manual_seed(3)
-    plain, _ = run_epochs(map_loader(True), 2)
-    wrapped = pipecheck.wrap(map_loader(True), tune=SHORT, host=False)
+    plain, _ = run_epochs(map_loader(True, size=200), 2)
+    wrapped = pipecheck.wrap(map_loader(True, size=200), tune=SHORT, host=False)
     tuned, pids = run_epochs(wrapped, 2)
     assert tuned == plain
     assert pids[1] == {os.getpid()}  # later epochs: the user's own settings
@@ -342,7 +342,7 @@ def _stateful_run(stateful, workers, context, tune, resume=None):
     import copy
 
     loader = stateful.StatefulDataLoader(
-        PidSquares(400, sleep_s=0.002), batch_size=4, shuffle=True, num_workers=workers,
+        PidSquares(400, sleep_s=0.001), batch_size=4, shuffle=True, num_workers=workers,
         generator=torch.Generator().manual_seed(7), multiprocessing_context=context)
     if resume is not None:
         loader.load_state_dict(copy.deepcopy(resume))
