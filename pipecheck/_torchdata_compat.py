@@ -9,7 +9,7 @@ through a version of the loader class's ``state_dict`` that asks a registry firs
 (:func:`answer_state_dict`, held by identity and weakly, like
 :func:`pipecheck._torch_compat.register`).
 
-What the checkpoint holds, as torchdata 0.8 to 0.11 write it for a map-style dataset (the
+What the checkpoint holds, as torchdata 0.11 writes it for a map-style dataset (the
 only kind tuned; each worker's copy of an iterable dataset holds state of its own):
 
 * no workers: the index sampler's and its iterator's states (``try_to_serialize``, ``None``
@@ -135,10 +135,10 @@ def untuned_state(keys: dict[str, str], *, num_workers: int, handed: int,
     if num_workers == 0:
         return {**main, keys["_NUM_YIELDED"]: handed, keys["_FETCHER_STATE"]: None,
                 keys["_DATASET_STATE"]: None, keys["_ITERATOR_FINISHED"]: finished}
-    workers = {
-        keys["worker_key"].format(worker): {keys["_WORKER_ID"]: worker, keys["_FETCHER_STATE"]: None,
-                             keys["_DATASET_STATE"]: None}
-        for worker in range(num_workers)}
+    workers = {keys["worker_key"].format(worker): {keys["_WORKER_ID"]: worker,
+                                                   keys["_FETCHER_STATE"]: None,
+                                                   keys["_DATASET_STATE"]: None}
+               for worker in range(num_workers)}
     snapshot = {
         keys["_SNAPSHOT_STEP"]: handed,
         keys["_LAST_YIELDED_WORKER_ID"]: (handed - 1) % num_workers,

@@ -131,7 +131,7 @@ def stateful_refusal(loader: Any) -> Optional[str]:
                 "follow a layout pipecheck does not know, which trials would change")
     if state_keys() is None:
         return ("this torchdata's StatefulDataLoader checkpoint layout is not the one pipecheck "
-                "knows (torchdata 0.8-0.11)")
+                "knows (torchdata 0.11)")
     if isinstance(loader.dataset, IterableDataset):
         return ("a StatefulDataLoader over an IterableDataset: each worker's copy of the dataset "
                 "holds its own state, which another worker count cannot resume")

@@ -261,6 +261,7 @@ def test_a_mistyped_option_before_the_subcommand_points_to_the_top_help():
     assert done.stderr.endswith("(see 'pipecheck --help')\n")
 
 
+@pytest.mark.slow  # the default run stays under 5 minutes
 def test_help_shows_plain_defaults_with_units():
     """Help showed internal names ("default 10: pipecheck.attach.DEFAULT_DURATION_S")."""
     from pipecheck.attach import ATTACH_RATE_HZ, DEFAULT_DURATION_S

@@ -51,6 +51,7 @@ def test_the_saved_status_says_how_the_run_ended(tmp_path, mode, status, error):
     assert report.consumer.batches == 4
 
 
+@pytest.mark.slow  # the default run stays under 5 minutes
 def test_a_run_that_ends_normally_is_complete(tmp_path):
     path = tmp_path / "run.json"
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(path), "normal"],

@@ -143,3 +143,30 @@ def test_a_subclass_whose_get_iterator_calls_its_bases_is_substituted_once():
     substitutes = compat.register(loader, ("collate_fn",), substitute, always=True)
     assert [b.tolist() for b in loader] == [[0, 10, 20, 30], [40, 50, 60, 70]]
     assert substitutes.calls == 1 and wrapped_values == [loader.collate_fn]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_torchdata_checkpoints_have_the_layout_pipecheck_writes(workers):
+    """Every key ``_torchdata_compat`` writes is in the installed torchdata, and a checkpoint
+    it builds from a live iterator's figures is the one the loader writes itself (the batch
+    sampler's state: a fresh pass over it taken as far)."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    from pipecheck import _torchdata_compat as torchdata_compat
+
+    keys = torchdata_compat.state_keys()
+    assert keys is not None
+    loader = stateful.StatefulDataLoader(Numbers(12), batch_size=2, num_workers=workers)
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    assert torchdata_compat.live_iterator(loader) is iterator
+    sampler_pass = iter(loader.batch_sampler)
+    for _ in range(3):
+        next(sampler_pass)
+    built = torchdata_compat.untuned_state(
+        keys, num_workers=workers, handed=3,
+        index_sampler_state=torchdata_compat.serialize(loader.batch_sampler),
+        sampler_iter_state=torchdata_compat.serialize(sampler_pass),
+        seeds=torchdata_compat.iterator_seeds(iterator), finished=False)
+    assert built == loader.state_dict()
+    del iterator

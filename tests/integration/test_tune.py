@@ -87,19 +87,25 @@ def test_a_sampler_that_draws_at_iter_keeps_the_untuned_order_in_every_epoch():
     them; a sampler that draws its permutation in iter() (here without automatic batching,
     where it is the index sampler) would shuffle later epochs differently under trial
     settings if the build's passes were not matched to the start's."""
-    def loader():
-        return DataLoader(PidSquares(200, sleep_s=0.002), batch_size=None,
-                          sampler=EagerShuffle(200, seed=5))
+    def loader():  # 6 ms of sleep an item: workers are faster however busy the machine
+        return DataLoader(PidSquares(120, sleep_s=0.006), batch_size=None,
+                          sampler=EagerShuffle(120, seed=5))
 
     def epochs(source):
-        return [[int(x) for x, _ in source] for _ in range(3)]
+        order, pids = [], []
+        for _ in range(3):
+            batches = list(source)
+            order.append([int(x) for x, _ in batches])
+            pids.append({int(pid) for _, pid in batches})
+        return order, pids
 
-    plain = epochs(loader())
+    plain, _ = epochs(loader())
     wrapped = pipecheck.wrap(loader(), tune=SHORT, host=False)
-    assert epochs(wrapped) == plain
+    tuned, pids = epochs(wrapped)
+    assert tuned == plain
     assert plain[1] != plain[2]
-    section = wrapped.report().tune
-    assert section.chosen is not None and section.chosen.num_workers > 0, section
+    # a later epoch was built with workers (from the start's 0): its passes were matched
+    assert os.getpid() not in pids[1] or os.getpid() not in pids[2], wrapped.report().tune
     wrapped.close()
 
 

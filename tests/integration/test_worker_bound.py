@@ -43,6 +43,7 @@ def sleepy():
     return _wrapped_run(SleepyDataset)
 
 
+@pytest.mark.slow  # the default run stays under 5 minutes
 def test_busy_loop_is_cpu_bound_and_sleep_is_latency_bound_with_different_advice(sleepy):
     busy = _wrapped_run(BusyDataset)
     assert busy.producer.workers_class == CPU_BOUND
