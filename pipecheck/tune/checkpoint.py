@@ -65,7 +65,7 @@ class RecordingIndices:
     """The epoch's index-sampler iterator, noting its states after each batch's indices (see
     the module docstring); :meth:`hand_out` moves the position to the next batch's."""
 
-    __slots__ = ("_sampler", "_source", "_noted", "_position")
+    __slots__ = ("_sampler", "_source", "_noted", "_position", "_note")
 
     def __init__(self, sampler: Any, position: EpochPosition) -> None:
         self._sampler = sampler
@@ -75,13 +75,17 @@ class RecordingIndices:
         self._position = position
         position.index_sampler_state = serialize(sampler)
         position.sampler_iter_state = serialize(self._source)
+        # Samplers without state (torch's own) note nothing: no per-batch work for them.
+        self._note = position.index_sampler_state is not None \
+            or position.sampler_iter_state is not None
 
     def __iter__(self) -> "RecordingIndices":
         return self
 
     def __next__(self) -> Any:
         item = next(self._source)
-        self._noted.append((serialize(self._sampler), serialize(self._source)))
+        if self._note:
+            self._noted.append((serialize(self._sampler), serialize(self._source)))
         return item
 
     def hand_out(self) -> None:
