@@ -121,3 +121,36 @@ def test_every_command_with_output_options_is_listed_with_them():
     for option in ("--json FILE", "--html FILE", "--trace FILE", "--markdown", "--quiet",
                    "--width N"):
         assert f"`{option}`" in section, option
+
+
+def _sample_report_block() -> list[str]:
+    """The lines of the README's sample terminal report (the first ``text`` block of "What the
+    report looks like")."""
+    section = README.split("## What the report looks like", 1)[1]
+    return section.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+
+
+def test_the_sample_report_has_todays_sections_and_key_figures():
+    """The sample output is today's short view: the same section headings and closing hint as
+    the renderer prints now, in the same order, and the key figures it always shows. A change
+    to the short view that leaves the README's sample behind fails here."""
+    sys.path.insert(0, str(REPO_ROOT / "tests" / "support"))
+    from report_factory import sample_report
+
+    rendered = sample_report().render(width=100).splitlines()
+    sample = _sample_report_block()
+
+    def headings(lines: list[str]) -> list[str]:
+        # A section heading is an unindented line after the verdict and the header line.
+        return [line for line in lines[2:] if line and not line.startswith(" ")
+                and not line.startswith(("wrap report", "INPUT-BOUND"))]
+
+    assert headings(sample) == headings(rendered)
+    key = [line.strip() for line in rendered[rendered.index("Key figures") + 1:]
+           if line.startswith("  ") and not line.startswith("    ")][:4]
+    labels = [re.split(r" \d", line, maxsplit=1)[0] for line in key]
+    assert labels == ["throughput", "data stall", "demand", "capacity / demand"]
+    for label in labels:
+        assert any(line.startswith(f"  {label} ") for line in sample), label
+    # A recommendation's predicted figure comes with its interval (or says "uncertain").
+    assert re.search(r"90%: [\d,.]+-[\d,.]+\)|uncertain", "\n".join(sample))
