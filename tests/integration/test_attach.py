@@ -245,6 +245,10 @@ def test_the_help_states_the_defaults_attach_uses(capsys):
 
 
 def test_stop_signals_are_recorded_by_a_lock_free_handler_and_the_old_handlers_come_back():
+    # A test run started in the background (a shell's `&`, nohup, some CI runners) inherits
+    # SIGINT ignored, and pipecheck leaves ignored signals ignored: give SIGINT the disposition
+    # a terminal session has, as _default_stop_signals does for the child processes.
+    interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)
     before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     try:
@@ -262,6 +266,7 @@ def test_stop_signals_are_recorded_by_a_lock_free_handler_and_the_old_handlers_c
     finally:
         signal.signal(signal.SIGHUP, ignored)
     assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
+    signal.signal(signal.SIGINT, interrupt)
 
 
 @pytest.fixture(scope="module")
