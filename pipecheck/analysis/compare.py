@@ -20,7 +20,7 @@ from pipecheck.kinds import COMPARED, FELL, NO_MEASURABLE_CHANGE, NOT_COMPARED, 
 from pipecheck.records import ChangedValue, ComparedFigure, Comparison
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 SETTING_KEYS = ("num_workers", "prefetch_factor", "batch_size", "pin_memory",
                 "persistent_workers", "in_order", "drop_last", "multiprocessing_context")
@@ -41,7 +41,7 @@ MIN_STEADY_BATCHES = 20
 to be told: two per batch-means block (:data:`pipecheck.analysis.stats.BATCH_MEANS_BLOCKS`)."""
 
 
-def compare_reports(old: "Report", new: "Report", old_path: str) -> Comparison:
+def compare_reports(old: "ReportData", new: "ReportData", old_path: str) -> Comparison:
     """``new`` compared with the earlier ``old`` (read from ``old_path``, kept as given).
 
     The verdict follows samples/s (``consumer.samples_per_s``) alone: ``unknown`` when either
@@ -81,7 +81,7 @@ def not_compared(old_path: str, note: str) -> Comparison:
     return Comparison(old_path=old_path, status=NOT_COMPARED, note=note)
 
 
-def other_loader(old: "Report", new: "Report") -> Optional[str]:
+def other_loader(old: "ReportData", new: "ReportData") -> Optional[str]:
     """Why ``old`` is not an earlier report of ``new``'s script and loader, in words, or
     ``None`` when it may be: a merged multi-rank report (``ranks``), or another loader type or
     dataset type. What ``wrap(save=PATH)`` and ``pipecheck run --json PATH`` check before
@@ -96,7 +96,7 @@ def other_loader(old: "Report", new: "Report") -> Optional[str]:
     return None
 
 
-def run_noise_fraction(report: "Report") -> Optional[float]:
+def run_noise_fraction(report: "ReportData") -> Optional[float]:
     """The run's own noise: the relative half-width (0 or more) of the 90% interval of its loop
     time per batch (wait + step), by batch means over the timeline's steady batches (each
     epoch's first batch, with its worker start-up, left out;
@@ -121,7 +121,7 @@ def run_noise_fraction(report: "Report") -> Optional[float]:
     return float(noise) if isinstance(noise, (int, float)) else None
 
 
-def changed_settings(old: "Report", new: "Report") -> list[ChangedValue]:
+def changed_settings(old: "ReportData", new: "ReportData") -> list[ChangedValue]:
     """The loader settings (:data:`SETTING_KEYS`) and torch's intra-op threads that differ
     between the two reports, in that order."""
     changes = _changed(old.loader, new.loader, SETTING_KEYS)
@@ -131,7 +131,7 @@ def changed_settings(old: "Report", new: "Report") -> list[ChangedValue]:
     return changes
 
 
-def changed_data(old: "Report", new: "Report") -> list[ChangedValue]:
+def changed_data(old: "ReportData", new: "ReportData") -> list[ChangedValue]:
     """The report kind and the data facts (:data:`DATA_KEYS`) that differ; the loader's type is
     named ``loader_type``."""
     changes = []
@@ -143,13 +143,13 @@ def changed_data(old: "Report", new: "Report") -> list[ChangedValue]:
     return changes
 
 
-def steady_step_s(report: "Report") -> Optional[float]:
+def steady_step_s(report: "ReportData") -> Optional[float]:
     """Seconds per steady step: ``1 / consumer.demand_batches_per_s`` (the run's first step
     left out), ``None`` when not measured."""
     return ratio(1.0, report.consumer.demand_batches_per_s)
 
 
-def stall_fraction(report: "Report") -> Optional[float]:
+def stall_fraction(report: "ReportData") -> Optional[float]:
     """The stall the report's verdict was judged on (0-1): ``diagnosis.judgement``'s, else the
     steady stall, else the whole run's."""
     judgement = report.diagnosis.judgement
@@ -161,7 +161,7 @@ def stall_fraction(report: "Report") -> Optional[float]:
     return consumer.stall_fraction
 
 
-def wait_per_batch_s(report: "Report") -> Optional[float]:
+def wait_per_batch_s(report: "ReportData") -> Optional[float]:
     """Mean data wait per batch in seconds, over the batches the stall was judged on."""
     judgement = report.diagnosis.judgement
     if judgement is not None and judgement.wait_per_batch_s is not None:
@@ -169,7 +169,7 @@ def wait_per_batch_s(report: "Report") -> Optional[float]:
     return ratio(report.consumer.wait_s, report.consumer.batches)
 
 
-def _figures(old: "Report", new: "Report") -> list[ComparedFigure]:
+def _figures(old: "ReportData", new: "ReportData") -> list[ComparedFigure]:
     old_stall, new_stall = stall_fraction(old), stall_fraction(new)
     pairs: list[tuple[str, Optional[float], Optional[float]]] = [
         ("samples_per_s", old.consumer.samples_per_s, new.consumer.samples_per_s)]
@@ -186,7 +186,7 @@ def _figures(old: "Report", new: "Report") -> list[ComparedFigure]:
             for name, before, after in pairs]
 
 
-def _goodput(report: "Report", stall: Optional[float]) -> Optional[float]:
+def _goodput(report: "ReportData", stall: Optional[float]) -> Optional[float]:
     judgement = report.diagnosis.judgement
     if judgement is not None and judgement.goodput_fraction is not None:
         return judgement.goodput_fraction

@@ -1,6 +1,6 @@
 """The one interface every output format implements: :class:`Renderer`.
 
-A renderer turns a finished :class:`~pipecheck.report.Report` into text (:meth:`Renderer.render`)
+A renderer turns a finished :class:`~pipecheck.report_data.ReportData` into text (:meth:`Renderer.render`)
 and writes it to a stream or, atomically, to a file. The text formats (terminal, markdown,
 HTML) serialize the shared render model (:mod:`pipecheck.render.sections`); the trace is its
 own event format. :mod:`pipecheck.render.formats` registers them by format name.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, ClassVar, TextIO
 from pipecheck._atomic import write_text_atomic
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 
 class Renderer(abc.ABC):
@@ -31,16 +31,16 @@ class Renderer(abc.ABC):
     to_file: ClassVar[bool] = False
 
     @abc.abstractmethod
-    def render(self, report: "Report") -> str:
+    def render(self, report: "ReportData") -> str:
         """The report as this format's text. Raises nothing for any report that
         :meth:`pipecheck.Report.from_dict` accepts."""
 
-    def write(self, report: "Report", stream: TextIO) -> None:
+    def write(self, report: "ReportData", stream: TextIO) -> None:
         """Write :meth:`render`'s text to ``stream`` and flush it."""
         stream.write(self.render(report))
         stream.flush()
 
-    def save(self, report: "Report", path: str | os.PathLike[str]) -> pathlib.Path:
+    def save(self, report: "ReportData", path: str | os.PathLike[str]) -> pathlib.Path:
         """Write :meth:`render`'s text to ``path`` atomically (``-``: stdout) and return the
         path. Raises :class:`~pipecheck.errors.BadInputError` when it cannot be written."""
         return write_text_atomic(path, self.render(report), self.what)

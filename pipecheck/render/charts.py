@@ -1,6 +1,6 @@
-"""The HTML report's charts: matplotlib figures of a finished Report, returned as inline SVG text.
+"""The HTML report's charts: matplotlib figures of a finished report, returned as inline SVG text.
 
-Each ``*_svg`` function takes a :class:`~pipecheck.report.Report` and returns one ``<svg>``
+Each ``*_svg`` function takes a :class:`~pipecheck.report_data.ReportData` and returns one ``<svg>``
 element as a string (no XML declaration, ready to paste into HTML), or ``None`` when the report
 holds no data for that chart (e.g. no host samples). Axes name their units. Text is kept as SVG
 ``<text>`` (``svg.fonttype = "none"``), which matplotlib escapes (``&``, ``<``, ``>``); labels
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from pipecheck.records import BatchTiming, StageRow, WorkerBatch
     from pipecheck.report_sections import StressSection, SweepTrial
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 WIDTH_IN = 10.0
 """Chart width in inches (SVG points = 72 per inch); the page scales them to its width."""
@@ -87,7 +87,7 @@ _ID_REFERENCE = re.compile(r'(\bid="|\bhref="#|url\(#)')
 # -- public chart functions ----------------------------------------------------------------------
 
 
-def step_timeline_svg(report: "Report") -> Optional[str]:
+def step_timeline_svg(report: "ReportData") -> Optional[str]:
     """Wait vs compute per batch (milliseconds, stacked) against the batch index, with epoch
     starts marked; ``None`` when the timeline holds no batches. The timeline is the report's
     bounded sample (every k-th batch above 8192 batches), so bars are the kept batches."""
@@ -115,7 +115,7 @@ def step_timeline_svg(report: "Report") -> Optional[str]:
     return _to_svg(fig, "step-timeline")
 
 
-def rates_svg(report: "Report") -> Optional[str]:
+def rates_svg(report: "ReportData") -> Optional[str]:
     """Batches/s over time: what the consumer received (from the consumer timeline) and what the
     workers produced (from their recent-batch rings), with consumer demand and producer capacity
     as horizontal lines. ``None`` when the timeline holds fewer than 2 batches."""
@@ -159,7 +159,7 @@ def rates_svg(report: "Report") -> Optional[str]:
     return _to_svg(fig, "rates")
 
 
-def workers_svg(report: "Report") -> Optional[str]:
+def workers_svg(report: "ReportData") -> Optional[str]:
     """Per-worker busy vs idle: left, busy (fetch, collate) and idle seconds over the run's wall
     time from the exact counters; right, each worker's recent batches as spans over time (from
     its ring). ``None`` when the report has no per-worker timing."""
@@ -194,7 +194,7 @@ def workers_svg(report: "Report") -> Optional[str]:
     return _to_svg(fig, "workers")
 
 
-def host_cpu_svg(report: "Report") -> Optional[str]:
+def host_cpu_svg(report: "ReportData") -> Optional[str]:
     """CPU over time from the host samples, in cores (psutil percent / 100): main process and
     workers, with the system's use of all cores on a second axis (percent). Each sample is the
     mean over the interval before it, so it is drawn as a step over that interval (a line
@@ -221,7 +221,7 @@ def host_cpu_svg(report: "Report") -> Optional[str]:
     return _to_svg(fig, "host-cpu")
 
 
-def host_io_svg(report: "Report") -> Optional[str]:
+def host_io_svg(report: "ReportData") -> Optional[str]:
     """Bytes read per second over time (MB/s, 10^6 bytes): from storage (``read_bytes``) and
     including the page cache (``read_chars``), drawn as steps over each sample's interval.
     ``None`` when neither was measured."""
@@ -246,7 +246,7 @@ def host_io_svg(report: "Report") -> Optional[str]:
     return _to_svg(fig, "host-io")
 
 
-def host_memory_svg(report: "Report") -> Optional[str]:
+def host_memory_svg(report: "ReportData") -> Optional[str]:
     """Memory over time (MiB): main RSS, workers' RSS and PSS (when measured), and the system's
     available memory on a second axis (GiB), each value held until the next sample (steps).
     ``None`` without host samples."""
@@ -555,7 +555,7 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-CHARTS: dict[str, Callable[["Report"], Optional[str]]] = {
+CHARTS: dict[str, Callable[["ReportData"], Optional[str]]] = {
     "step_timeline": step_timeline_svg,
     "rates": rates_svg,
     "workers": workers_svg,

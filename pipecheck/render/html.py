@@ -1,11 +1,11 @@
 """The HTML report: one self-contained page (inline CSS and SVG charts, no script, no network),
 serialized from the render model (:mod:`pipecheck.render.sections`).
 
-:func:`render_html` takes a finished :class:`~pipecheck.report.Report` and returns the page as
+:func:`render_html` takes a finished :class:`~pipecheck.report_data.ReportData` and returns the page as
 text; :meth:`pipecheck.Report.save_html` writes it. The page has every section the terminal
 summary shows (:mod:`pipecheck.render.terminal`), in the same order, under a verdict banner with
 the key numbers; it adds the charts the sections refer to (:data:`pipecheck.render.charts.CHARTS`)
-and the detail blocks (epoch and process tables, each finding's evidence). Report fields no
+and the detail blocks (epoch and process tables, each finding's evidence). ReportData fields no
 section shows (from later versions) are rendered generically from their JSON.
 
 Safety: every string that comes from the run (dataset and loader type names, exception text,
@@ -33,7 +33,7 @@ from pipecheck.render.model import Block, Chart, Document, Facts, Items, Note, T
 from pipecheck.render.sections import RENDERED_FIELDS, build_document
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 """The page's policy: inline styles and data: images only; no script, no fetch of any kind."""
@@ -88,7 +88,7 @@ class HtmlRenderer(Renderer):
     what = "HTML report"
     to_file = True
 
-    def render(self, report: "Report") -> str:
+    def render(self, report: "ReportData") -> str:
         document = build_document(report)
         body = [_banner(document)]
         # The short view open (the changes that matter, the findings in a line or two; the
@@ -112,7 +112,7 @@ class HtmlRenderer(Renderer):
         )
 
 
-def render_html(report: "Report") -> str:
+def render_html(report: "ReportData") -> str:
     """The report as one self-contained HTML5 page (:class:`HtmlRenderer`). Raises nothing for
     any report that :meth:`pipecheck.Report.from_dict` accepts."""
     return HtmlRenderer().render(report)
@@ -170,7 +170,7 @@ def _banner(document: Document) -> str:
     )
 
 
-def _block(block: Block, report: "Report") -> str:
+def _block(block: Block, report: "ReportData") -> str:
     if isinstance(block, Facts):
         items = "".join(f'<li><span class="dim">{_e(f.label)}</span> {_e(f.value)}</li>'
                         if f.label else f"<li>{_e(f.value)}</li>" for f in block.facts)
@@ -234,8 +234,8 @@ def _items(block: Items) -> str:
     return f'<ul class="findings">{"".join(items)}</ul>'
 
 
-def _extra_sections(report: "Report") -> list[tuple[str, Any]]:
-    """Non-empty Report fields no section shows, as JSON values, in field order."""
+def _extra_sections(report: "ReportData") -> list[tuple[str, Any]]:
+    """Non-empty ReportData fields no section shows, as JSON values, in field order."""
     found = []
     for f in dataclasses.fields(report):
         if f.name in RENDERED_FIELDS:

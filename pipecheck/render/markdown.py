@@ -33,7 +33,7 @@ from pipecheck.render.model import Block, Chart, Document, Facts, Items, Note, T
 from pipecheck.render.sections import build_document
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 
 class MarkdownRenderer(Renderer):
@@ -46,7 +46,7 @@ class MarkdownRenderer(Renderer):
     def __init__(self, title: Optional[str] = None) -> None:
         self.title = title
 
-    def render(self, report: "Report") -> str:
+    def render(self, report: "ReportData") -> str:
         return self.render_document(build_document(report))
 
     def render_document(self, document: Document) -> str:
@@ -71,7 +71,7 @@ class MarkdownRenderer(Renderer):
         return visible("\n".join(lines).rstrip("\n") + "\n")
 
 
-def render_markdown(report: "Report", title: Optional[str] = None) -> str:
+def render_markdown(report: "ReportData", title: Optional[str] = None) -> str:
     """The report as markdown (:class:`MarkdownRenderer`). Raises nothing for any report that
     :meth:`pipecheck.Report.from_dict` accepts."""
     return MarkdownRenderer(title).render(report)

@@ -1,6 +1,6 @@
 """The format-neutral render model: a report as a document of titled sections of blocks.
 
-Built once from a :class:`~pipecheck.report.Report` by :mod:`pipecheck.render.sections`; the
+Built once from a :class:`~pipecheck.report_data.ReportData` by :mod:`pipecheck.render.sections`; the
 terminal (:mod:`~pipecheck.render.terminal`), markdown (:mod:`~pipecheck.render.markdown`) and
 HTML (:mod:`~pipecheck.render.html`) renderers only serialize it. Every value is finished plain
 text with its unit (:mod:`pipecheck.units`); strings from the run are kept as they are, and each

@@ -16,7 +16,7 @@ from pipecheck.records import MODEL_ERROR_FRACTION, UNCERTAIN_WIDTH, interval_un
 
 if TYPE_CHECKING:
     from pipecheck.records import Recommendation
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 CONTEXT_SETTINGS = ("num_workers", "prefetch_factor", "batch_size", "pin_memory",
                     "persistent_workers", "in_order")
@@ -51,7 +51,7 @@ def config_text(config: Any) -> str:
     return fmt.NOT_MEASURED if config is None else str(config)
 
 
-def context_line(report: "Report", brief: bool = False) -> str:
+def context_line(report: "ReportData", brief: bool = False) -> str:
     """What was measured and where: report kind (and rank), time, loader and its settings, the
     dataset type, CPUs, CUDA, Python, torch and the platform, joined by `` · ``. ``brief``
     (the short view): the report kind, the loader's type and settings, CPUs and CUDA."""
@@ -78,7 +78,7 @@ def context_line(report: "Report", brief: bool = False) -> str:
     return " · ".join(parts)
 
 
-def ended_line(report: "Report") -> Optional[str]:
+def ended_line(report: "ReportData") -> Optional[str]:
     """``the run did not complete (status ...)...`` for an unfinished run, else ``None``."""
     consumer = report.consumer
     if consumer.status == "complete":
@@ -87,7 +87,7 @@ def ended_line(report: "Report") -> Optional[str]:
     return f"the run did not complete (status {consumer.status}{detail}); numbers cover what ran"
 
 
-def verdict_line(report: "Report") -> str:
+def verdict_line(report: "ReportData") -> str:
     """One sentence: the verdict in capitals, the stall behind it and the threshold it was judged
     against, e.g. ``INPUT-BOUND: the training loop waited for data 41.2% of the time
     (threshold 10%)``. Thresholds come from ``report.diagnosis.thresholds``."""
@@ -118,7 +118,7 @@ def verdict_line(report: "Report") -> str:
     return f"{label}: {sentence}{threshold}; data goodput {fmt.percent(goodput)}"
 
 
-def capacity_phrase(report: "Report") -> Optional[str]:
+def capacity_phrase(report: "ReportData") -> Optional[str]:
     """The capacity / demand figure in the words of its band
     (:func:`pipecheck.effects.capacity_words`, one table for every ratio), then, where the
     measured stall says otherwise, the stall's conclusion, which wins, e.g. ``1.79x: the loader
@@ -299,7 +299,7 @@ def _last_clause_end(text: str) -> int:
     return found
 
 
-def recommendations_caption(report: "Report") -> str:
+def recommendations_caption(report: "ReportData") -> str:
     """How to read the recommendations' figures: measured together (stress) or cumulative."""
     if report.kind == "stress":
         return ("Measured by the stress sweep: each figure is the recommended configuration's, "
@@ -314,7 +314,7 @@ def recommendations_caption(report: "Report") -> str:
     return caption
 
 
-def why_no_recommendations(report: "Report") -> str:
+def why_no_recommendations(report: "ReportData") -> str:
     """The sentence shown instead of recommendations when there are none: the baseline was the
     fastest (stress), too little data, compute-bound, a contradicted capacity estimate, no
     capacity measured, or no change predicted to help."""
@@ -379,7 +379,7 @@ def why_no_recommendations(report: "Report") -> str:
 # -- verdict helpers -----------------------------------------------------------------------------
 
 
-def _verdict_stall(report: "Report") -> tuple[Optional[float], bool]:
+def _verdict_stall(report: "ReportData") -> tuple[Optional[float], bool]:
     """The stall fraction the verdict was judged on: the verdict finding's evidence when it names
     one (so the line agrees with the verdict), else the steady-state stall (the verdict's basis,
     see README), else the whole-run stall. Second item: whether it is the steady-state stall."""

@@ -1,4 +1,4 @@
-"""The terminal summary of a Report, built with rich from the render model
+"""The terminal summary of a ReportData, built with rich from the render model
 (:mod:`pipecheck.render.sections`): verdict first, then the numbers behind it.
 
 By default the short view, one screen (:mod:`pipecheck.render.sections.summary`): the verdict,
@@ -38,7 +38,7 @@ from pipecheck.render.sections import build_document
 from pipecheck.render.sections.summary import MORE_HINT
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 __all__ = ["DEFAULT_WIDTH", "MIN_WIDTH", "TerminalRenderer", "render_terminal", "renderables",
            "section_renderables", "verdict_line"]
@@ -78,7 +78,7 @@ class TerminalRenderer(Renderer):
         self.color = color
         self.verbose = verbose
 
-    def render(self, report: "Report") -> str:
+    def render(self, report: "ReportData") -> str:
         return _print(renderables(report, self.verbose), self.width, self.color)
 
     def render_document(self, document: Document) -> str:
@@ -86,14 +86,14 @@ class TerminalRenderer(Renderer):
         return _print(document_renderables(document, self.verbose), self.width, self.color)
 
 
-def render_terminal(report: "Report", width: Optional[int] = None, color: bool = False,
+def render_terminal(report: "ReportData", width: Optional[int] = None, color: bool = False,
                     verbose: bool = False) -> str:
     """The report's terminal summary as a string (:class:`TerminalRenderer`): the short view
     (one screen), or with ``verbose`` every section."""
     return TerminalRenderer(width, color, verbose).render(report)
 
 
-def renderables(report: "Report", verbose: bool = False) -> list[RenderableType]:
+def renderables(report: "ReportData", verbose: bool = False) -> list[RenderableType]:
     """The summary as one rich renderable in a list: :class:`~pipecheck.render.inert.Inert`
     over the lines and sections (verdict line first), so any console shows the report's strings
     literally. The short view unless ``verbose`` (then a multi-rank report's every-rank table

@@ -1,7 +1,7 @@
 """The report's timeline as a Chrome Trace Event Format file, for Perfetto and chrome://tracing.
 
 :func:`trace_events` builds the JSON Object Format (``{"traceEvents": [...], ...}``) from a
-finished :class:`~pipecheck.report.Report`; :func:`render_trace` returns it as JSON text.
+finished :class:`~pipecheck.report_data.ReportData`; :func:`render_trace` returns it as JSON text.
 Timestamps (``ts``) and durations (``dur``) are microseconds since the run started.
 
 Layout (``pid`` / ``tid`` are track ids, not OS process ids; the real pids are in the names):
@@ -39,7 +39,7 @@ from pipecheck.render.model import thin
 
 if TYPE_CHECKING:
     from pipecheck.records import BatchTiming, HostSample, WorkerBatch
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 MAIN_PID = 1
 """Track id of the training loop's process in the trace."""
@@ -57,7 +57,7 @@ _US = 1e6
 _MIB = 1024**2
 
 
-def trace_events(report: "Report") -> dict[str, Any]:
+def trace_events(report: "ReportData") -> dict[str, Any]:
     """The trace as a JSON-ready dict in the Trace Event Format's JSON Object Format: complete
     events (``ph: "X"``, ``ts`` and ``dur`` in microseconds), metadata events (``ph: "M"``)
     naming processes and threads, and counter events (``ph: "C"``). Raises nothing for any
@@ -101,13 +101,13 @@ def trace_events(report: "Report") -> dict[str, Any]:
     }
 
 
-def render_trace(report: "Report") -> str:
+def render_trace(report: "ReportData") -> str:
     """:func:`trace_events` as compact JSON text (UTF-8, no NaN)."""
     return json.dumps(trace_events(report), separators=(",", ":"), allow_nan=False,
                       ensure_ascii=False)
 
 
-def save_trace(report: "Report", path: str | os.PathLike[str]) -> pathlib.Path:
+def save_trace(report: "ReportData", path: str | os.PathLike[str]) -> pathlib.Path:
     """Write :func:`render_trace` to ``path`` atomically and return the path. Raises
     :class:`~pipecheck.errors.BadInputError` when the file cannot be written."""
     return TraceRenderer().save(report, path)
@@ -120,7 +120,7 @@ class TraceRenderer(Renderer):
     what = "trace"
     to_file = True
 
-    def render(self, report: "Report") -> str:
+    def render(self, report: "ReportData") -> str:
         return render_trace(report)
 
 
@@ -139,7 +139,7 @@ def _consumer_spans(batches: Sequence["BatchTiming"]) -> list[Optional[dict[str,
     return events
 
 
-def _worker_spans(report: "Report", batches: Sequence["WorkerBatch"]
+def _worker_spans(report: "ReportData", batches: Sequence["WorkerBatch"]
                   ) -> list[Optional[dict[str, Any]]]:
     if not batches:
         return []
@@ -226,7 +226,7 @@ def _worker_track(worker_id: int) -> tuple[int, int]:
     return WORKERS_PID, worker_id + 1
 
 
-def _main_os_pid(report: "Report") -> Optional[int]:
+def _main_os_pid(report: "ReportData") -> Optional[int]:
     if report.host is not None:
         for process in report.host.processes:
             if process.role == MAIN:

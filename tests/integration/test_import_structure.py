@@ -1,9 +1,10 @@
-"""The package's import structure: no import cycles (function-level imports counted), the layer
-order of docs/architecture.md, and reading a saved report needs no torch.
+"""The package's import structure: no import cycles and the layer order of docs/architecture.md,
+every import counted (function-level and typing-only ones included), and reading a saved report
+needs no torch.
 
 The graph is built by parsing every module under ``pipecheck/`` with :mod:`ast`, so it sees the
-imports inside functions that a runtime check would miss. Imports under ``if TYPE_CHECKING:`` are
-left out: they never run.
+imports inside functions that a runtime check would miss, and those under ``if TYPE_CHECKING:``:
+they never run, but a type named across a circle still ties the two modules together.
 """
 
 from __future__ import annotations
@@ -34,14 +35,14 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement in ``tree`` at any depth, except those under
-    ``if TYPE_CHECKING:``."""
+def _imports(tree: ast.AST, typing: bool = True) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement in ``tree`` at any depth; with ``typing=False``, except those
+    under ``if TYPE_CHECKING:``."""
     found: list[ast.Import | ast.ImportFrom] = []
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if not typing and isinstance(node, ast.If) and _is_type_checking(node.test):
             stack.extend(node.orelse)
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -50,8 +51,9 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def import_graph(package: pathlib.Path = PACKAGE) -> dict[str, set[str]]:
-    """``{module: modules of the package it imports}``, relative imports resolved.
+def import_graph(package: pathlib.Path = PACKAGE, typing: bool = True) -> dict[str, set[str]]:
+    """``{module: modules of the package it imports}``, relative imports resolved; with
+    ``typing=False``, imports under ``if TYPE_CHECKING:`` left out.
 
     ``from pipecheck.x import y`` counts as importing ``pipecheck.x.y`` when that is a module,
     else ``pipecheck.x``. Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``, so
@@ -63,7 +65,7 @@ def import_graph(package: pathlib.Path = PACKAGE) -> dict[str, set[str]]:
     for name, path in paths.items():
         is_package = path.name == "__init__.py"
         targets: set[str] = set()
-        for node in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path)), typing):
             if isinstance(node, ast.Import):
                 bases = [alias.name for alias in node.names]
                 names: list[str] = []
@@ -159,7 +161,8 @@ def test_graph_sees_function_level_and_relative_imports(tmp_path):
     graph = import_graph(pkg)
     assert graph["pkg.a"] == {"pkg.sub", "pkg.sub.b"}
     assert graph["pkg.sub.b"] == {"pkg.a"}  # its own parent package runs first: no edge
-    assert graph["pkg.c"] == set()
+    assert graph["pkg.c"] == {"pkg.a"}  # a typing-only import is an arrow too
+    assert import_graph(pkg, typing=False)["pkg.c"] == set()
     assert graph["pkg.d"] == {"pkg"}  # importing the parent by name is an edge
     assert find_cycles(graph) == [["pkg.a", "pkg.sub.b"]]
     (pkg / "__init__.py").write_text("from pkg.d import version\n")
@@ -170,8 +173,8 @@ def test_no_import_cycles():
     graph = import_graph()
     cycles = [f"{' -> '.join(_one_cycle(graph, c))} (modules in the cycle: {', '.join(c)})"
               for c in find_cycles(graph)]
-    assert not cycles, "import cycles in pipecheck/ (function-level imports count):\n" + "\n".join(
-        cycles)
+    assert not cycles, ("import cycles in pipecheck/ (function-level and typing-only imports "
+                        "count):\n" + "\n".join(cycles))
 
 
 @pytest.fixture(scope="module")
@@ -297,8 +300,8 @@ def test_layers_parse_from_the_architecture_block():
 
 def test_every_import_goes_to_its_own_layer_or_one_above_it():
     """The layer order of docs/architecture.md, checked: each module of the package has a line,
-    and every import it makes (function-level ones included; ``if TYPE_CHECKING:`` ones left
-    out, as they never run) goes to a module on its own line or a line above it."""
+    and every import it makes (function-level and ``if TYPE_CHECKING:`` ones included) goes to
+    a module on its own line or a line above it."""
     layers = documented_layers(ARCHITECTURE.read_text(encoding="utf-8"))
     graph = import_graph()
     unplaced = sorted(m for m in graph if _layer_of(m, layers) is None)

@@ -1,11 +1,11 @@
-"""Builds the render model (:class:`~pipecheck.render.model.Document`) of a Report, once, for
+"""Builds the render model (:class:`~pipecheck.render.model.Document`) of a ReportData, once, for
 every format.
 
 :data:`SECTIONS` is the section-builder registry: ``(key, builder)`` in display order; a builder
-takes the :class:`~pipecheck.report.Report` and returns a
+takes the :class:`~pipecheck.report_data.ReportData` and returns a
 :class:`~pipecheck.render.model.Section`, or ``None`` when the report has nothing for it
 (optional probes, stress, sharding, ranks). A new report section is one builder module here,
-one entry in :data:`SECTIONS` and, when it shows a Report field of its own, that field's name
+one entry in :data:`SECTIONS` and, when it shows a ReportData field of its own, that field's name
 in :data:`RENDERED_FIELDS` (else HTML would also dump the field generically); every renderer
 then shows it: the terminal and markdown its facts, notes, tables and findings, HTML those and
 its charts (a :class:`~pipecheck.render.model.Chart` names an entry of
@@ -27,9 +27,9 @@ from pipecheck.render.sections import (advice, attach, comparison, probes, ranks
 from pipecheck.render.sections.comparison import comparison_section
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
-SectionBuilder = Callable[["Report"], Optional[Section]]
+SectionBuilder = Callable[["ReportData"], Optional[Section]]
 
 SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("ranks", ranks.ranks),  # a multi-rank run: every rank first, then one rank's detail
@@ -59,10 +59,10 @@ RENDERED_FIELDS = frozenset({
     "recommendations", "timeline", "stress", "schema", "rank", "ranks", "sharding", "stacks",
     "device", "attach", "comparison", "tune",
 })
-"""Report fields the document shows; HTML renders any other non-empty field generically."""
+"""ReportData fields the document shows; HTML renders any other non-empty field generically."""
 
 
-def build_document(report: "Report", every_rank: bool = False) -> Document:
+def build_document(report: "ReportData", every_rank: bool = False) -> Document:
     """The report's document: verdict, context, caveats, key numbers and every section, and
     the short view's sections (:mod:`pipecheck.render.sections.summary`; for a multi-rank
     report the job summary, :func:`pipecheck.render.sections.summary.job_sections`); every
@@ -95,7 +95,7 @@ def build_document(report: "Report", every_rank: bool = False) -> Document:
     ))
 
 
-def build_comparison_document(report: "Report", path: str) -> Document:
+def build_comparison_document(report: "ReportData", path: str) -> Document:
     """The document ``pipecheck report --compare OLD NEW`` shows for ``report`` (NEW, read
     from ``path``, with its ``comparison`` against OLD): the comparison's verdict line first,
     the two files and times as the context, the caveats, then the comparison section alone.
@@ -114,7 +114,7 @@ def build_comparison_document(report: "Report", path: str) -> Document:
         footer=f"pipecheck {version} · schema {report.schema}"))
 
 
-def headline(report: "Report") -> tuple[Fact, ...]:
+def headline(report: "ReportData") -> tuple[Fact, ...]:
     """The key numbers: throughput, data goodput, stall, wait and step per batch, demand,
     capacity and their ratio, the first batch, what was measured, the bottleneck."""
     consumer, producer = report.consumer, report.producer

@@ -18,7 +18,7 @@ from pipecheck.render.phrases import (effect_line, effect_text, expected_rate_te
 if TYPE_CHECKING:
     from pipecheck.effects import ChangeEffect
     from pipecheck.records import Recommendation
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 FINDING_ROWS = 50
 """Findings shown, most severe first (a run gives a handful; the JSON has them all)."""
@@ -30,7 +30,7 @@ RECOMMENDATION_ROWS = 20
 """Recommendations shown, in order (the rules give at most a handful)."""
 
 
-def findings(report: "Report") -> Section:
+def findings(report: "ReportData") -> Section:
     """The findings, most severe first (at most :data:`FINDING_ROWS`), with their kind and
     evidence (at most :data:`EVIDENCE_KEYS` keys each), and each one's short text for the
     short view (:func:`short_finding`)."""
@@ -75,7 +75,7 @@ def _evidence(evidence: dict[str, Any]) -> Optional[dict[str, Any]]:
     return kept
 
 
-def recommendations(report: "Report") -> Section:
+def recommendations(report: "ReportData") -> Section:
     """A compact table of the changes (stacked lines on a narrow terminal), then each one's
     reason as a numbered paragraph (reasons are long; a table column would squeeze them); at
     most :data:`RECOMMENDATION_ROWS`."""
@@ -106,7 +106,7 @@ def recommendations(report: "Report") -> Section:
     ))
 
 
-def effects_of(report: "Report", shown: "list[Recommendation]") -> "list[ChangeEffect]":
+def effects_of(report: "ReportData", shown: "list[Recommendation]") -> "list[ChangeEffect]":
     """Each shown recommendation's effect on its own and with the changes above it
     (:func:`pipecheck.effects.change_effects`, from the report's own figures)."""
     consumer = report.consumer
@@ -114,7 +114,7 @@ def effects_of(report: "Report", shown: "list[Recommendation]") -> "list[ChangeE
                           report.loader.batches_per_epoch, together=report.kind == "stress")
 
 
-def brief_recommendations(report: "Report") -> Section:
+def brief_recommendations(report: "ReportData") -> Section:
     """The changes that matter for the short view: per change one line of what to change and
     its effect (:func:`~pipecheck.render.phrases.effect_line`), then its reason's first
     sentence; the caption says how the figures add up. At most

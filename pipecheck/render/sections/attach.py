@@ -13,7 +13,7 @@ from pipecheck.render.model import Block, Note, Section, capped, line, more, tab
 from pipecheck.report_sections import AttachSection
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 TITLE = "Attached (py-spy + psutil, not wrapped)"
 
@@ -95,7 +95,7 @@ def unknown_lines(section: AttachSection) -> list[str]:
     return [str(item) for item in section.unknown]
 
 
-def attach(report: "Report") -> Optional[Section]:
+def attach(report: "ReportData") -> Optional[Section]:
     """The section of an attach report; ``None`` for any other report."""
     section = report.attach
     if section is None:

@@ -13,7 +13,7 @@ from pipecheck.render.phrases import (FIGURE_LABELS, comparison_line, comparison
 
 if TYPE_CHECKING:
     from pipecheck.records import Comparison
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 CHANGED_ROWS = 20
 """Changed settings shown (a DataLoader has about ten; the JSON has them all)."""
@@ -22,7 +22,7 @@ FIGURE_ROWS = 20
 """Compared figures shown (pipecheck writes seven; the JSON has them all)."""
 
 
-def comparison(report: "Report") -> Optional[Section]:
+def comparison(report: "ReportData") -> Optional[Section]:
     """The comparison section of a report compared with an earlier one (its one-line verdict
     is among the document's notes, under the context line)."""
     if report.comparison is None or report.comparison.status != "compared":

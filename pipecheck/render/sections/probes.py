@@ -12,7 +12,7 @@ from pipecheck import units as fmt
 from pipecheck.render.model import Block, Chart, Note, Section, line, more, table
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 STAGE_ROWS = 6
 """Pipeline stages listed in the terminal, most exclusive time first (the JSON has them all)."""
@@ -25,7 +25,7 @@ SHARE_ITEMS = 5
 report's order (largest first)."""
 
 
-def stages(report: "Report") -> Optional[Section]:
+def stages(report: "ReportData") -> Optional[Section]:
     """Exclusive time per stage: where it ran, seconds, share of that place's stage time, items
     in and out (a filter shows as fewer out than in), and a bar chart."""
     rows = report.producer.stages
@@ -44,7 +44,7 @@ def stages(report: "Report") -> Optional[Section]:
     return Section("stages", "Pipeline stages", tuple(blocks))
 
 
-def stacks(report: "Report") -> Optional[Section]:
+def stacks(report: "ReportData") -> Optional[Section]:
     """Status and the hottest functions by share of on-CPU worker samples."""
     record = report.stacks
     if record is None:
@@ -110,7 +110,7 @@ def _short_path(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
-def device(report: "Report") -> Optional[Section]:
+def device(report: "ReportData") -> Optional[Section]:
     """GPU idle caused by data and the batches behind it (the pinned share only when known)."""
     record = report.device
     if record is None:

@@ -20,7 +20,7 @@ from pipecheck.render.phrases import expected_rate_text, why_no_recommendations
 
 if TYPE_CHECKING:
     from pipecheck.records import RankSummary, RanksSummary
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 RANK_ROWS = 16_384
 """Rows of the every-rank table (HTML, ``--verbose``): the ranks in rank order, the straggler
@@ -36,7 +36,7 @@ _SCOPE_WORDS = {"rank": "one rank", "node": "one node", "job": "the whole job",
                 "none": "no straggler worth acting on"}
 
 
-def ranks(report: "Report", every_rank: bool = False) -> Optional[Section]:
+def ranks(report: "ReportData", every_rank: bool = False) -> Optional[Section]:
     """The section for a multi-rank report (``None`` for a single rank): the job's shape, then
     the every-rank table as a detail block (HTML only, collapsed), or shown by every format
     when ``every_rank`` (``--verbose``)."""
@@ -121,7 +121,7 @@ def _listed(numbers: Sequence[int]) -> str:
     return listed
 
 
-def straggler_section(report: "Report") -> Optional[Section]:
+def straggler_section(report: "ReportData") -> Optional[Section]:
     """The straggler's (the merged report's own rank's) diagnosis in a few lines: its figures,
     the rank findings, its own most severe finding and its first recommendation (or why it
     has none). ``None`` without a rank."""

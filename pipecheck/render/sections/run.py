@@ -10,7 +10,7 @@ from pipecheck.render.phrases import capacity_phrase
 
 if TYPE_CHECKING:
     from pipecheck.records import ProducerSummary
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 WORKER_ROWS = 64
 """Worker rows shown, in the report's order (stress sweeps go up to 32 workers)."""
@@ -19,7 +19,7 @@ DETAIL_ROWS = 200
 """Rows of a detail table (epochs, processes: HTML only) shown, in the report's order."""
 
 
-def throughput(report: "Report") -> Section:
+def throughput(report: "ReportData") -> Section:
     """Samples, batches (and tokens) per second; wall time, batches, samples, epochs. A stress
     report's first line is its headline trial's steady rate (the sweep's figure), labelled, and
     the whole-run rate below it is labelled as such."""
@@ -50,7 +50,7 @@ def throughput(report: "Report") -> Section:
     ))
 
 
-def stall(report: "Report") -> Section:
+def stall(report: "ReportData") -> Section:
     """Wait and compute, the stall, the first batch, per-batch quantiles; the step timeline
     chart and the epoch table (detail)."""
     consumer = report.consumer
@@ -95,7 +95,7 @@ def stall(report: "Report") -> Section:
     return Section("stall", "Data wait (stall)", tuple(blocks))
 
 
-def producer(report: "Report") -> Section:
+def producer(report: "ReportData") -> Section:
     """Demand, capacity and their ratio, batch build time, the workers' class and table, the
     rates and per-worker charts."""
     consumer, producer = report.consumer, report.producer
@@ -158,7 +158,7 @@ def _worker_table(producer: "ProducerSummary") -> list[Block]:
     return shown + ([more(hidden, "workers")] if hidden else [])
 
 
-def host(report: "Report") -> Section:
+def host(report: "ReportData") -> Section:
     """CPU (cores), IO, memory peaks and the sampler's cost; charts over time and the process
     table (detail). Worker figures only when the loader has worker processes."""
     title = "Host"

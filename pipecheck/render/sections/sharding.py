@@ -11,7 +11,7 @@ from pipecheck.records import ShardingSection, ShardReader
 from pipecheck.render.model import Block, Note, Section, capped, more, table
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 MAX_READER_ROWS = 16
 """(rank, worker) rows shown in rank order; beyond it the least and most loaded are kept (the
@@ -29,7 +29,7 @@ NOTE_ROWS = 20
 TITLE = "Shard assignment"
 
 
-def sharding(report: "Report") -> Optional[Section]:
+def sharding(report: "ReportData") -> Optional[Section]:
     """The section when the report has a ``sharding`` section, else ``None``."""
     return sharding_section(report.sharding) if report.sharding else None
 

@@ -19,7 +19,7 @@ from pipecheck.render.phrases import config_text
 from pipecheck.report_sections import EpochStart, StressSection, StressStep, SweepTrial
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 PREDICTED_ROWS = 5
 """Unmeasured (predicted-only) configurations shown in the trial table, highest predicted
@@ -40,7 +40,7 @@ SETTING_COLUMNS = 8
 column holds each trial's settings."""
 
 
-def stress(report: "Report") -> Optional[Section]:
+def stress(report: "ReportData") -> Optional[Section]:
     """The section when the report has a stress sweep, else ``None``."""
     if report.stress is None:
         return None

@@ -23,7 +23,7 @@ from pipecheck.render.sections.ranks import job_blocks, straggler_section
 from pipecheck.render.sections.stress import summary_facts
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 BRIEF_FAILED = 3
 """Failed stress trials the short view names with their error (the rest counted)."""
@@ -41,7 +41,7 @@ MORE_HINT = ("--verbose (or --markdown, --html FILE) shows every section: per-ba
 """The short view's last line: where the rest is."""
 
 
-def summary_sections(report: "Report", sections: tuple[Section, ...]) -> tuple[Section, ...]:
+def summary_sections(report: "ReportData", sections: tuple[Section, ...]) -> tuple[Section, ...]:
     """The short view's sections of ``report``, given the full view's ``sections`` (built
     once by :func:`pipecheck.render.sections.build_document`)."""
     if report.ranks is not None and len(report.ranks.ranks) > 1:
@@ -71,7 +71,7 @@ def summary_sections(report: "Report", sections: tuple[Section, ...]) -> tuple[S
     return tuple(out)
 
 
-def job_sections(report: "Report") -> tuple[Section, ...]:
+def job_sections(report: "ReportData") -> tuple[Section, ...]:
     """The short view of a multi-rank report (merged rank files, or rank 0's gathered one):
     the job's shape (:func:`pipecheck.render.sections.ranks.job_blocks`: data wait per step
     over ranks and nodes, the slowest ranks and nodes, whether the straggler is a rank, a node
@@ -107,7 +107,7 @@ def _first_blocks(section: Section, count: int) -> Section:
     return Section(section.key, section.title, tuple(shown))
 
 
-def key_figures(report: "Report") -> Optional[Section]:
+def key_figures(report: "ReportData") -> Optional[Section]:
     """Throughput (samples/s, tokens/s where the run counted tokens, batches/s), the data wait,
     demand against capacity, the producer's class and the host's CPU in a few lines; a stress report
     adds its sweep's choice. ``None`` for an attach report (its own section has the figures)."""
@@ -163,7 +163,7 @@ def key_figures(report: "Report") -> Optional[Section]:
     return Section("figures", "Key figures", tuple(blocks))
 
 
-def brief_attach(report: "Report", title: str) -> Section:
+def brief_attach(report: "ReportData", title: str) -> Section:
     """An attach report's figures for the short view: the stall estimate and the window, the
     workers (at most :data:`BRIEF_ROWS` rows) and, once, in one line, what cannot be known
     without wrapping."""

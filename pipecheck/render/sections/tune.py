@@ -16,7 +16,7 @@ from pipecheck.records import TuneSection
 from pipecheck.render.model import Block, Note, Section, capped, line, more, table
 
 if TYPE_CHECKING:
-    from pipecheck.report import Report
+    from pipecheck.report_data import ReportData
 
 TRIAL_ROWS = 50
 """Trials shown in run order (the default schedule runs under 10; the JSON has them all)."""
@@ -32,7 +32,7 @@ STATUS_TEXT = {
 }
 
 
-def tune(report: "Report") -> Optional[Section]:
+def tune(report: "ReportData") -> Optional[Section]:
     """The section when the report has a ``tune`` section, else ``None``."""
     if report.tune is None:
         return None
