@@ -1,6 +1,6 @@
 """What a latency-bound worker pays per batch as workers outnumber the CPUs.
 
-The evidence behind ``pipecheck.recommend.MAX_WORKERS_PER_CPU``: on ``pipelines.py``'s
+The evidence behind ``pipecheck.recommend.limits.MAX_WORKERS_PER_CPU``: on ``pipelines.py``'s
 latency dataset (2 ms of sleep per sample, batch 64, so 128 ms of waiting a batch) the training
 loop (its small MLP step) runs for ``--seconds`` at each worker count, workers persistent and
 warmed up first. Printed per count: samples/s, and the wall time each worker took per batch

@@ -803,7 +803,7 @@ expected figure is then marked ``uncertain`` (:attr:`Expected.uncertain`) and ou
 in words, with the measurement that settles it (a short ``pipecheck stress`` run), instead of
 the range. Why 3: at 3x the interval's ends lie a factor sqrt(3) = 1.73 either side of its
 middle, so it cannot tell whether a proposal pays at all (pipecheck proposes from a 5% gain,
-:data:`pipecheck.recommend.MIN_GAIN_FRACTION`), while the quietest run's interval is already
+:data:`pipecheck.recommend.limits.MIN_GAIN_FRACTION`), while the quietest run's interval is already
 2.08x wide from the model's own error alone (:data:`MODEL_ERROR_FRACTION`: 1.35 / 0.65), so
 a lower threshold would flag every figure; 3x leaves room for the run's own noise up to about
 +-18% of loop time on top. pipecheck's choice."""

@@ -24,7 +24,7 @@ import dataclasses
 import statistics
 from typing import Any, Callable, Optional
 
-from pipecheck.recommend import PERSISTENT_START_SHARE
+from pipecheck.recommend.limits import PERSISTENT_START_SHARE
 from pipecheck.report_sections import EpochStart, ExpectedRate, PersistentPair, StressChoice
 from pipecheck.stress.settings import TrialConfig
 from pipecheck.stress.trial import TrialLimits, TrialResult

@@ -84,7 +84,7 @@ def _v1_quota(root: str, controllers: str, path: str) -> list[float]:
 def cpu_budget() -> int:
     """CPUs this process may use, >= 1: its affinity mask, capped by its cgroup's CPU quota
     (rounded down, at least 1). Online tuning runs at most
-    :data:`pipecheck.recommend.MAX_WORKERS_PER_CPU` workers per such CPU."""
+    :data:`pipecheck.recommend.limits.MAX_WORKERS_PER_CPU` workers per such CPU."""
     quota = cgroup_cpu_quota()
     cpus = _affinity()
     if quota is not None:

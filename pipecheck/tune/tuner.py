@@ -24,7 +24,7 @@ from pipecheck.errors import one_line
 from pipecheck.kinds import TuneStatus
 from pipecheck.probes.batches import count_samples
 from pipecheck.records import TuneSection, TuneSettings
-from pipecheck.recommend import MAX_WORKERS_PER_CPU
+from pipecheck.recommend.limits import MAX_WORKERS_PER_CPU
 from pipecheck.tune.controller import (TuneController, TuneLimits, block_batches, pin_line,
                                        warmup_for)
 from pipecheck.tune.checkpoint import (Checkpoints, EpochPosition, RecordingSampler,

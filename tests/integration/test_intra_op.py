@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 import pipecheck
 from pipecheck.analysis import analyze
 from pipecheck.analysis.producer import INTRA_OP_INFLATION_MIN
-from pipecheck.recommend import pool_worker_limit, producer_class
+from pipecheck.recommend.limits import pool_worker_limit, producer_class
 from pipecheck.records import RunRecord
 
 

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 import pipecheck
 from pipecheck.cli import main
 from pipecheck.errors import BadInputError
-from pipecheck.recommend import PERSISTENT_START_SHARE
+from pipecheck.recommend.limits import PERSISTENT_START_SHARE
 from pipecheck.stress.settings import StepTime, TrialConfig, parse_step_time, sweep_configs
 from pipecheck.stress.target import rebuild_loader
 from pipecheck.stress.trial import TrialLimits, measure

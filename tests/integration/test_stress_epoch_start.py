@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 import pipecheck
 from pipecheck.cli import main
-from pipecheck.recommend import PERSISTENT_START_SHARE
+from pipecheck.recommend.limits import PERSISTENT_START_SHARE
 from pipecheck.render.sections.stress import epoch_start_text
 from pipecheck.report_sections import EpochStart, ExpectedRate, PersistentPair, StressChoice
 from pipecheck.stress.epoch_start import RESTART_EPOCHS, SHORT_EPOCH_BATCHES, apply

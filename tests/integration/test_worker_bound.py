@@ -18,7 +18,8 @@ from pipecheck.analysis import analyze
 from pipecheck.analysis.bound import (CPU_BOUND, IO_BOUND, LATENCY_BOUND, classify,
                                       workers_class)
 from pipecheck.records import WorkerSummary
-from pipecheck.recommend import MAX_CPU_BOUND_WORKERS_PER_CPU, MAX_WORKERS_PER_CPU, recommend
+from pipecheck.recommend import recommend
+from pipecheck.recommend.limits import MAX_CPU_BOUND_WORKERS_PER_CPU, MAX_WORKERS_PER_CPU
 
 SAMPLE_COST_S = 0.01
 STEP_S = 0.005  # a step much shorter than a batch (4 samples): the runs are input-bound

@@ -541,7 +541,7 @@ def test_a_step_on_several_cores_marks_the_pool_active():
 
 
 def test_cpu_bound_workers_beside_an_active_pool_stay_within_the_cores_left():
-    from pipecheck.recommend import pool_worker_limit
+    from pipecheck.recommend.limits import pool_worker_limit
     # 8 cores, production 10x the step: the fair-share model alone would go past the cores.
     spec = dataclasses.replace(SERIAL, usable_cpus=8, production_s=0.2)
     run = with_intra_op(simulate(spec), threads=8, thread_share=0.5)
@@ -667,7 +667,7 @@ def test_a_proposal_must_beat_the_measured_rate_not_only_the_models_figure():
     # From the measured settings the bar is the higher of the model's own figure for them and
     # the steady rate the run measured: a CPU step measured at 1,418 samples/s, whose model
     # figure for 0 workers was 1,271, was proposed 1 worker at 1,419 (it achieved 1,128).
-    from pipecheck.recommend import MIN_GAIN_FRACTION, _gains
+    from pipecheck.recommend.limits import MIN_GAIN_FRACTION, gains
 
     run = simulate(FakeRun(num_workers=0, prefetch_factor=None, step_s=0.02,
                            production_s=0.02, worker_cpu_fraction=0.9,
@@ -680,9 +680,9 @@ def test_a_proposal_must_beat_the_measured_rate_not_only_the_models_figure():
     slower = dataclasses.replace(model, sustained_batches_per_s=0.9 * predicted
                                  / (1 + MIN_GAIN_FRACTION))
     as_fast = dataclasses.replace(model, sustained_batches_per_s=predicted)
-    assert _gains(slower, model.measured, one)
-    assert not _gains(as_fast, model.measured, one)
+    assert gains(slower, model.measured, one)
+    assert not gains(as_fast, model.measured, one)
     # From settings other than the measured ones the model's figures alone decide.
-    assert _gains(as_fast, one, two) == _gains(model, one, two)
+    assert gains(as_fast, one, two) == gains(model, one, two)
     assert not [r for r in recommend(run, dataclasses.replace(analyze(run), model=as_fast))
                 if r.setting == "num_workers"]
