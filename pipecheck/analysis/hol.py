@@ -1,10 +1,8 @@
 """Head-of-line blocking from :class:`pipecheck.probes.hol.HeadOfLineProbe` totals: how much of
 the data wait was spent on one batch while later batches were already done, and whose worker.
 
-The fix is ``in_order=False`` (torch >= 2.6: batches are handed over as they finish; gives up
-the sampler's order) or evening out per-batch work. Its expected effect is an upper bound: the
-blocked wait removed, ``stall = (wait - blocked) / (loop - blocked)``; the batches that were
-ready still have to be received.
+The fix, ``in_order=False`` with its expected effect, is proposed by
+:func:`pipecheck.recommend.head_of_line.in_order_recommendation`.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from typing import Optional
 
 from pipecheck.analysis.verdict import DEFAULT_COMPUTE_BOUND_STALL
 from pipecheck.kinds import FindingKind
-from pipecheck.records import Expected, Finding, HeadOfLineSummary, Recommendation
+from pipecheck.records import Finding, HeadOfLineSummary
 
 SHARE_OF_WAIT_THRESHOLD = 0.25
 """Blocked wait / data wait (0-1) from which ``head-of-line-blocking`` is reported
@@ -66,23 +64,3 @@ def head_of_line_finding(summary: Optional[HeadOfLineSummary], loop_s: float,
          "blocked_fraction_of_wait": blocked / wait, "mean_ready_later": ready,
          "worst_worker": worst, "worst_worker_blocked_s": worst_s,
          "worst_worker_batch_s": worker_batch_s[worst], "fastest_worker_batch_s": min(times)})
-
-
-def in_order_recommendation(finding: Finding, *, wait_s: float, compute_s: float,
-                            samples: int, torch_has_in_order: bool
-                            ) -> Optional[Recommendation]:
-    """``in_order=False`` for ``finding`` (a ``head-of-line-blocking`` one) with its upper-bound
-    effect (module docstring); ``None`` when this torch has no ``in_order`` (the finding's
-    message then stands alone: even out per-batch work)."""
-    if not torch_has_in_order:
-        return None
-    blocked = finding.evidence["blocked_wait_s"]
-    remaining = max(wait_s + compute_s - blocked, 1e-9)
-    expected = Expected(
-        samples_per_s=samples / remaining if samples else None,
-        stall_fraction=max(wait_s - blocked, 0.0) / remaining,
-        note="upper bound: the blocked wait removed")
-    return Recommendation(
-        "in_order", True, False, expected,
-        f"{finding.message}. in_order=False hands batches over as workers finish them, so a "
-        f"slow batch no longer holds back the ready ones (batch order then varies)")

@@ -112,9 +112,9 @@ def _first(kept: Optional[float], derived: Optional[float]) -> Optional[float]:
 
 def pipeline_recommendations(run: RunRecord, analysis: Analysis) -> list[Recommendation]:
     """``in_order=False`` for a ``head-of-line-blocking`` finding
-    (:func:`pipecheck.analysis.hol.in_order_recommendation`) and the sharding section's
+    (:func:`pipecheck.recommend.head_of_line.in_order_recommendation`) and the sharding section's
     ``num_shards`` / ``resampled`` / ``shuffle_buffer`` changes."""
-    from pipecheck.analysis.hol import in_order_recommendation
+    from pipecheck.recommend.head_of_line import in_order_recommendation
     from pipecheck.environment import torch_has_in_order
 
     found: list[Recommendation] = []

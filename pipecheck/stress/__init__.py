@@ -27,7 +27,7 @@ from pipecheck.stress.epoch_start import apply as apply_epoch_start
 from pipecheck.stress.epoch_start import measure_epoch_start
 from pipecheck.stress.epoch_start import trial_limits as epoch_trial_limits
 from pipecheck.stress.isolate import check_target
-from pipecheck.stress.recommendations import stress_diagnosis, stress_recommendations
+from pipecheck.recommend.measured import stress_diagnosis, stress_recommendations
 from pipecheck.stress.runner import Source, Sweep, run_sweep, validate
 from pipecheck.stress.search import candidate_configs, run_search
 from pipecheck.stress.settings import (
@@ -128,7 +128,7 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
         (fastest measured) and the recommended configuration (the cheapest within the noise
         of the best, :mod:`pipecheck.stress.choice`, with its gain over the baseline); its
         recommendations are that configuration's changes with their measured figures
-        (:mod:`pipecheck.stress.recommendations`); its other sections come from the
+        (:mod:`pipecheck.recommend.measured`); its other sections come from the
         recommended trial's measurement.
 
     Raises:
@@ -244,7 +244,7 @@ def stress_report(record: Any, section: StressSection) -> Any:
     """The stress Report from the recommended trial's ``record`` (a ``RunRecord``) and the
     stress ``section``: the measured recommendation replaces the model's proposals for the
     searched settings, and the diagnosis's ``insufficient-data`` finding is restated to match
-    (:mod:`pipecheck.stress.recommendations`), so the report's recommendations and what it
+    (:mod:`pipecheck.recommend.measured`), so the report's recommendations and what it
     says about them come from the one stress section."""
     from pipecheck.report import build_report
 

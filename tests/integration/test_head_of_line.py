@@ -7,7 +7,8 @@ import time
 import pytest
 from torch.utils.data import DataLoader, Dataset
 
-from pipecheck.analysis.hol import head_of_line_finding, in_order_recommendation
+from pipecheck.analysis.hol import head_of_line_finding
+from pipecheck.recommend.head_of_line import in_order_recommendation
 from pipecheck.kinds import FindingKind
 from pipecheck.probes.hol import HeadOfLineProbe
 from pipecheck.records import HeadOfLineSummary

@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader
 
 import pipecheck
 from pipecheck.records import Expected, Recommendation
-from pipecheck.stress.recommendations import stress_recommendations
+from pipecheck.recommend.measured import stress_recommendations
 from report_factory import stress_of
 from stress_targets import SleepPerSample
 

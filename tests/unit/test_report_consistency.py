@@ -141,7 +141,7 @@ def test_a_shrinking_memory_is_not_shown_as_growth():
 
 def test_stress_does_not_warn_of_a_first_batch_its_sweep_found_not_worth_changing():
     from pipecheck.report_sections import EpochStart
-    from pipecheck.stress.recommendations import stress_diagnosis
+    from pipecheck.recommend.measured import stress_diagnosis
 
     report = sample_report()
     slow = Finding(kind="slow-first-batch", severity="warning",

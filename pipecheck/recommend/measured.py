@@ -6,7 +6,7 @@ Each change from the baseline (``recommended.changes`` of the stress section) be
 configuration's measured samples/s and stall (all changes together). Its reason quotes the
 measured comparison that isolates that setting where the sweep has one: a measured trial equal
 to the recommended configuration except for that setting. ``persistent_workers`` quotes the
-epoch-start measurement (:mod:`pipecheck.stress.epoch_start`).
+epoch-start measurement (measured by :mod:`pipecheck.stress.epoch_start`).
 
 The model's proposals from the best trial's record are kept only for settings the sweep did not
 search (sharding changes, ``pin_memory`` when it was not measured): for the searched ones the
