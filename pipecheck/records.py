@@ -1090,7 +1090,8 @@ class ShardingSection:
     are skipped). ``assignments``: every (rank, worker) reader in order; ``ranks``: per rank;
     ``idle_fraction_at_epoch_end``: ``1 - mean / max`` samples (shards when not counted) per
     reader, 0-1. ``findings`` and ``recommendations`` (``num_shards``, ``resampled``,
-    ``shuffle_buffer``) have the report's own shapes."""
+    ``shuffle_buffer``: :func:`pipecheck.recommend.sharding.sharding_recommendations`) have the
+    report's own shapes."""
 
     world_size: int
     num_workers: int

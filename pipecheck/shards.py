@@ -1,10 +1,11 @@
 """The shard-assignment dry run: ``pipecheck.shards(urls, num_workers=...)`` and
 ``pipecheck shards URLS``. It reads shard headers, replays the real split for every (rank,
 worker) (:mod:`pipecheck.probes.shards`) and judges it (:mod:`pipecheck.analysis.sharding`),
-without loading a sample."""
+without loading a sample; the changes it calls for come from :mod:`pipecheck.recommend.sharding`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
@@ -12,6 +13,7 @@ from pipecheck.errors import BadInputError
 from pipecheck.probes.shards import (
     DEFAULT_MAX_COUNTED,
     PipelineShards,
+    ShardStat,
     Splitter,
     expand_urls,
     pipeline_shards,
@@ -80,12 +82,12 @@ def shards(urls: Union[str, Sequence[str]], *, num_workers: int, world_size: Opt
     expanded = expand_urls(urls)
     stats = shard_stats(expanded, max_counted)
     assignment = replay_split(expanded, world_size, num_workers, node_splitter, worker_splitter)
-    return analyze_sharding(
+    return _advised(analyze_sharding(
         stats, assignment, world_size=world_size, num_workers=num_workers,
         batch_size=batch_size, drop_last=drop_last, shuffle_buffer=shuffle_buffer,
         resampled=resampled, world_size_source=source,
         splitters={"node": _name(node_splitter, "split_by_node"),
-                   "worker": _name(worker_splitter, "split_by_worker")})
+                   "worker": _name(worker_splitter, "split_by_worker")}), stats)
 
 
 def _name(function: Optional[Splitter], default: str) -> str:
@@ -118,10 +120,10 @@ def setup_sharding(setup: Optional[PipelineShards], world_size: int = 1,
                                   node_splitter=setup.split, worker_splitter=_unchanged)
     except BadInputError:
         return None
-    return analyze_sharding(
+    return _advised(analyze_sharding(
         stats, assignment, world_size=world_size, num_workers=setup.num_workers,
         shuffle_buffer=setup.shuffle_buffer, resampled=setup.resampled,
-        world_size_source=world_size_source, splitters={"chain": setup.splitter_names})
+        world_size_source=world_size_source, splitters={"chain": setup.splitter_names}), stats)
 
 
 def _unchanged(urls: Any) -> Any:
@@ -161,7 +163,6 @@ def count_sharding(shard_count: Optional[tuple[int, int]], world_size: int = 1,
     """:func:`n_shards_sharding` from :func:`dataset_shard_count`'s figures (read once: the
     wrapper keeps them, not the loader); ``None`` for none."""
     from pipecheck.analysis.sharding import analyze_sharding
-    from pipecheck.probes.shards import ShardStat
 
     if shard_count is None:
         return None
@@ -172,8 +173,17 @@ def count_sharding(shard_count: Optional[tuple[int, int]], world_size: int = 1,
         (rank, worker): [] for rank in range(world_size) for worker in range(workers)}
     for index, name in enumerate(names):
         assignment[(index % world_size, (index // world_size) % workers)].append(name)
-    return analyze_sharding(
-        [ShardStat(name, None, None, False) for name in names], assignment,
+    stats = [ShardStat(name, None, None, False) for name in names]
+    return _advised(analyze_sharding(
+        stats, assignment,
         world_size=world_size, num_workers=num_workers,
         world_size_source=world_size_source,
-        splitters={"chain": ["round-robin by rank", "round-robin by worker (n_shards)"]})
+        splitters={"chain": ["round-robin by rank", "round-robin by worker (n_shards)"]}), stats)
+
+
+def _advised(section: "ShardingSection", stats: Sequence[ShardStat]) -> "ShardingSection":
+    """``section`` with the changes its findings call for
+    (:func:`pipecheck.recommend.sharding.sharding_recommendations`)."""
+    from pipecheck.recommend.sharding import sharding_recommendations
+
+    return dataclasses.replace(section, recommendations=sharding_recommendations(section, stats))

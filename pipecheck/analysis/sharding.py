@@ -2,7 +2,8 @@
 
 Input: shard sample counts (:class:`pipecheck.probes.shards.ShardStat`) and the replayed
 assignment (:func:`pipecheck.probes.shards.replay_split`). Output: the report's ``sharding``
-section (:func:`analyze_sharding`), with findings and sharding recommendations.
+section (:func:`analyze_sharding`) with its findings; the changes they call for are proposed by
+:func:`pipecheck.recommend.sharding.sharding_recommendations`.
 
 Model: every worker reads its shards' samples at the same per-sample cost, so a worker's share
 of the epoch is its share of samples. In a DataLoader over an ``IterableDataset`` each worker
@@ -26,13 +27,10 @@ import math
 from statistics import median
 from typing import Any, Optional, Sequence
 
-from pipecheck import units as fmt
 from pipecheck.kinds import FindingKind
 from pipecheck.probes.shards import ShardStat
 from pipecheck.records import (
-    Expected,
     Finding,
-    Recommendation,
     ShardingSection,
     ShardRank,
     ShardReader,
@@ -71,14 +69,13 @@ def analyze_sharding(stats: Sequence[ShardStat], assignment: dict[tuple[int, int
     per_worker = [a.samples if a.samples is not None else float(a.shards) for a in assignments]
     idle = 1.0 - (sum(per_worker) / len(per_worker)) / max(per_worker) if max(per_worker) else None
     findings: list[Finding] = []
-    recommendations: list[Recommendation] = []
     readers = len(assignments)
     if not resampled:
-        _empty_workers(assignments, len(stats), readers, findings, recommendations)
-        _imbalance(idle, per_worker, known, len(stats), readers, findings, recommendations)
-        _unequal_ranks(ranks, assignments, batch_size, findings, recommendations)
+        _empty_workers(assignments, len(stats), readers, findings)
+        _imbalance(idle, per_worker, known, len(stats), readers, findings)
+        _unequal_ranks(ranks, batch_size, findings)
     _skew(stats, findings)
-    _shuffle_buffer(stats, shuffle_buffer, findings, recommendations)
+    _shuffle_buffer(stats, shuffle_buffer, findings)
     return ShardingSection(
         world_size=world_size,
         num_workers=num_workers,
@@ -92,7 +89,7 @@ def analyze_sharding(stats: Sequence[ShardStat], assignment: dict[tuple[int, int
         ranks=ranks,
         idle_fraction_at_epoch_end=idle,
         findings=findings,
-        recommendations=recommendations,
+        recommendations=[],
     )
 
 
@@ -116,7 +113,7 @@ def _ranks(assignments: list[ShardReader], batch_size: Optional[int],
 
 
 def _empty_workers(assignments: list[ShardReader], shards: int, readers: int,
-                   findings: list[Finding], recommendations: list[Recommendation]) -> None:
+                   findings: list[Finding]) -> None:
     empty = [(a.rank, a.worker) for a in assignments if a.shards == 0]
     if not empty:
         return
@@ -128,12 +125,10 @@ def _empty_workers(assignments: list[ShardReader], shards: int, readers: int,
         f"{shards} shards for {readers} readers. Those workers yield nothing; webdataset's "
         f"WebDataset raises 'No samples found' for them unless empty_check=False",
         {"shards": shards, "readers": readers, "empty": [list(p) for p in empty]}))
-    recommendations.append(_shard_count(shards, readers, "every reader must get a shard"))
 
 
 def _imbalance(idle: Optional[float], per_worker: list[float], known: bool, shards: int,
-               readers: int, findings: list[Finding],
-               recommendations: list[Recommendation]) -> None:
+               readers: int, findings: list[Finding]) -> None:
     if idle is None or idle < IMBALANCE_THRESHOLD or min(per_worker) == 0:
         return  # empty workers are reported on their own
     unit = "samples" if known else "shards"
@@ -143,27 +138,10 @@ def _imbalance(idle: Optional[float], per_worker: list[float], known: bool, shar
         f"{idle:.0%} of worker time at each epoch's end is idle while the busiest finishes",
         {"min_per_worker": min(per_worker), "max_per_worker": max(per_worker),
          "unit": unit, "idle_fraction": idle}))
-    if shards % readers:
-        recommendations.append(_shard_count(shards, readers,
-                                            f"cuts the epoch-end idle share from {idle:.0%}"))
 
 
-def _shard_count(shards: int, readers: int, why: str) -> Recommendation:
-    """Re-shard into the nearest multiple of the readers at or above the current count."""
-    proposed = max(readers, math.ceil(shards / readers) * readers)
-    per = proposed // readers
-    return Recommendation(
-        "num_shards", shards, proposed,
-        Expected(None, None, note=f"each of {readers} readers gets {per} shard"
-                                  f"{'s' if per > 1 else ''} (about 0% idle with equal-size "
-                                  f"shards)"),
-        f"{shards} shards do not divide among {readers} readers (ranks x workers); a multiple "
-        f"of {readers} {why}")
-
-
-def _unequal_ranks(ranks: list[ShardRank], assignments: list[ShardReader],
-                   batch_size: Optional[int], findings: list[Finding],
-                   recommendations: list[Recommendation]) -> None:
+def _unequal_ranks(ranks: list[ShardRank], batch_size: Optional[int],
+                   findings: list[Finding]) -> None:
     key = "batches" if batch_size else "samples"
     maybe = [r.batches if batch_size else r.samples for r in ranks]
     counts = [c for c in maybe if c is not None]
@@ -175,15 +153,6 @@ def _unequal_ranks(ranks: list[ShardRank], assignments: list[ShardReader],
         f"DistributedDataParallel the ranks with more wait in a collective for the ones that "
         f"finished (a hang, or a timeout error)",
         {f"{key}_per_rank": counts}))
-    # The smallest non-empty reader's share: an empty worker (reported on its own) would
-    # otherwise propose with_epoch(0).
-    per_reader = min((a.samples for a in assignments if a.samples), default=0.0)
-    recommendations.append(Recommendation(
-        "resampled", False, True,
-        Expected(None, None, note=f"every rank yields the same {key}: set the epoch with "
-                                  f".with_epoch({int(per_reader):,}) samples per worker"),
-        "resampled=True draws shards with replacement, and with_epoch fixes each worker's "
-        "epoch length, so every rank runs the same number of steps"))
 
 
 def _skew(stats: Sequence[ShardStat], findings: list[Finding]) -> None:
@@ -202,24 +171,15 @@ def _skew(stats: Sequence[ShardStat], findings: list[Finding]) -> None:
 
 
 def _shuffle_buffer(stats: Sequence[ShardStat], buffer: Optional[int],
-                    findings: list[Finding], recommendations: list[Recommendation]) -> None:
+                    findings: list[Finding]) -> None:
     sizes = [s.samples for s in stats if s.samples is not None]
     if buffer is None or not sizes:
         return
     per_shard = median(sizes)
     if buffer >= per_shard:
         return
-    sample_bytes = [s.size_bytes / s.samples for s in stats
-                    if s.size_bytes and s.samples]
-    memory = (f"; holds about {fmt.size(int(per_shard * median(sample_bytes)))} per worker "
-              f"at the shards' {fmt.size(int(median(sample_bytes)))} per sample (tar bytes)"
-              if sample_bytes else "")
     findings.append(Finding(
         FindingKind.SMALL_SHUFFLE_BUFFER, "warning",
         f"shuffle buffer of {buffer:,} samples is smaller than a shard ({per_shard:,.0f} "
         f"samples): batches mix only neighbouring samples of one or two shards",
         {"shuffle_buffer": buffer, "samples_per_shard": per_shard}))
-    recommendations.append(Recommendation(
-        "shuffle_buffer", buffer, int(math.ceil(per_shard)),
-        Expected(None, None, note=f"the buffer spans a whole shard{memory}"),
-        "a buffer at least a shard long mixes samples across the shards a worker reads"))
