@@ -20,7 +20,7 @@ import time
 from typing import Callable, Iterator, Optional
 
 from pipecheck._clock import monotonic
-from pipecheck.probes import consumer
+from pipecheck.probes import consumer_iterator
 from pipecheck.probes.consumer import ConsumerProbe, FixedBatches
 
 
@@ -46,7 +46,7 @@ def loop_s(iterator: Iterator, batches: int) -> float:
 def extra_ns(batches: int, rounds: int, fixed: Optional[FixedBatches], sparse: bool) -> float:
     """Best of ``rounds``: ns a batch the epoch iterator adds over the bare source, with
     sparse blocks or every batch timed."""
-    consumer.SPARSE_BELOW_S = SPARSE_BELOW_S if sparse else 0.0
+    consumer_iterator.SPARSE_BELOW_S = SPARSE_BELOW_S if sparse else 0.0
     best = float("inf")
     for _ in range(rounds):
         probe = ConsumerProbe(run_start=monotonic())
@@ -56,7 +56,7 @@ def extra_ns(batches: int, rounds: int, fixed: Optional[FixedBatches], sparse: b
     return best
 
 
-SPARSE_BELOW_S = consumer.SPARSE_BELOW_S
+SPARSE_BELOW_S = consumer_iterator.SPARSE_BELOW_S
 
 
 def call_ns(fn: Callable[[], object], calls: int, rounds: int) -> float:

@@ -1,7 +1,7 @@
 """The consumer probe's sparse blocks against timing every batch, on a real fast loop.
 
 A loop faster than ``SPARSE_BELOW_S`` a batch is timed in random blocks of 64 batches
-(``probes/consumer.py``); the other blocks' wall time is split at the timed blocks' share of
+(``probes/consumer_iterator.py``); the other blocks' wall time is split at the timed blocks' share of
 wait. This runs the same loop (``num_workers=0``, batch of 1, items
 that busy-wait 2 us, every 50th 30 us; a busy-wait step of ``--step-us``) alternately with
 sparse blocks and with every batch timed (``SPARSE_BELOW_S`` = 0), and prints each run's stall
@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import pipecheck
-from pipecheck.probes import consumer
+from pipecheck.probes import consumer_iterator
 
 
 class JitterDataset(Dataset):
@@ -68,7 +68,7 @@ class LoaderClock:
 
 def one_run(batches: int, step_s: float, sparse: bool) -> tuple[float, float, int]:
     """(pipecheck's stall, the loader's own, untimed batches) of one epoch."""
-    consumer.SPARSE_BELOW_S = SPARSE_BELOW_S if sparse else 0.0
+    consumer_iterator.SPARSE_BELOW_S = SPARSE_BELOW_S if sparse else 0.0
     loader = LoaderClock(DataLoader(JitterDataset(batches), batch_size=1))
     wrapped = pipecheck.wrap(loader, host=False, workers=False)
     started = time.perf_counter()
@@ -82,7 +82,7 @@ def one_run(batches: int, step_s: float, sparse: bool) -> tuple[float, float, in
     return record.wait_s / record.wall_s, loader.inside_s / wall, record.untimed_batches
 
 
-SPARSE_BELOW_S = consumer.SPARSE_BELOW_S
+SPARSE_BELOW_S = consumer_iterator.SPARSE_BELOW_S
 
 
 def main(argv: list[str] | None = None) -> int:

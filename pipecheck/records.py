@@ -222,7 +222,7 @@ class ConsumerRecord:
     ``None`` in older reports."""
     untimed_batches: int = 0
     """Batches taken in a fast loop's sparse stretches without a clock read
-    (:data:`pipecheck.probes.consumer.SPARSE_BELOW_S`): counted in ``batches``, ``samples``,
+    (:data:`pipecheck.probes.consumer_iterator.SPARSE_BELOW_S`): counted in ``batches``, ``samples``,
     ``wall_s`` and the epochs' figures, with their wait estimated at the timed blocks' share of
     wait in their wall time; absent from ``timeline``. 0 in loops slower than that."""
     sigterms_continued: int = 0

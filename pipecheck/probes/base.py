@@ -8,7 +8,7 @@ Two small protocols (structural: a probe needs no base class):
   ``RunRecord`` holds for it. The wrapper calls each of them in one loop; a probe that raises
   is turned off with a note in ``RunRecord.probes_off`` and the run goes on.
 * :class:`BatchObserver`: a probe that sees every ``next()`` of an epoch. The consumer probe's
-  epoch iterator (:class:`pipecheck.probes.consumer.EpochIterator`) is the one iterator between
+  epoch iterator (:class:`pipecheck.probes.consumer_iterator.EpochIterator`) is the one iterator between
   the training loop and the loader; it calls each observer around each ``next()``, so a batch
   passes through one Python iterator whatever the number of observers.
 

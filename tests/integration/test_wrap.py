@@ -288,7 +288,7 @@ def test_main_process_windows_thin_out_once_enough_batches_are_timed():
     every batch."""
     from torch.utils.data import TensorDataset
 
-    from pipecheck.probes.consumer import CPU_SAMPLE_EVERY
+    from pipecheck.probes.consumer_epochs import CPU_SAMPLE_EVERY
     from pipecheck.probes.workers import (MAIN_DENSE_TIMED, MAIN_SAMPLE_AFTER,
                                           MAIN_SPARSE_EVERY, MAIN_WINDOW)
 
@@ -328,7 +328,7 @@ def test_a_slow_first_batch_does_not_keep_a_fast_loader_timed_batch_by_batch():
     """The mean that decides whether batches are fast enough to sample leaves the first out: a
     0.3 s first fetch would otherwise hold the mean of 20 us batches over FAST_BATCH_S for
     about 1,500 batches, each timed one by one in the training loop."""
-    from pipecheck.probes.consumer import CPU_SAMPLE_EVERY
+    from pipecheck.probes.consumer_epochs import CPU_SAMPLE_EVERY
     from pipecheck.probes.workers import MAIN_SAMPLE_AFTER, MAIN_WINDOW
 
     n = 3000
@@ -388,9 +388,9 @@ def test_a_fast_loop_is_timed_in_blocks_and_its_counts_stay_exact(monkeypatch, t
     timed, and its JSON keeps the figure."""
     from torch.utils.data import TensorDataset
 
-    from pipecheck.probes import consumer
+    from pipecheck.probes import consumer_iterator
 
-    monkeypatch.setattr(consumer, "SPARSE_BELOW_S", 1.0)
+    monkeypatch.setattr(consumer_iterator, "SPARSE_BELOW_S", 1.0)
     n, epochs = 6_001, 2
 
     def make() -> DataLoader:
@@ -422,9 +422,9 @@ def test_an_error_inside_a_sparse_stretch_reaches_the_loop_unchanged_and_the_epo
     """A real loader fast enough for sparse blocks raises late in the epoch: the loop gets the
     loader's own exception, the same iterator goes on with the next batch, as unwrapped, and
     the counts stay exact."""
-    from pipecheck.probes import consumer
+    from pipecheck.probes import consumer_iterator
 
-    monkeypatch.setattr(consumer, "SPARSE_BELOW_S", 1.0)
+    monkeypatch.setattr(consumer_iterator, "SPARSE_BELOW_S", 1.0)
     n, bad = 6_000, 5_900
 
     def take(loader) -> tuple[list, list]:

@@ -176,7 +176,7 @@ def test_sampled_cpu_clock_splits_wait_and_compute():
 
 
 def test_counts_stay_exact_across_folds_and_snapshots():
-    from pipecheck.probes.consumer import FOLD_BATCHES
+    from pipecheck.probes.consumer_epochs import FOLD_BATCHES
 
     clock = FakeClock()
     probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0,
@@ -346,7 +346,7 @@ def test_generators_and_non_iterators_behave_as_unwrapped():
 
 
 def test_a_slow_loop_samples_every_batch_but_the_runs_first():
-    from pipecheck.probes.consumer import SLOW_BATCH_S
+    from pipecheck.probes.consumer_iterator import SLOW_BATCH_S
 
     clock, cpu, thread = FakeClock(), FakeClock(), FakeClock()
     n = 40
@@ -377,7 +377,8 @@ def test_a_slow_loop_samples_every_batch_but_the_runs_first():
 
 
 def test_a_fast_loop_samples_one_batch_in_cpu_sample_every():
-    from pipecheck.probes.consumer import CPU_SAMPLE_EVERY, CPU_SAMPLE_MIN_GAP_S
+    from pipecheck.probes.consumer_epochs import CPU_SAMPLE_EVERY
+    from pipecheck.probes.consumer_iterator import CPU_SAMPLE_MIN_GAP_S
 
     clock = FakeClock()
     probe = ConsumerProbe(run_start=clock(), clock=clock, cpu_clock=lambda: 0.0)
@@ -408,8 +409,8 @@ def _loop_with_periodic(n: int, wait_s: float, step_s: float):
 
 
 def test_a_very_fast_loop_samples_the_cpu_once_per_gap_and_still_folds_and_calls_periodic():
-    from pipecheck.probes.consumer import (CPU_SAMPLE_EVERY, CPU_SAMPLE_MIN_GAP_S,
-                                           FOLD_BATCHES)
+    from pipecheck.probes.consumer_epochs import CPU_SAMPLE_EVERY, FOLD_BATCHES
+    from pipecheck.probes.consumer_iterator import CPU_SAMPLE_MIN_GAP_S
 
     n = FOLD_BATCHES * 3
     wait_s, step_s = 5e-6, 15e-6  # 20 us a batch: CPU_SAMPLE_EVERY of them take 1.3 ms
@@ -426,7 +427,8 @@ def test_a_very_fast_loop_samples_the_cpu_once_per_gap_and_still_folds_and_calls
 
 
 def test_a_slow_loop_still_folds_and_calls_periodic_one_batch_in_cpu_sample_every():
-    from pipecheck.probes.consumer import CPU_SAMPLE_EVERY, FOLD_BATCHES, SLOW_BATCH_S
+    from pipecheck.probes.consumer_epochs import CPU_SAMPLE_EVERY, FOLD_BATCHES
+    from pipecheck.probes.consumer_iterator import SLOW_BATCH_S
 
     n = FOLD_BATCHES * 2 + 123
     rec, calls, biggest = _loop_with_periodic(n, SLOW_BATCH_S, SLOW_BATCH_S)

@@ -10,8 +10,10 @@ import random
 import pytest
 
 from pipecheck._clock import FakeClock
-from pipecheck.probes.consumer import (CPU_SAMPLE_EVERY, SPARSE_AFTER_BATCHES,
-                                       SPARSE_BELOW_S, SPARSE_TIMED_EVERY, ConsumerProbe)
+from pipecheck.probes.consumer import ConsumerProbe
+from pipecheck.probes.consumer_epochs import CPU_SAMPLE_EVERY
+from pipecheck.probes.consumer_iterator import (SPARSE_AFTER_BATCHES, SPARSE_BELOW_S,
+                                                SPARSE_TIMED_EVERY)
 from pipecheck.probes.base import BatchObserver
 
 
