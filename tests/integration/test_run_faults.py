@@ -173,7 +173,8 @@ def test_sigterm_reaches_the_training_a_shell_wrapper_started(tmp_path):
 
 
 def test_special_files_take_one_report_and_bad_grace_is_refused(tmp_path, capsys):
-    from pipecheck.cli import _takes_one_report, main
+    from pipecheck.cli import main
+    from pipecheck.cli.running import _takes_one_report
 
     fifo = tmp_path / "reports.fifo"
     os.mkfifo(fifo)
