@@ -263,7 +263,7 @@ timed fetcher (set once by :mod:`pipecheck.probes.workers`, which defines it).""
 
 class FetchTimer:
     """What the timed fetchers expect of the object in the instrumented collate's ``timer``
-    attribute (:class:`pipecheck.probes.workers._BatchAccumulator`), for documentation: the
+    attribute (:class:`pipecheck.probes.worker_side.BatchAccumulator`), for documentation: the
     fetcher sets ``fetch_start`` (``perf_counter`` s) and ``expected_samples`` (samples of this
     fetch, or -1 to count the collated list) before calling the dataset, and calls
     ``fetch_failed(start)`` when the fetch raised before collation began (``in_fetch`` still

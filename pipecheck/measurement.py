@@ -12,7 +12,7 @@ user drops them, whatever pipecheck still holds (a report saved at exit, :mod:`p
 How a DataLoader is timed inside without touching it (no copy, no instance or subclass of the
 user's classes): the loader is registered (:func:`pipecheck._torch_compat.register`) so that
 the iterators torch builds for it get pipecheck's collate function
-(:class:`pipecheck.probes.workers.InstrumentedCollate`) and, with ``stacks=True``, a
+(:class:`pipecheck.probes.worker_side.InstrumentedCollate`) and, with ``stacks=True``, a
 ``worker_init_fn`` that opts workers in to py-spy; the loader's own attributes stay the user's.
 """
 

@@ -397,7 +397,7 @@ def _stage_folder() -> tuple[int, str]:
 class StageProbe:
     """Per-stage timing for one :func:`pipecheck.wrap` run: times the webdataset stages of a
     DataLoader's ``DataPipeline`` dataset (in its workers, registered there by the fetcher
-    factory: :func:`pipecheck.probes.workers._register_stage_dataset`), a ``WebLoader``'s
+    factory: :func:`pipecheck.probes.worker_side.register_stage_dataset`), a ``WebLoader``'s
     main-process stages (:meth:`time_main_pipeline`), and every :class:`stage` block, in
     workers and in the main process.
 
