@@ -8,7 +8,10 @@ seconds, ``_bytes`` bytes, ``_per_s`` a rate per second, ``_fraction`` a 0-1 fra
 convention) and all cores busy for the whole system. Times named ``*_at_s`` are seconds since the
 run started (the ``pipecheck.wrap()`` call, or the start of a stress trial). ``None`` means "not measured", never 0.
 
-Nothing here measures or renders.
+Nothing here measures or renders. One module of about 1,200 lines on purpose: it holds one job,
+the JSON contract's types (docs/architecture.md), so the whole contract reads in one place and
+every reader and writer imports it from one name; the codec is :mod:`pipecheck.codec` and the
+sections only one driver writes are :mod:`pipecheck.report_sections`.
 """
 
 from __future__ import annotations

@@ -68,6 +68,10 @@ network, storage) scales with N until the CPU cap; per-worker rates and batch ti
 under the run's own CPU contention, so predictions for fewer workers are conservative;
 ``in_order=True`` delivery (torch's default) for the tail; with ``in_order=False`` every batch
 is replayed at the median production time instead (a slow batch delays only itself).
+
+One module of about 1,000 lines on purpose: the model is one job (its terms price each other:
+contention, receive cost, the epoch start and the tail), and splitting it would spread one
+equation over several files; the calibration behind each constant is in docs/model.md.
 """
 
 from __future__ import annotations

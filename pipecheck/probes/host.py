@@ -19,6 +19,10 @@ Known blind spots, by construction of polling: a process that is born and exits 
 is never seen, and a process that exits loses the CPU and IO it used after the last tick it was
 seen in (at most ``interval_s`` worth). CPU of reaped grandchildren that the kernel folds into a
 parent's ``children_*`` times is not counted, so nothing is counted twice.
+
+One module of about 800 lines on purpose: one job, the sampling thread and the per-process
+tracking it feeds (each tick reads every process once and updates its track); the scan of other
+processes is :mod:`pipecheck.probes.neighbours`.
 """
 
 from __future__ import annotations
