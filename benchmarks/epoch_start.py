@@ -84,7 +84,7 @@ def main() -> None:
     for kind in ("light", "big-state", "init-0.5s"):
         for context in ("fork", "spawn"):
             factory = functools.partial(make_loader, kind, context)
-            report = pipecheck.stress(factory, workers=[2], trial_batches=20, stacks=False)
+            report = pipecheck.stress(factory, num_workers=[2], trial_batches=20, stacks=False)
             entry = report.to_dict()["stress"]["epoch_start"]
             if entry["status"] != "ok":
                 print(f"{kind:<10} {context:<6} {entry['status']}: {entry['reason']}")

@@ -148,7 +148,7 @@ def _recheck(factory, configs: list[dict], rounds: int, batches: int, seconds: f
         for index in order:
             config = configs[index]
             report = pipecheck.stress(
-                factory, workers=[config["num_workers"]],
+                factory, num_workers=[config["num_workers"]],
                 prefetch_factors=[config["prefetch_factor"]] if config.get("prefetch_factor")
                 else None,
                 in_order=[config["in_order"]] if config.get("in_order") is not None else None,

@@ -5,7 +5,7 @@ Public API::
     loader = pipecheck.wrap(loader)      # measure inside the real training loop
     report = loader.report()             # pipecheck.Report: print it, save it
     report = pipecheck.load("run.json")  # read a saved report back
-    report = pipecheck.stress("data.py:make_loader", workers=[0, 2, 4])  # offline sweep
+    report = pipecheck.stress("data.py:make_loader", num_workers=[0, 2, 4])  # offline sweep
     section = pipecheck.shards("train-{000..127}.tar", num_workers=8)  # shard dry run
 
 ``import pipecheck`` needs neither py-spy, a GPU, NVML nor any training framework.

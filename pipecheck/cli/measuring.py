@@ -157,7 +157,7 @@ class StressCommand(Command):
         workers = args.workers if args.workers != "auto" else None
         orders = parse_bool_list(args.in_order, "--in-order") if args.in_order else None
         with SweepProgress(enabled=not args.quiet) as progress:
-            report = stress(args.target, workers=workers, prefetch_factors=args.prefetch_factor,
+            report = stress(args.target, num_workers=workers, prefetch_factors=args.prefetch_factor,
                             persistent_workers=args.persistent_workers,
                             in_order=orders, step_time_s=args.step_time,
                             step_cpu_share=args.step_cpu, step=args.step,

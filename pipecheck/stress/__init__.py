@@ -48,7 +48,7 @@ __all__ = ["ProgressEvent", "StepTime", "Sweep", "TrialConfig", "TrialLimits", "
            "stress"]
 
 
-def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
+def stress(source: Source, *, num_workers: Union[Sequence[int], str, None] = None,
            prefetch_factors: Optional[Sequence[int]] = None,
            persistent_workers: Optional[bool] = None,
            pin_memory: Optional[bool] = None, in_order: Optional[Sequence[bool]] = None,
@@ -69,7 +69,7 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
             returning a DataLoader or Dataset, or a DataLoader (rebuilt per configuration from
             its public attributes). The last two run in this process: see
             :mod:`pipecheck.stress.runner` for what a timeout can stop there.
-        workers: ``num_workers`` values (>= 0), run as a plain grid; ``None`` or ``"auto"``:
+        num_workers: ``num_workers`` values (>= 0), run as a plain grid; ``None`` or ``"auto"``:
             the automatic candidates ``0 .. max(8, 4 x usable CPUs)`` (at most 32,
             :func:`pipecheck.stress.search.candidate_configs`), searched as ``search`` says.
         prefetch_factors: ``prefetch_factor`` values (>= 1) tried with each worker count > 0;
@@ -144,20 +144,21 @@ def stress(source: Source, *, workers: Union[Sequence[int], str, None] = None,
         raise BadArgumentError(f"trial_batches must be at least 2, got {trial_batches}")
     if search not in ("model", "grid"):
         raise BadArgumentError(f"search must be 'model' or 'grid', got {search!r}")
-    if isinstance(workers, str) and workers != "auto":
-        raise BadArgumentError(f"workers must be a list of counts or 'auto', got {workers!r}")
+    if isinstance(num_workers, str) and num_workers != "auto":
+        raise BadArgumentError(
+            f"num_workers must be a list of counts or 'auto', got {num_workers!r}")
     if in_order is not None and not torch_has_in_order():
         raise BadInputError("this torch's DataLoader has no in_order (added in torch 2.6)")
     trial_step = _trial_step(step_time_s, step_cpu_share, step, isinstance(source, str))
     sizes: list[Optional[int]] = ([batch_size] if batch_size is None or isinstance(batch_size, int)
                                   else list(batch_size))
-    auto = workers is None or workers == "auto"
+    auto = num_workers is None or num_workers == "auto"
     if auto:
         configs = candidate_configs(prefetch_factors, persistent_workers=bool(persistent_workers),
                                     pin_memory=pin_memory, in_orders=in_order,
                                     batch_sizes=sizes)
     else:
-        configs = sweep_configs(workers, prefetch_factors,  # type: ignore[arg-type]
+        configs = sweep_configs(num_workers, prefetch_factors,  # type: ignore[arg-type]
                                 persistent_workers=bool(persistent_workers),
                                 pin_memory=pin_memory, in_orders=in_order or [None],
                                 batch_sizes=sizes)

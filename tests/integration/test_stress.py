@@ -161,7 +161,7 @@ def test_cli_subprocess_runs_a_dataset_target(tmp_path):
 
 def test_python_api_rebuilds_a_dataloader_per_configuration():
     loader = DataLoader(SleepPerSample(n=64, sleep_s=0.002), batch_size=4, drop_last=True)
-    report = pipecheck.stress(loader, workers=[0, 1], prefetch_factors=[2, 3], trial_batches=5)
+    report = pipecheck.stress(loader, num_workers=[0, 1], prefetch_factors=[2, 3], trial_batches=5)
     configs = [t.config for t in report.stress.trials]
     assert [(c["num_workers"], c["prefetch_factor"]) for c in configs] == [
         (0, None), (1, 2), (1, 3)]
@@ -172,7 +172,7 @@ def test_python_api_rebuilds_a_dataloader_per_configuration():
 
 def test_budget_skips_the_remaining_configurations():
     loader = DataLoader(IndexDataset(32), batch_size=4)
-    report = pipecheck.stress(loader, workers=[0, 1, 2], budget_s=1e-6, trial_batches=3)
+    report = pipecheck.stress(loader, num_workers=[0, 1, 2], budget_s=1e-6, trial_batches=3)
     assert len(report.stress.trials) == 1
     skipped = report.stress.skipped
     assert [entry.config["num_workers"] for entry in skipped] == [1, 2]
@@ -182,7 +182,7 @@ def test_budget_skips_the_remaining_configurations():
 def test_persistent_workers_trial_runs_two_epochs():
     # The loader's own settings are the baseline, and the only configuration here.
     loader = DataLoader(IndexDataset(32), batch_size=4, num_workers=1, persistent_workers=True)
-    report = pipecheck.stress(loader, workers=[1], persistent_workers=True, trial_batches=4)
+    report = pipecheck.stress(loader, num_workers=[1], persistent_workers=True, trial_batches=4)
     (trial,) = report.stress.trials
     assert trial.config["persistent_workers"] is True and trial.error is None
     assert report.consumer.epochs == 2 and report.loader.persistent_workers is True
@@ -232,7 +232,7 @@ def test_rebuild_loader_keeps_batching_and_applies_the_config():
 def test_in_process_hung_worker_fails_through_torchs_timeout():
     loader = DataLoader(SleepPerSample(hang=True), batch_size=2)
     with pytest.raises(BadInputError, match="DataLoader timed out after 2 seconds"):
-        pipecheck.stress(loader, workers=[1], timeout_s=2)
+        pipecheck.stress(loader, num_workers=[1], timeout_s=2)
 
 
 def test_headline_is_the_recommended_sweep_trials_steady_rate_with_the_whole_run_labelled(
@@ -240,7 +240,7 @@ def test_headline_is_the_recommended_sweep_trials_steady_rate_with_the_whole_run
     # 16 batches an epoch: the trial runs several epochs, each restarting its worker, so the
     # whole-run rate (start-ups included) is below the steady rate the sweep compares.
     loader = DataLoader(SleepPerSample(n=64, sleep_s=0.002), batch_size=4)
-    report = pipecheck.stress(loader, workers=[1], trial_s=1.5, persistent_workers=False,
+    report = pipecheck.stress(loader, num_workers=[1], trial_s=1.5, persistent_workers=False,
                               stacks=False)
     (trial,) = report.stress.trials
     headline = report.stress.headline

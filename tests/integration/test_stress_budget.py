@@ -112,7 +112,7 @@ def test_a_batch_limit_counts_across_epochs_and_fixed_epochs_share_it():
 
 def test_trial_entries_count_their_epochs():
     report = pipecheck.stress(lambda **kw: DataLoader(IndexDataset(20), batch_size=4, **kw),
-                              workers=[0], trial_s=0.5, stacks=False, persistent_workers=False,
+                              num_workers=[0], trial_s=0.5, stacks=False, persistent_workers=False,
                               step_time_s=0.01)
     (trial,) = report.stress.trials
     assert trial.epochs == report.consumer.epochs >= 2
@@ -147,7 +147,7 @@ def test_the_budget_bounds_the_whole_run_later_trials_included():
     # started the epoch-start pair and the profiling trial after the budget whatever it left.
     budget_s = 14.0
     began = time.perf_counter()
-    report = pipecheck.stress(f"{TARGETS}:sleepy_loader", workers=[0, 2, 3, 4], trial_s=1.0,
+    report = pipecheck.stress(f"{TARGETS}:sleepy_loader", num_workers=[0, 2, 3, 4], trial_s=1.0,
                               budget_s=budget_s, stacks=True)
     elapsed = time.perf_counter() - began
     # A trial whose start-up runs longer than any before it can overrun its estimate a little.
@@ -165,7 +165,7 @@ def test_the_headline_is_the_recommended_sweep_trials_never_the_profiling_trials
     # A guard for the "414 against 712": the report's figures are the recommended
     # sweep trial's own record (whole run, its first batch included), the profiling trial
     # adds only hot stacks.
-    report = pipecheck.stress(sleepy_loader, workers=[2], trial_s=1.0, stacks=True,
+    report = pipecheck.stress(sleepy_loader, num_workers=[2], trial_s=1.0, stacks=True,
                               persistent_workers=False)
     section = report.stress
     (trial,) = [t for t in section.trials if t.measured]

@@ -26,7 +26,7 @@ from paths import STRESS_TARGETS
 
 
 def _stress(factory, **options):
-    return pipecheck.stress(factory, workers=[2], trial_batches=12, stacks=False, **options)
+    return pipecheck.stress(factory, num_workers=[2], trial_batches=12, stacks=False, **options)
 
 
 def _text(report) -> str:
@@ -100,7 +100,7 @@ def test_forcing_persistent_workers_either_way_skips_the_epoch_start_trials():
 
 
 def test_no_workers_means_no_epoch_start_trials():
-    report = pipecheck.stress(slow_start_loader, workers=[0], trial_batches=5, stacks=False)
+    report = pipecheck.stress(slow_start_loader, num_workers=[0], trial_batches=5, stacks=False)
     assert report.stress.epoch_start == EpochStart(
         status="skipped", reason="the best configuration has no workers")
     assert report.to_dict()["stress"]["epoch_start"] == {

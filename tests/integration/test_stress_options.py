@@ -108,11 +108,11 @@ def test_a_loaders_own_settings_are_the_baseline_measured_first_and_the_gain_is_
 
 def test_an_explicit_baseline_joins_an_explicit_worker_list():
     loader = DataLoader(IndexDataset(64), batch_size=4)
-    report = pipecheck.stress(loader, workers=[0], baseline={"num_workers": 1},
+    report = pipecheck.stress(loader, num_workers=[0], baseline={"num_workers": 1},
                               trial_batches=4)
     assert [t.config["num_workers"] for t in report.stress.trials] == [1, 0]
     with pytest.raises(BadInputError, match="bad baseline"):
-        pipecheck.stress(loader, workers=[0], baseline={"workers": 1})
+        pipecheck.stress(loader, num_workers=[0], baseline={"workers": 1})
 
 
 # -- batch sizes and in_order ------------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_an_explicit_baseline_joins_an_explicit_worker_list():
 
 def test_batch_sizes_are_compared_in_samples_per_second():
     loader = DataLoader(IndexDataset(400), batch_size=4)
-    report = pipecheck.stress(loader, workers=[0], batch_size=[2, 8], trial_batches=6)
+    report = pipecheck.stress(loader, num_workers=[0], batch_size=[2, 8], trial_batches=6)
     trials = report.stress.trials
     assert [t.config["batch_size"] for t in trials] == [2, 8]
     for trial in trials:
@@ -142,7 +142,7 @@ def test_rebuild_applies_a_batch_size_and_refuses_one_it_cannot_set():
 @needs_in_order
 def test_in_order_false_runs_out_of_order_and_is_reported():
     loader = DataLoader(SleepPerSample(n=64, sleep_s=0.002), batch_size=4)
-    report = pipecheck.stress(loader, workers=[2], in_order=[True, False], trial_batches=6)
+    report = pipecheck.stress(loader, num_workers=[2], in_order=[True, False], trial_batches=6)
     trials = report.stress.trials
     assert [t.config["in_order"] for t in trials] == [True, False]
     assert all(t.error is None for t in trials)
@@ -188,7 +188,7 @@ def test_sweep_records_memory_skips_with_their_reason(monkeypatch):
     monkeypatch.setattr(memory, "footprint",
                         lambda records: memory.MemoryFootprint(100, 100, "pss"))
     loader = DataLoader(IndexDataset(64), batch_size=4)
-    report = pipecheck.stress(loader, workers=[0, 1, 2], trial_batches=4)
+    report = pipecheck.stress(loader, num_workers=[0, 1, 2], trial_batches=4)
     assert [t.config["num_workers"] for t in report.stress.trials] == [0]
     skipped = report.stress.skipped
     assert [s.config["num_workers"] for s in skipped] == [1, 2]
@@ -201,7 +201,7 @@ def test_sweep_records_memory_skips_with_their_reason(monkeypatch):
 def test_progress_events_carry_batches_rate_and_time_left():
     events: list[ProgressEvent] = []
     loader = DataLoader(SleepPerSample(n=200, sleep_s=0.01), batch_size=2)
-    pipecheck.stress(loader, workers=[0, 1], trial_batches=40, budget_s=60,
+    pipecheck.stress(loader, num_workers=[0, 1], trial_batches=40, budget_s=60,
                      progress=events.append, stacks=False, persistent_workers=False)
     kinds = [e.event for e in events]
     assert kinds[0] == "start" and kinds[-1] == "done" and kinds.count("done") == 2
@@ -284,14 +284,14 @@ def test_a_profiling_trial_adds_hot_stacks_to_the_stress_report():
     from pipecheck.stress import stacks_unavailable
 
     loader = DataLoader(SleepPerSample(n=400, sleep_s=0.002), batch_size=4, num_workers=1)
-    report = pipecheck.stress(loader, workers=[1], trial_batches=30, trial_s=2.0, stacks=True)
+    report = pipecheck.stress(loader, num_workers=[1], trial_batches=30, trial_s=2.0, stacks=True)
     profile = report.stress.profile
     assert report.stacks is not None
     if stacks_unavailable() is None:
         assert profile.status == "ok" and profile.config["num_workers"] == 1
     else:
         assert report.stacks.status != "ok"
-    off = pipecheck.stress(loader, workers=[1], trial_batches=4, stacks=False)
+    off = pipecheck.stress(loader, num_workers=[1], trial_batches=4, stacks=False)
     assert off.stacks is None and off.stress.profile.status == "off"
 
 
@@ -303,9 +303,9 @@ def test_with_cuda_the_best_configuration_is_measured_again_pinned(monkeypatch):
     monkeypatch.setattr(stress_module, "cuda_available", lambda: True)
     loader = DataLoader(IndexDataset(64), batch_size=4, num_workers=1)
     with pytest.warns(UserWarning, match="pin_memory"):  # torch: no accelerator to pin for
-        report = pipecheck.stress(loader, workers=[1], trial_batches=6, stacks=False)
+        report = pipecheck.stress(loader, num_workers=[1], trial_batches=6, stacks=False)
     configs = [t.config for t in report.stress.trials]
     assert [c.get("pin_memory") for c in configs] == [None, True]
     monkeypatch.setattr(stress_module, "cuda_available", lambda: False)
-    report = pipecheck.stress(loader, workers=[1], trial_batches=6, stacks=False)
+    report = pipecheck.stress(loader, num_workers=[1], trial_batches=6, stacks=False)
     assert len(report.stress.trials) == 1

@@ -81,7 +81,7 @@ def test_model_proposals_survive_only_for_settings_not_searched():
 
 def test_a_real_sweep_recommends_what_it_measured():
     loader = DataLoader(SleepPerSample(n=400, sleep_s=0.005), batch_size=4)
-    report = pipecheck.stress(loader, workers=[0, 2], trial_batches=20, stacks=False,
+    report = pipecheck.stress(loader, num_workers=[0, 2], trial_batches=20, stacks=False,
                               persistent_workers=False)
     (rec,) = report.recommendations
     assert (rec.setting, rec.current, rec.proposed) == ("num_workers", 0, 2)
@@ -93,7 +93,7 @@ def test_a_real_sweep_recommends_what_it_measured():
 
 def test_when_the_baseline_wins_the_report_says_so():
     loader = DataLoader(SleepPerSample(n=400, sleep_s=0.005), batch_size=4, num_workers=1)
-    report = pipecheck.stress(loader, workers=[1], trial_batches=20, stacks=False,
+    report = pipecheck.stress(loader, num_workers=[1], trial_batches=20, stacks=False,
                               persistent_workers=False)
     assert report.recommendations == []  # the model's "more workers" was not measured
     text = " ".join(report.render(width=120).split())

@@ -31,7 +31,7 @@ def _latency_loader():
 def searched():
     """One search and one explicit-list grid over the same latency-bound loader."""
     search = pipecheck.stress(_latency_loader(), trial_batches=40, trial_s=1.5).stress
-    grid = pipecheck.stress(_latency_loader(), workers=[0, 2, 4, 8], prefetch_factors=[2],
+    grid = pipecheck.stress(_latency_loader(), num_workers=[0, 2, 4, 8], prefetch_factors=[2],
                             trial_batches=40, trial_s=1.5).stress
     return search, grid
 
@@ -107,8 +107,8 @@ def test_search_grid_measures_every_candidate_in_order():
 def test_bad_search_and_workers_values_are_bad_input():
     with pytest.raises(BadInputError, match="search must be"):
         pipecheck.stress(_latency_loader(), search="random")
-    with pytest.raises(BadInputError, match="workers must be"):
-        pipecheck.stress(_latency_loader(), workers="many")
+    with pytest.raises(BadInputError, match="num_workers must be"):
+        pipecheck.stress(_latency_loader(), num_workers="many")
 
 
 def test_candidates_span_zero_to_four_per_cpu_with_two_prefetch_factors():

@@ -83,7 +83,7 @@ def test_the_report_names_the_step_each_trial_ran():
 def test_a_callable_step_runs_after_every_batch_in_process():
     seen = []
     loader = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=8)
-    report = stress(loader, workers=[0], step=lambda batch: seen.append(len(batch[0])),
+    report = stress(loader, num_workers=[0], step=lambda batch: seen.append(len(batch[0])),
                     budget_s=30.0, trial_s=0.3, stacks=False)
     assert report.stress.step.kind == "function"
     assert seen and set(seen) == {8}
