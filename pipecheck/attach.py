@@ -64,13 +64,10 @@ DEFAULT_DURATION_S = 10.0
 of at most +-4.4 percentage points (at a 50% stall)."""
 
 ATTACH_RATE_HZ = 50
-"""Samples per second and process while attached. Higher than :data:`~pipecheck.probes.stacks.
-DEFAULT_RATE_HZ` (20) because the stall estimate's interval narrows with the main thread's
-sample count (10 s give 500 samples instead of 200). py-spy and the psutil sampler run in
-pipecheck's processes: 4.4% of one core with a 0-worker target, 12% with 2 workers; on a host
-with no idle core that CPU is taken from the target (a latency-bound 0-worker target ran 3.4%
-slower while attached, the paired median of 6 interleaved 10 s rounds on the project's loaded
-2-core machine; ``benchmarks/attach_overhead.py``)."""
+"""Samples per second and process while attached: higher than
+:data:`~pipecheck.probes.stacks.DEFAULT_RATE_HZ` (20) because the stall estimate's interval
+narrows with the main thread's sample count (10 s give 500 samples instead of 200). Its cost:
+docs/decisions.md#attach_rate_hz."""
 
 HOST_INTERVAL_S = 0.5
 """Seconds between psutil readings of the target and its children."""

@@ -76,13 +76,11 @@ FAST_BATCH_EPOCH_STRIDE = 8
 """For such fast batches, time one epoch in this many (always the first)..."""
 
 FAST_BATCH_TIMED_EPOCH_SPACING = 256
-"""... and only once this many batches were taken since the last timed epoch began. A timed
+"""... and only once this many batches were taken since the last timed epoch began: a timed
 epoch's start builds a timed collate and fetcher, which epochs of one batch
 (``next(iter(loader))`` in a loop) would otherwise pay one time in
-:data:`FAST_BATCH_EPOCH_STRIDE`. With this spacing and the one-batch fold,
-``python benchmarks/many_epochs.py --epochs 100000`` went from 1.67x of plain to 1.53-1.58x
-(issue 25's target: 2x). pipecheck's choice: 256 batches keep a timed epoch's start under
-1% of them."""
+:data:`FAST_BATCH_EPOCH_STRIDE`. pipecheck's choice
+(docs/decisions.md#fast_batch_timed_epoch_spacing)."""
 
 
 def inner_dataloader(loader: Any) -> Optional[DataLoader]:

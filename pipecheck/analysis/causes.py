@@ -47,11 +47,9 @@ _CLASS_ADVICE = {
 
 
 CONTENDED_CPU_FRACTION = 0.25
-"""Share of the machine's CPUs that other processes used, on average over the run, from which
-the ``contended-host`` finding is raised. pipecheck's choice: on this project's 2-core machine,
-one busy neighbour (half the CPUs) moved predictions made from ``num_workers=0`` by -58% to
-+302% (issue "Numbers that hold on real, busy machines"); a quarter is where a neighbour's
-share starts to change which worker count wins."""
+"""Share of the machine's CPUs (0-1) that other processes used, on average over the run, from
+which the ``contended-host`` finding is raised. pipecheck's choice
+(docs/decisions.md#contended_cpu_fraction)."""
 
 
 def cause_findings(run: RunRecord, producer: ProducerSummary, verdict: Verdict) -> list[Finding]:

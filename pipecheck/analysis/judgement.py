@@ -34,15 +34,7 @@ from pipecheck.units import percent, seconds
 
 MIN_MATERIAL_WAIT_S = 10e-6
 """Mean wait per batch (seconds) below which no stall fraction makes a run input-bound.
-
-10 us is about two dispatches of a trivial torch op (``torch.add`` on 4 floats, CPU, one
-thread: 3.8-4.7 us each) and under a fifth of the cheapest real DataLoader batch (``next()`` on
-``DataLoader(TensorDataset(...), batch_size=1)``: 55-66 us), measured in two runs of
-``python benchmarks/wait_floor.py`` on the project's shared 2-core machine (a CUDA kernel
-launch, often quoted at 5-10 us, was not measured: this machine has no GPU). A step that a
-10 us wait could slow by the input-bound threshold (10%) would take under 100 us, a few dozen op
-dispatches: no training step. The waits that triggered this rule were ~1.4 us (a list wrapped
-and iterated). pipecheck's choice, from those figures."""
+pipecheck's choice (docs/decisions.md#min_material_wait_s)."""
 
 CONTENDED_RUNQUEUE_FRACTION = 0.2
 """Workers that waited for a core at least this share of their busy time are named as CPU

@@ -1,77 +1,18 @@
 """What-if throughput model: predicts batches/s and stall for other loader settings from one
-measured run.
+measured run (:class:`ThroughputModel`, built by :func:`build_model`).
 
-The model, per steady batch (every batch but each epoch's first):
-
-* demand ``D = 1 / mean step time`` without the run's first step (the consumer's ceiling);
-* the consumer's floor per batch with workers: the step plus the main process's CPU time to
-  receive a batch inside ``next()`` (unpickling, shared memory), paid even when it is ready;
-* with host data (the usual case), processes outside the run keep the cores they used (other
-  scheduling groups) and the cores left are shared fairly (max-min fairness,
-  :mod:`pipecheck.analysis.contention`) among the step's threads (its measured CPU per wall
-  second over the share it got), the workers and the run's own other children. With ``N`` workers each worker takes ``CPU per batch / its share +
-  off-CPU time per batch`` (off-CPU: busy time less CPU and run-queue wait), and the step takes
-  its measured time x (the share its threads got when measured / the share they get beside
-  ``N`` workers); a worker is runnable only while it has a batch to make, so both are found by
-  a damped fixed-point iteration. Producer capacity is ``N / worker time``. With
-  ``num_workers=0`` measured, a worker's CPU per batch is the main process's CPU time per batch
-  while producing (all threads; a worker runs one intra-op thread), never its contended wall
-  time;
-* measured at ``num_workers=0`` with the main process's torch intra-op pool active (its CPU
-  beyond the calling thread's), the main process counts as all its intra-op threads during the
-  step, and its other threads for :data:`POOL_SPIN_S` after each step, beside the workers:
-  OpenMP's threads spin-wait at team barriers and after each parallel region
-  (:attr:`ThroughputModel.pool_threads`);
-* measured at ``num_workers=0``, a worker also pays the hand-over through shared memory
-  (:func:`with_shared_memory_cost`: a fixed part and a part per byte of the batch). With the
-  pool starved of cores in that run (:attr:`ThroughputModel.pool_starved`) the measured
-  production and step times include waits a worker does not pay, by a factor the run cannot
-  tell;
-* without host data, producer capacity with ``N >= 1`` workers is ``min(N x r, CPU cap)``,
-  ``r`` the measured per-worker rate (batches / busy time) and the CPU cap from the measured
-  worker and main-process CPU per batch
-  (:func:`pipecheck.analysis.producer.cpu_cap_batches_per_s`), never below the steady rate the
-  measured run sustained, and the step keeps its measured time;
-* the batch-time tail: a batch is requested ``prefetch_factor x N`` batches ahead, i.e.
-  ``lead = prefetch_factor x N x max(floor, 1 / capacity)`` seconds before the step needs it
-  (about ``prefetch_factor x N / D`` whenever the producer keeps up); replaying the sampled batch
-  production times ``t`` against that lead gives a mean extra wait ``mean(max(0, t - lead))``;
-* steady time per batch ``= max(floor, 1 / capacity, floor + tail wait)``;
-* ``num_workers = 0`` is serial: ``1 / D + production time`` per batch, no overlap;
-* the run's first step counts as a steady one: its excess (:attr:`ThroughputModel.warmup_step_s`:
-  lazy initialization, autotuning, compilation) is paid once by any training run whatever its
-  loader, and would weigh a short measured run's figures down by what a long run never sees;
-* each epoch's first batch costs its measured start-up wait: every epoch without
-  ``persistent_workers``, only the first with it (later ones wait one batch's production time);
-  without it each epoch with workers also ends with the measured shutdown wait inside the final
-  ``next()`` (torch joins the worker processes there).
-
-``batches/s = batches / total time`` and ``stall = 1 - (1 / D) / (1 / batches/s)``, over a run
-shaped like the measured one (same batches per epoch, same epoch count unless told otherwise).
-
-Hard bounds (:meth:`ThroughputModel.bounds`), applied where every prediction is produced
-(:meth:`ThroughputModel.predict` and :meth:`ThroughputModel.interval`), so no rule, what-if or
-stress search can bypass them: a predicted rate never exceeds the step's own ceiling (1 / the
-step time predicted for that setting, which is never shorter than the step beside the other
-processes alone, with no loader work: for a ``num_workers=0`` run, the measured steady step,
-i.e. the demand) nor the producer's capacity for that setting, and is always finite and > 0.
-
-:meth:`ThroughputModel.interval` gives each prediction a 90% interval from the run's own noise:
-the prediction at the other processes' low and high load (10th and 90th percentiles of the host
-ticks), widened on each side by the batch-means spread of the loop time per batch
-(:func:`pipecheck.analysis.stats.batch_means_spread`).
-
-Assumptions (also listed on each model): inter-process costs other than the measured receive
-CPU, and how worker start-up grows with N, are not modeled; batch times have no jitter beyond
-the sampled ones; CPU-bound work scales only up to the usable CPUs while latency-bound work (sleep,
-network, storage) scales with N until the CPU cap; per-worker rates and batch times were measured
-under the run's own CPU contention, so predictions for fewer workers are conservative;
-``in_order=True`` delivery (torch's default) for the tail; with ``in_order=False`` every batch
-is replayed at the median production time instead (a slow batch delays only itself).
+Per steady batch it prices the step (demand), the main process's receive cost, the workers'
+CPU and off-CPU time under max-min fair shares of the cores left by other processes
+(:mod:`pipecheck.analysis.contention`), the intra-op pool's spin, the hand-over through shared
+memory, the batch-time tail against the prefetch lead, and each epoch's start-up and shutdown.
+Every prediction obeys hard bounds (:meth:`ThroughputModel.bounds`: never above the step's own
+ceiling nor the producer's capacity, always finite and > 0) and comes with a 90% interval
+(:meth:`ThroughputModel.interval`). The equations, assumptions and the calibration behind each
+constant: docs/model.md ("The model", then the terms' evidence).
 
 One module of about 1,000 lines on purpose: the model is one job (its terms price each other:
 contention, receive cost, the epoch start and the tail), and splitting it would spread one
-equation over several files; the calibration behind each constant is in docs/model.md.
+equation over several files.
 """
 
 from __future__ import annotations
@@ -114,10 +55,8 @@ TORCH_DEFAULT_PREFETCH_FACTOR = 2
 
 RECEIVE_FIXED_S = 0.6e-3
 """Main-thread CPU seconds to receive one ready batch from a worker (queue get, unpickling),
-besides :data:`RECEIVE_S_PER_TENSOR`; used when the run had no workers to measure it in.
-Measured with ``python benchmarks/receive_cost.py`` on the project's 2-core machine: 601-852
-us in three runs, fitted over batches of 2 to 32 tensors and 5 KB to 39 MB (no measurable
-cost per MB: -1 to 0 us; the pages are mapped lazily, when the step reads them)."""
+besides :data:`RECEIVE_S_PER_TENSOR`; used when the run had no workers to measure it in. Measured
+(docs/decisions.md#receive_fixed_s)."""
 
 RECEIVE_S_PER_TENSOR = 90e-6
 """Further main-thread CPU seconds per tensor in the batch (each is its own shared-memory
@@ -164,11 +103,9 @@ fewer give rates dominated by warm-up noise. pipecheck's choice."""
 
 MIN_SLOW_STEADY_BATCHES = 5
 MIN_SLOW_STEADY_S = 10.0
-"""Slow batches suffice in fewer numbers: at least :data:`MIN_SLOW_STEADY_BATCHES` steady
-batches spanning at least this many seconds of waiting and computing also support a model
-(pipecheck's choice: the JPEG pipeline of ``benchmarks/prediction.py`` beside a busy process
-took 2.8 s a batch, 7 batches in 20 s, within 4% of each other, and went without a
-recommendation while 1 worker ran 16x faster)."""
+"""Slow batches suffice in fewer numbers: at least :data:`MIN_SLOW_STEADY_BATCHES` steady batches
+spanning at least this many seconds of waiting and computing also support a model. pipecheck's
+choice (docs/decisions.md#min_slow_steady_s)."""
 
 
 def enough_steady_batches(record: ConsumerRecord) -> bool:
@@ -184,10 +121,7 @@ def enough_steady_batches(record: ConsumerRecord) -> bool:
 POOL_STARVED_SHARE = 0.8
 """Share of a core the main process's runnable threads got (1 - run-queue fraction) under which
 an active intra-op pool is taken to be starved (:attr:`ThroughputModel.pool_starved`).
-pipecheck's choice, from ``benchmarks/prediction.py``'s JPEG pipeline at ``num_workers=0`` on 2
-cores: quiet, the main process waited for a core under 1% of the time and spent 1.3-1.6 ms of
-the calling thread's CPU a sample (a worker pays 1.3 ms); beside one busy process it waited 50%
-of the time and spent 22 ms a sample, while 1 worker delivered 14x the serial rate."""
+pipecheck's choice (docs/decisions.md#pool_starved_share)."""
 
 
 @dataclass(frozen=True)

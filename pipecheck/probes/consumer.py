@@ -56,11 +56,8 @@ from .consumer_iterator import EpochIterator, ObservedEpochIterator, ObserverErr
 SMALL_FOLD_BATCHES = 64
 """Buffered batches up to which a fold (an epoch's end, mostly) is worked out in plain Python
 rather than numpy, when no sparse stretch is among them: numpy's fixed cost per fold would
-otherwise be paid by every short epoch, more than a whole one-batch epoch of a plain
-DataLoader. Process CPU per epoch of the consumer probe alone over a list (an ad hoc timing on
-this project's 2-core VM, under load; best of 5 x 2,000 epochs): 1 batch 20 us in Python
-against 136 us with numpy, 32 batches 60 against 191 us, 64 batches 102 against 181 us; they
-meet past 128 batches. ``benchmarks/many_epochs.py`` times the whole wrapper."""
+otherwise be paid by every short epoch. pipecheck's choice
+(docs/decisions.md#small_fold_batches)."""
 
 EPOCH_ROWS_FIRST = 16
 """Epochs listed one by one from the run's start (``ConsumerRecord.epochs``): the start-up

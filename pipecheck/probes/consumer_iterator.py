@@ -14,47 +14,33 @@ from .consumer_epochs import CPU_SAMPLE_EVERY, FOLD_BATCHES, EpochOwner, OpenEpo
 
 SLOW_BATCH_S = 0.005
 """Seconds between two ``next()`` calls from which every batch's CPU is sampled, not one in
-:data:`CPU_SAMPLE_EVERY`: the six CPU clock reads a sampled batch and its step take (about
-0.6 us each on this project's Linux VM, ``python -m timeit -s "import time"
-"time.thread_time()"``) then cost under 0.1% of the loop, and a short run of slow batches (a
-10-second run of 100 ms batches has about 100) gets its steady steps sampled, not one or two
-of them. pipecheck's choice."""
+:data:`CPU_SAMPLE_EVERY`, so that a short run of slow batches gets its steady steps sampled.
+pipecheck's choice (docs/decisions.md#slow_batch_s)."""
 
 CPU_SAMPLE_MIN_GAP_S = 0.02
-"""Least wall time in seconds from one regular CPU sample to the next, in the whole run (a
-new epoch's first call waits for it too: a loop of one-batch epochs would otherwise read the
-CPU clocks six times an epoch): in a loop so fast that
-:data:`CPU_SAMPLE_EVERY` batches take less, the regular call in between only folds and calls
-``periodic``, and reads no CPU clock. A sample and the call that closes its step take two
-full calls with six CPU clock reads: on the fastest loader (19 us batches), the consumer probe
-alone cost +8.2% of a first epoch sampling one batch in 64 against +6.8% one in 4,096
-(medians of 4 interleaved A/B runs of ``benchmarks/overhead.py``'s ``compare`` harness,
-this project's 2-core VM), about 17 us a sample. At most 50 CPU samples a second, still
-thousands in a minute. pipecheck's choice."""
+"""Least wall time in seconds from one regular CPU sample to the next, in the whole run (a new
+epoch's first call waits for it too: a loop of one-batch epochs would otherwise read the CPU
+clocks six times an epoch): in a loop so fast that :data:`CPU_SAMPLE_EVERY` batches take less,
+the regular call in between only folds and calls ``periodic``, and reads no CPU clock. At most 50
+CPU samples a second. pipecheck's choice (docs/decisions.md#cpu_sample_min_gap_s)."""
 
 SPARSE_BELOW_S = 100e-6
-"""Mean seconds per batch (over the last block of :data:`CPU_SAMPLE_EVERY` calls) below which
-the loop is timed in sparse blocks: each block after :data:`SPARSE_AFTER_BATCHES` is timed
-batch by batch with probability 1 / :data:`SPARSE_TIMED_EVERY` (a seeded draw, so a period in
-the data cannot alias with the cadence); the others' batches are passed on with no clock read
-(the block's first call still folds, calls ``periodic`` and may sample the CPU), and their wait
-is estimated from the drawn blocks' share of wait (``EpochChunk``). Two clock reads and two appends cost
-0.9-1.1 us a batch on this project's 2-core VM (the floor of ``benchmarks/overhead.py``: +4.6%
-to +6.7% of a 19 us batch), so under 100 us a batch they would cost about 1% of the loop or
-more. pipecheck's choice."""
+"""Mean seconds per batch (over the last block of :data:`CPU_SAMPLE_EVERY` calls) below which the
+loop is timed in sparse blocks: each block after :data:`SPARSE_AFTER_BATCHES` is timed batch by
+batch with probability 1 / :data:`SPARSE_TIMED_EVERY` (a seeded draw, so a period in the data
+cannot alias with the cadence); the others' batches are passed on with no clock read (the block's
+first call still folds, calls ``periodic`` and may sample the CPU), and their wait is estimated
+from the drawn blocks' share of wait (``EpochChunk``). pipecheck's choice
+(docs/decisions.md#sparse_below_s)."""
 
 SPARSE_AFTER_BATCHES = 1024
 """Batches of the run timed one by one before sparse blocks may start (the warm-up, the
 quantiles and the steady-state test have them all), and each epoch's first block is timed."""
 
 SPARSE_TIMED_EVERY = 8
-"""In a sparse stretch, one block in this many (on average) is timed batch by batch. On the
-fastest loader's first epochs, 8 cost +2.5% to +4.2% against +4.2% to +5.6% for 4 and +6.1%
-to +8.1% with every block timed (best of 200 interleaved chunks, 3 runs each, this project's
-2-core VM; an ad hoc A/B setting this constant around ``benchmarks/overhead.py``'s
-``compare``). The estimate's standard error is then
-about 1 / sqrt(timed batches) of the wait's spread: 0.6% for exponential waits over 160,000
-batches (``tests/unit/test_consumer_sparse.py``)."""
+"""In a sparse stretch, one block in this many (on average) is timed batch by batch; the
+estimate's standard error is then about 1 / sqrt(timed batches) of the wait's spread. pipecheck's
+choice (docs/decisions.md#sparse_timed_every)."""
 
 ObserverErrorHandler = Callable[[BatchObserver, Exception], None]
 """``(observer, exc)``: told when a batch observer raised and was dropped."""

@@ -65,12 +65,9 @@ DEFAULT_WINDOW_S = 10.0
 """Seconds sampled by default: about 200 samples per busy process at the default rate."""
 
 DEFAULT_RATE_HZ = 20
-"""Samples per second and process. pipecheck's choice, measured with
-``benchmarks/stacks_overhead.py`` (2 cores, 1 CPU-bound worker, a CPU-bound step, 3 rounds,
-median): both py-spy processes together used 10.2% / 16.3% / 26.2% of a core at 20 / 50 / 100 Hz,
-and throughput changed by -0.6% / -5.3% / -6.1% (run-to-run noise is about 3%). At 20 Hz a
-function taking 10% of a worker's time is estimated within about +-2% from 200 samples.
-py-spy's own CPU is reported in every record (``overhead_cpu_s``)."""
+"""Samples per second and process: at 20 Hz a function taking 10% of a worker's time is estimated
+within about +-2% from 200 samples. py-spy's own CPU is reported in every record
+(``overhead_cpu_s``). pipecheck's choice (docs/decisions.md#default_rate_hz)."""
 
 TOP_FUNCTIONS = 10
 """Functions listed in ``top`` / ``main_top``."""

@@ -67,10 +67,8 @@ __all__ = ["MAIN_PROCESS_WORKER_ID", "InstrumentedCollate", "WorkerProbe",
 
 FAST_BATCH_S = 200e-6
 """Production time per batch (fetch + collate, seconds) under which timing every batch in the
-main process (``num_workers=0``, where the training loop pays for it) costs over 1%: the timed
-dataset and collate cost about 0.3 us a sample plus 1.4 us a batch, 1.1 us of it the ring
-write (timeit against the plain ones on a TensorDataset, on this project's 2-core machine),
-and 2 us is 1% of 200 us."""
+main process (``num_workers=0``, where the training loop pays for it) costs over 1%. Measured
+(docs/decisions.md#fast_batch_s)."""
 
 MAIN_SAMPLE_AFTER = 32
 """Batches timed one by one in the main process before it may sample: enough for a mean that
@@ -84,13 +82,9 @@ batches are timed 4 in 64 at first."""
 
 MAIN_DENSE_TIMED = 256
 """Timed batches after which the main process's windows thin out to one call in
-:data:`MAIN_SPARSE_EVERY` (4 in 256 batches, drawn at random so that a period in the data
-cannot alias with the window cadence). 256 timed batches give the mean production time to
-about 6% at a coefficient of variation of 1 (1/sqrt(256)); each timed batch of the fastest
-loader costs about 2 us on a 19 us batch (:data:`FAST_BATCH_S`), so 4 in 64 cost about 0.7%
-of its first epoch and 4 in 256 about 0.2%; measured with this cadence, the per-sample probe
-adds 0.3-0.5 pp to that first epoch (``python benchmarks/overhead.py --fastest-only --floor
---parts``). The dense phase lasts 4,096 batches: under 0.1 s at that pace."""
+:data:`MAIN_SPARSE_EVERY` (drawn at random so that a period in the data cannot alias with the
+window cadence): 256 timed batches give the mean production time to about 6% at a coefficient of
+variation of 1 (1/sqrt(256)). pipecheck's choice (docs/decisions.md#main_dense_timed)."""
 
 MAIN_SPARSE_EVERY = 4
 """After :data:`MAIN_DENSE_TIMED` timed batches a call of :meth:`WorkerProbe.between_batches`

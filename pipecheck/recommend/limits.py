@@ -39,17 +39,11 @@ batch-time variance and contention the model does not see)."""
 
 
 MAX_WORKERS_PER_CPU = 4
-"""Upper bound on proposed workers per usable CPU, even for latency-bound work. What it guards
-against is the epoch start the model does not price at worker counts it did not measure: with
+"""Upper bound on proposed workers per usable CPU, even for latency-bound work: it guards against
+the epoch start the model does not price at worker counts it did not measure (with
 ``persistent_workers=False`` every epoch forks all the workers again and waits for their first
-batches, and the epoch's tail leaves workers idle. On ``benchmarks/prediction.py``'s latency
-pipeline (128 ms of sleep a batch, 64 batches an epoch, 2 cores, quiet) each worker took 146,
-157 and 218 ms a batch with 4, 8 and 16 such workers; with persistent workers and 128-batch
-epochs, 140, 139 and 144 ms (``python benchmarks/waiting_workers.py --epoch-samples 4096
---no-persistent-workers`` and ``python benchmarks/waiting_workers.py``). So the waiting
-workers themselves scale past 8 a CPU here; the per-epoch restart does not, and the model,
-which holds a worker's batch at its serial time, overshot 16 workers by 24%. pipecheck's choice
-from those measurements (it was 8)."""
+batches, and the epoch's tail leaves workers idle). pipecheck's choice
+(docs/decisions.md#max_workers_per_cpu)."""
 
 
 MAX_CPU_BOUND_WORKERS_PER_CPU = 2

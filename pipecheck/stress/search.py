@@ -1,47 +1,10 @@
 """Model-guided search for ``pipecheck stress``: measure a few configurations, predict the rest
 with the what-if model (:class:`pipecheck.analysis.model.ThroughputModel`) and measure only the
-ones predicted to beat the best measured so far.
-
-The procedure (:func:`run_search`):
-
-1. candidates: :func:`candidate_configs` (``num_workers`` 0 .. ``max(8, 4 x usable CPUs)``,
-   at most :data:`MAX_AUTO_WORKERS`; ``prefetch_factor`` 2 and 4 unless given; ``in_order``
-   True and False with 2+ workers where torch has it; each batch size asked for);
-2. calibrate: per batch size, measure its first candidate (the baseline: the user's given
-   configuration, else ``num_workers=0``) and ``num_workers=1`` (calibration trials carry no
-   prediction), the latter :data:`CALIBRATION_LENGTH` times the trial limits when the budget
-   holds that, else at the trial limits;
-3. fit the model from each batch size's best measured trial (:func:`pipecheck.analysis.analyze`)
-   and predict that batch size's unmeasured candidates. Predictions are anchored to that
-   measurement: ``predicted = measured_best x model(candidate) / model(best's own config)``
-   (steady batches/s), so a bias the model shares across settings cancels. The per-worker
-   rate is the larger of the best trial's and the 1-worker trial's, since workers crowding
-   fewer cores each run slower than one alone;
-4. if the highest predicted gain over the best measured samples/s reaches the threshold
-   (below), measure that candidate (ties go to fewer workers, then the smaller prefetch
-   factor, then ``in_order=True``), record its prediction, and go to 3;
-5. otherwise, if the model missed the best trial itself by more than the threshold, its
-   ranking near that trial is suspect: measure the unmeasured candidates one worker either
-   side of it (once per best trial) and go to 3; else stop. The budget stops the search at any
-   step: a trial starts only when it is expected to end within the budget with the time of the
-   trials after the search held back (:class:`pipecheck.stress.tracker.Tracker`); a candidate
-   whose workers would not fit in the available memory (:mod:`pipecheck.stress.memory`) is
-   skipped with the reason.
-
-Stop threshold: ``max(noise, MIN_WORTHWHILE_GAIN)`` where ``noise`` is the best trial's
-measured run-to-run variation, estimated within the trial: its steady batches are cut into
-:data:`NOISE_BLOCKS` contiguous blocks, each block's batches/s computed, and ``noise =
-2 x standard error of the mean block rate / mean`` (about a 95 % interval on the trial's rate;
-blocks rather than single batches because prefetching makes neighbouring batch times
-correlated). When the model cannot be built (e.g. fewer than 20 steady batches per trial,
-:data:`pipecheck.analysis.model.MIN_STEADY_BATCHES`), the search measures the remaining
-candidates in grid order within the budget, and says so (with the analysis's own reason) in its
-``stop_reasons``, ahead of whatever stops it later.
-
-Trials must be long enough for the host sampler to see the workers' CPU (about 1 s or more);
-without it the model assumes CPU-bound work and caps scaling at the usable CPUs.
-
-The reported best is always a measured trial (:meth:`pipecheck.stress.runner.Sweep.best`).
+ones predicted to beat the best measured so far, until the gain left is below the best trial's
+noise (:func:`run_search`). The candidates, the calibration trials, the anchored predictions,
+the stop threshold and the fallback without a model are described step by step in
+docs/architecture.md ("The model-guided search"). The reported best is always a measured trial
+(:meth:`pipecheck.stress.runner.Sweep.best`).
 """
 
 from __future__ import annotations
@@ -74,12 +37,10 @@ AUTO_PREFETCH_FACTORS = (2, 4)
 """``prefetch_factor`` values searched when none are given: torch's default and double it."""
 
 CALIBRATION_LENGTH = 2
-"""The ``num_workers=1`` calibration trial runs this many times the trial's batches and
-seconds. The model's worker CPU comes from the host sampler (0.5 s ticks), which misses up
-to one tick of each worker's CPU at the end: on a 1-2 s trial that undercounts CPU-bound
-work by a third or more (measured on the benchmark's CPU-bound pipeline: worker CPU fraction
-0.57 at 80 batches, 0.86 at 160), and the model then over-predicts scaling. pipecheck's
-choice, from that measurement."""
+"""The ``num_workers=1`` calibration trial runs this many times the trial's batches and seconds:
+the model's worker CPU comes from the host sampler (0.5 s ticks), which misses up to one tick of
+each worker's CPU at the end of a short trial. pipecheck's choice
+(docs/decisions.md#calibration_length)."""
 
 def auto_workers(cpus: Optional[int] = None) -> list[int]:
     """``0 .. min(max(8, 4 x cpus), MAX_AUTO_WORKERS)``: latency-bound loaders gain well past

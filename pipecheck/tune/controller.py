@@ -5,43 +5,15 @@ Pure: it is fed one observation per batch (``wait_s``, ``loop_s``, samples) and 
 given, and answers with the settings to switch to; it starts no loader and imports no torch, so
 its logic is tested with a fake clock.
 
-The schedule (:meth:`TuneController.next_settings`), from the user's settings (the start):
-
-1. the start itself is measured first, in place;
-2. workers (when they may change): the next count is double the best so far
-   (:data:`FIRST_WORKERS` after 0),
-   capped at the guard's ``max_workers``; the climb goes on while each step beats the best by
-   more than the tolerance, or (once a round) ties with it while the loop still waits, and
-   stops at the first that does neither; when no count above the
-   start's is kept (a user's ``num_workers=8`` where fewer do as well), the count halves while
-   each half ties with the fastest;
-3. with workers, ``prefetch_factor`` :data:`PREFETCH_FACTORS` not yet tried, at the settings
-   that would be kept now (step 5);
-4. with CUDA, ``pin_memory=True`` at the settings that would be kept now;
-5. the cheapest measured settings within the noise of the fastest are kept
-   (:func:`pipecheck.analysis.choice.cheapest_within`: fewest workers, then smallest
-   ``prefetch_factor``, then ``pin_memory`` off), the rule ``pipecheck stress`` recommends by.
-
-The worker climb and the ``prefetch_factor`` trials stop once the best trial's loop barely
-waits: its stall ``w`` bounds what any loader setting can add, ``w / (1 - w)`` of its rate (the
-loop cannot run faster than its step), and below
-:data:`pipecheck.analysis.choice.MIN_WORTHWHILE_GAIN` no trial is worth its switch.
-
-Each window (:class:`pipecheck.tune.window.TrialWindow`: when it has measured enough) is cut
-into blocks of at least :func:`block_batches` batches and ``min_seconds / NOISE_BLOCKS``
-seconds. The start's window also leaves out the run's first
-:data:`RUN_WARMUP_BATCHES` batches (the loop's own first steps). The budget ends the trials
-(the choice is then made among the trials measured): ``budget_s`` of loop time from the first trial, or
-``budget_fraction`` of the epoch's batches when the epoch's length is known (only once
-:data:`MIN_BUDGET_WINDOWS` trials are measured), whichever comes first; no trial starts after it, and the one in progress runs on to its minimum window
-(:data:`NOISE_BLOCKS` blocks), at most to :data:`HARD_BUDGET_FACTOR` times the budget. So
-tuning aims at the budget and may overshoot it by one minimum window.
-
-Once settled, the kept settings are watched (:class:`pipecheck.tune.watch.RateWatch`):
-:data:`~pipecheck.tune.watch.SUSTAINED_WINDOWS` windows in a row of ``max_blocks`` blocks, each
-more than :data:`pipecheck.tune.watch.RETUNE_DROP` below their measured rate, start a new round
-of trials from them, at most once per epoch, with a budget of its own. Each round
-chooses among its own trials only (the conditions changed between rounds).
+The schedule (:meth:`TuneController.next_settings`): the start is measured in place, then
+``num_workers`` climbs by doubling (or halves, from a user's surplus workers), then
+:data:`PREFETCH_FACTORS`, then ``pin_memory`` with CUDA; the cheapest measured settings within
+the noise of the fastest are kept (:func:`pipecheck.analysis.choice.cheapest_within`, the rule
+``pipecheck stress`` recommends by). Each window is a :class:`pipecheck.tune.window.TrialWindow`
+of blocks of at least :func:`block_batches` batches; the budget, the warm-ups and the watch for
+a sustained drop once settled (:class:`pipecheck.tune.watch.RateWatch`) are described in
+docs/architecture.md ("Data flow of a tuned run", "The schedule"), with their rationale and
+measurements in docs/tuning.md.
 """
 
 from __future__ import annotations
@@ -76,10 +48,7 @@ stress``'s default trial of 3 s (:data:`pipecheck.stress.settings.DEFAULT_TRIAL_
 MAX_TRIAL_BLOCKS = 2 * NOISE_BLOCKS
 """Most blocks a window takes while its race is undecided: a noisy loader is measured twice as
 long, then judged with the noise it has (the tie tolerance grows with it, to
-:data:`MAX_TIE_TOLERANCE`). Not longer: on the benchmark pipelines much of the noise is the machine's
-drift over seconds (the GIL-bound ``text`` pipeline's trials measure 8-11 % block noise at
-every setting), which more blocks barely average down, while three times as long took 6 s a
-trial there (``docs/tuning.md``). pipecheck's choice."""
+:data:`MAX_TIE_TOLERANCE`). pipecheck's choice (docs/decisions.md#max_trial_blocks)."""
 
 BUDGET_S = 60.0
 """Loop time (seconds) from the first trial after which no new trial starts (issue 27)."""
@@ -108,11 +77,9 @@ the step, which two also do, while two can also overlap one batch's loading with
 
 RUN_WARMUP_BATCHES = 3
 """Batches at the start of the run left out of the start's window: a loop's first steps run
-slowly (lazy initialization, the allocator's first growth, autotuning; the latency
-pipeline's first loop time is 2.6 s against 0.27-0.31 s for the next 15:
-``python benchmarks/tune_probes.py first-steps``), as ``pipecheck stress``'s and
-the benchmarks' timed windows leave out their first 3 batches
-(``benchmarks/pipelines.train_for``). pipecheck's choice."""
+slowly (lazy initialization, the allocator's first growth, autotuning), as ``pipecheck stress``'s
+and the benchmarks' timed windows leave out their first 3 batches. pipecheck's choice
+(docs/decisions.md#run_warmup_batches)."""
 
 PREFETCH_FACTORS = (2, 4)
 """``prefetch_factor`` values tried with workers: torch's default and double it, as ``pipecheck
