@@ -1,45 +1,6 @@
 """Every place pipecheck relies on a private part of ``torch.utils.data``, in one module.
 
-pipecheck measures a DataLoader without changing what it yields, and without making instances
-or subclasses of the user's classes: the user's loader and dataset objects are the ones torch
-iterates, in the main process and in the workers. What needs torch internals, each checked here
-against the installed torch (2.1 to 2.13 are known to have them):
-
-* ``DataLoader._get_iterator()``: the one call through which ``DataLoader.__iter__`` (and the
-  subclasses of torchdata, MosaicML streaming and litdata) builds an epoch's iterator. The
-  iterator reads ``loader.collate_fn`` and ``loader.worker_init_fn`` once, when it is built, and
-  hands them to the fetcher or the workers. :func:`register` makes a loader's iterators be built
-  with substitutes for those attributes (pipecheck's timed ``collate_fn``, a ``worker_init_fn``
-  that opts workers in to py-spy), without copying the loader or changing its class: the class
-  in its MRO that defines ``_get_iterator`` gets, once, a version that looks the loader up in a
-  registry held by identity and weakly (:class:`pipecheck._identity.IdentityWeakMap`: no user ``__hash__`` /
-  ``__eq__`` runs, nothing of theirs is kept alive). Every attribute a user or a library reads
-  on the loader, before, during and after iteration, is their own.
-* ``_DatasetKind.create_fetcher``: the one call through which torch's iterators, torch's worker
-  loop and torchdata's build the object that fetches a batch from the dataset and collates it
-  (``_MapDatasetFetcher`` / ``_IterableDatasetFetcher``). :func:`install_fetcher_factory`
-  replaces it, once per process, by a version that builds a timed fetcher (a subclass of torch's
-  own fetcher class, :class:`TimedMapFetcher` / :class:`TimedIterableFetcher`) when, and only
-  when, the collate function it is given is pipecheck's (:data:`INSTRUMENTED_COLLATE`); every
-  other loader gets torch's fetcher exactly as before. The timed fetcher times ``fetch()``
-  around the dataset's ``__getitem__`` / ``__getitems__`` / ``next()`` calls; the timed collate
-  inside it splits that into fetch and collate time.
-* ``DataLoader._IterableDataset_len_called``: ``len(loader)`` over an ``IterableDataset`` sets
-  it, and from then on torch warns when the dataset yields more than that many samples;
-  :func:`quiet_len` reads the length without leaving it set.
-* ``DataLoader._iterator``: the persistent-workers iterator a loader keeps between epochs
-  (:func:`has_persistent_iterator`: one started before measuring was built without pipecheck's
-  substitutes, and torch reuses it).
-* The multi-worker iterator's ``_task_info`` (batch index -> ``(worker_id,)`` while out,
-  ``(worker_id, data)`` once it arrived ahead of its turn), ``_rcvd_idx`` (the next batch to
-  return), ``_in_order`` and ``_num_workers``, which head-of-line timing reads at every
-  ``next()`` (:func:`head_of_line_unsupported`, :func:`awaited_batch`).
-* The single-process iterator's ``_dataset_fetcher``: main-process sampling opens and closes
-  timed windows between batches by pointing its ``collate_fn`` at pipecheck's collate or the
-  loader's own (:func:`main_process_fetcher`, :func:`set_fetcher_timed`).
-
-Each function checks what it relies on and says so when it is missing; pipecheck then turns
-that probe off with a note instead of failing.
+How it works, and why: docs/internals.md (``pipecheck/_torch_compat.py``).
 """
 
 from __future__ import annotations
@@ -307,7 +268,7 @@ if HAS_FETCHER_HOOK:
     assert _MAP_FETCHER is not None and _ITERABLE_FETCHER is not None
 
     class TimedMapFetcher(_MAP_FETCHER):  # type: ignore[valid-type,misc]
-        """torch's map-style fetcher with ``fetch()`` timed (see the module docstring)."""
+        """torch's map-style fetcher with ``fetch()`` timed (docs/internals.md)."""
 
         def fetch(self, possibly_batched_index: Any) -> Any:
             if type(self.collate_fn) is not INSTRUMENTED_COLLATE[0]:

@@ -1,27 +1,7 @@
 """Every place pipecheck relies on a private part of torchdata's ``StatefulDataLoader``, in one
 module: the layout of the checkpoint its ``state_dict()`` returns.
 
-``wrap(tune=True)`` runs a stateful loader's batches through iterators with other settings than
-the user's (trials, then the kept settings). A checkpoint must still resume exactly in a run
-with the user's own settings, tuned or not, so the tuner answers ``state_dict()`` itself with
-the checkpoint the untuned loader would write at the same batch (:func:`untuned_state`),
-through a version of the loader class's ``state_dict`` that asks a registry first
-(:func:`answer_state_dict`, held by identity and weakly, like
-:func:`pipecheck._torch_compat.register`).
-
-What the checkpoint holds, as torchdata 0.11 writes it for a map-style dataset (the
-only kind tuned; each worker's copy of an iterable dataset holds state of its own):
-
-* no workers: the index sampler's and its iterator's states (``try_to_serialize``, ``None``
-  when not stateful), the indices taken and batches handed out (equal without workers), the
-  iterator's shared seed and ``_IterableDataset_len_called``, and whether the epoch ended;
-* workers: a snapshot at the batch handed out last, holding the same main-process states, the
-  worker count, the base seed, the worker whose batch came last (batches go to workers in turn)
-  and each worker's state (``None`` fetcher and dataset states for a dataset that is not
-  stateful), with no steps after it to replay.
-
-Every key is read from torchdata's own module; an installed torchdata without one of them gives
-``None`` from :func:`state_keys` and the loader is not tuned.
+How it works, and why: docs/internals.md (``pipecheck/_torchdata_compat.py``).
 """
 
 from __future__ import annotations

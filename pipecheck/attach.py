@@ -1,37 +1,6 @@
 """``pipecheck attach PID``: measure a training process that was never wrapped, from outside.
 
-Two py-spy processes sample the target for ``duration_s`` (:class:`~pipecheck.probes.stacks.
-StackSampler` with ``idle_subprocesses``: on-CPU hot functions of the main process and its
-workers, and every stack of the main thread and the workers, on or off the CPU), and psutil
-reads the target's and its children's CPU, IO and memory
-(:class:`~pipecheck.probes.host.HostProbe` on the target's pid). py-spy runs with
-``--nonblocking``: it reads the target's memory without ever pausing it, so the training loop
-runs at its own pace. py-spy's documentation states the trade-off: not pausing "will reduce the
-performance impact on the target python process, but can lead to incorrect results like
-partial stack traces being returned or a higher sampling error rate" (``Config.non_blocking``).
-Measured with ``benchmarks/attach_accuracy.py`` (three loaders, 0 and 2 workers, 10 s), the
-nonblocking estimate stayed within 2.9 percentage points of the script's own stall, inside its
-Wilson interval every time, so torn stacks do not bias it measurably; pausing the target for
-every sample is a cost pipecheck will not impose on someone else's training run. pipecheck never signals
-the target, never writes into it and does not change its ptrace permissions: a target that
-cannot be traced is refused up front with a one-line reason
-(:func:`~pipecheck.probes.stacks.check_target`).
-
-The target is the process with that PID *and start time* (psutil's ``create_time``, read
-before anything else): it is checked every :data:`_POLL_S` seconds, and a different start time
-means the target exited and its PID was reused, which ends the window as ``target-exited`` with
-the duration actually observed (never another process's data; the host sampler's psutil calls
-also refuse a reused PID).
-
-Signals (:class:`StopSignals`, main thread only): SIGINT (Ctrl-C), SIGTERM and SIGHUP (a closed
-terminal) end the window early; py-spy is stopped and reaped, what was measured is analysed and
-reported (``attach.status`` ``interrupted`` for SIGINT, ``terminated`` for SIGTERM and SIGHUP,
-``attach.signal`` naming it) and py-spy's folder removed. The handler takes no lock: it appends
-the signal number to a list and writes a byte to a pipe the waiting main thread selects on. A
-signal left ignored by whoever started pipecheck (``nohup``: SIGHUP) stays ignored. SIGKILL runs
-no code: py-spy then dies with pipecheck (``PR_SET_PDEATHSIG``,
-:func:`pipecheck.probes.stacks.die_with_parent`) and its folder is swept by the next run. The
-analysis is :mod:`pipecheck.analysis.attach`.
+How it works, and why: docs/internals.md (``pipecheck/attach.py``).
 """
 
 from __future__ import annotations

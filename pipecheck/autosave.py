@@ -1,41 +1,7 @@
 """Saving a measured loader's report when the process ends: ``pipecheck.wrap(loader,
 save="run.json")``, the framework callbacks and ``pipecheck run``.
 
-The report is written (to ``run.rank{N}.json`` under torch.distributed, see
-:func:`pipecheck.distributed.rank_path`) when the interpreter exits, normally or through an
-exception, and on SIGTERM, which is how torchrun stops the surviving ranks when one rank dies.
-So each rank's measurements outlive a crash elsewhere in the job. A process killed with SIGKILL
-runs no code and loses its own file (never the others').
-
-**One SIGTERM handler for every armed save** (:func:`install`): installed from the main thread
-when a save is armed there, and by ``pipecheck run``'s hook when the program imports torch
-(Python runs signal handlers in the main thread only and only it may install them, so a loader
-measured in another thread is covered by a handler the main thread installed; a save armed in
-another thread of a process whose main thread installed none is written at exit, not on
-SIGTERM). While a handler is installed, a SIGTERM that arrives while the main thread is inside
-a long native call (a collective, a kernel) takes effect when that call returns, as for any
-Python handler: that is the price of saving the report. It takes no lock: it marks every armed run ``terminated``, writes one
-byte to a pipe and waits (``select``, at most :data:`SAVE_WAIT_S`) for the daemon saver thread
-``pipecheck-autosave`` to build and write every armed report. The interrupted frame may hold a
-probe's lock; the probes' readers wait for their locks only a bounded time and fall back to
-their last consistent data (:mod:`pipecheck._locks`). Everything the report needs is imported,
-and one report built, when a save is armed, so the saver never waits on an import the
-interrupted frame is inside. Then what SIGTERM would have done without pipecheck happens:
-
-* the program's own handler (the one installed before pipecheck's) is called; when it returns,
-  the program goes on, and every armed run is marked as having received SIGTERM and continued
-  (the report says so, and its status is what happens next, not ``terminated``);
-* SIGTERM ignored: the same, the program goes on;
-* the default (terminate): every armed run's files are removed, the default disposition is
-  restored and SIGTERM raised again, so the process ends as it would have.
-
-A SIGTERM that arrives during a save lets that save finish (the process is exiting already).
-The exit-time save never gathers across ranks (the others may be gone); rank 0 keeps the other
-ranks' summaries from its last ``report()`` gather, if there was one.
-
-Saving belongs to the process that armed it: a child forked later (a daemon ``fork``, a
-``multiprocessing`` worker) neither saves at its exit nor on SIGTERM, so it can never write its
-stale copy over the parent's report; the fork hook restores the previous handler there.
+How it works, and why: docs/internals.md (``pipecheck/autosave.py``).
 """
 
 from __future__ import annotations

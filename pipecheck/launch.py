@@ -1,22 +1,7 @@
 """The parent side of ``pipecheck run -- COMMAND``: run an unmodified program with every
 DataLoader it iterates measured, then gather the reports.
 
-The program runs as a child process with ``pipecheck/_run_site`` first on ``PYTHONPATH`` (its
-``sitecustomize`` installs :mod:`pipecheck.run_hook` in every Python process of the command
-that can import this pipecheck, ``torchrun``'s ranks included, and is silent in any other
-interpreter), ``PIPECHECK_RUN_DIR`` naming a private temporary folder where each process writes
-one report per loader it iterated (names: :mod:`pipecheck.run_files`), and this pipecheck's
-package folder, version and ``sys.prefix`` for that check. It runs in a session of its own,
-gets the signals sent to pipecheck, and is waited for until every process of it is gone
-(:mod:`pipecheck.run_process`), so a late save never finds the folder removed.
-
-Then the reports are grouped by loader (the rank files of one loader are merged, as ``pipecheck
-report`` does) and ordered by batches consumed (the training loader first); a loader whose
-report never came (its placeholder is still empty: SIGKILL, a crash) is named with its pid, and
-the probes' files that processes which ended without cleaning up left (stage folders in the temp
-dir; worker timing files in ``/dev/shm`` where there is no anonymous memory) are swept
-(:func:`pipecheck._owned.sweep`). The exit code is the program's own (``128 + N`` when signal
-``N`` ended it, as shells report it).
+How it works, and why: docs/internals.md (``pipecheck/launch.py``).
 """
 
 from __future__ import annotations
@@ -240,7 +225,7 @@ def sweep_shared_files(before: set[str]) -> list[str]:
 
 def run_and_collect(command: Sequence[str], *, grace_s: float = GRACE_S,
                     stdout: Optional[int] = None, tune: bool = False) -> RunOutcome:
-    """Run ``command`` measured (module docstring) and gather what it left: the exit code,
+    """Run ``command`` measured (docs/internals.md) and gather what it left: the exit code,
     the loaders' reports (the training loader first), the reports that never came and the
     shared files swept. Lines on stderr say what went wrong after the program started; from
     then on nothing raises (the exit code is the program's). Raises :class:`BadInputError`

@@ -1,27 +1,6 @@
 """The child side of ``pipecheck run``: measure every DataLoader an unmodified program iterates.
 
-Installed from ``pipecheck/_run_site/sitecustomize.py`` in each Python process the command
-starts, when ``PIPECHECK_RUN_DIR`` names the folder the reports go to. Nothing is imported
-until the program imports torch: a one-shot import hook waits for
-``torch.utils.data.dataloader`` and then replaces ``DataLoader.__iter__`` with
-:func:`_measured_iter`. The first time a loader object is iterated a
-:class:`pipecheck.measurement.Measurement` is made for it (the program's own object stays the
-one that yields the batches, so its ``state_dict()`` and attributes are what they would be
-unmeasured), and every epoch after that is measured. DataLoader subclasses that call
-``super().__iter__()`` (torchdata, MosaicML streaming, litdata) are measured there; a webdataset
-``WebLoader`` through the DataLoader inside it.
-
-Loaders are not kept: the measurements are held by identity and weakly
-(:class:`pipecheck._torch_compat.IdentityWeakMap`), a measurement holds nothing of the
-program's, and when a loader is collected its measurement's probes stop (its persistent workers
-go as torch lets them go) while what it measured waits for the exit-time save.
-
-Each measured loader's report is written when the process exits (normally, by an exception, on
-SIGTERM, or through ``os._exit`` or an ``exec`` call, which run no exit hooks: those two are
-made to save first) to ``PIPECHECK_RUN_DIR/loader{i}.p{pid}.json`` (``loader{i}.p{pid}.{k}.json`` when a process
-with the same pid already claimed that name, :func:`pipecheck.run_files.claim_report_path`;
-``.rank{N}`` added under torch.distributed), ``i`` counting loaders in the order this process first iterated them.
-DataLoader worker processes never iterate a loader, so they write nothing.
+How it works, and why: docs/internals.md (``pipecheck/run_hook.py``).
 """
 
 from __future__ import annotations
@@ -188,7 +167,7 @@ class _WaitForDataLoader(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Measure every DataLoader this process iterates (see the module docstring). Patches at
+    """Measure every DataLoader this process iterates (docs/internals.md). Patches at
     once when torch is already imported, else when the program imports it."""
     if not os.path.isdir(os.environ.get(RUN_DIR_ENV, "")):
         raise RuntimeError(f"${RUN_DIR_ENV} is not a folder")

@@ -1,37 +1,7 @@
 """Run a program in a session of its own and wait until every process of it is gone: the
 process side of ``pipecheck run`` (:mod:`pipecheck.launch`).
 
-The program is started with ``start_new_session`` (its own session and process group, so the
-terminal's and a scheduler's signals reach pipecheck, not the program, and it can pass each on
-exactly once) and ``PR_SET_PDEATHSIG`` SIGTERM (if pipecheck is killed, the program's first
-process is told). pipecheck makes itself the child subreaper (``PR_SET_CHILD_SUBREAPER``) for
-the run: a process the program leaves behind (the training a shell wrapper started, the
-DataLoader workers of a process that called ``os._exit``) becomes pipecheck's child instead of
-init's, so "every process of the program is gone" is "pipecheck has no child left".
-
-Signals that would reach the program from the terminal or from a scheduler reach pipecheck, and
-its handlers pass them on (one system call each, no lock) where they would have gone:
-
-* SIGINT (Ctrl-C), SIGQUIT, SIGWINCH and SIGCONT to the program's whole process group, as a
-  terminal sends them (torch's DataLoader workers expect Ctrl-C and leave it to their main
-  process); Ctrl-Z (SIGTSTP) stops the group with SIGSTOP and then pipecheck itself, so the
-  shell's job control sees the whole job stop and ``fg`` / ``bg`` (SIGCONT) resume it;
-* SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 to the program's first process, as ``kill PID`` would,
-  and after SIGTERM or SIGHUP to each process the program's ending leaves as pipecheck's child
-  (the training a shell wrapper started, once the shell has died of it). Not to the whole group:
-  DataLoader workers killed by SIGTERM beside their main process make torch raise
-  ``DataLoader worker (pid N) is killed by signal: Terminated`` in it, so the program would end
-  with that error (exit 1, its report marked ``error``) instead of its own SIGTERM handling.
-
-A signal that was ignored when pipecheck started (``nohup``, a background job's SIGINT) stays
-ignored, as the program inherits it.
-
-After SIGTERM or SIGHUP the program has the grace period (:data:`GRACE_S`) to end; then every
-process it still has is killed (SIGKILL). Ctrl-C starts no such clock: a program may handle
-SIGINT and go on (a debugger, a loop that stops training and then evaluates), as it would
-without pipecheck. When the program's first process ends by itself and leaves processes
-running, those left without their parent get SIGTERM and all of them the same grace period
-(Slurm and docker stop what a job's main process leaves, too).
+How it works, and why: docs/internals.md (``pipecheck/run_process.py``).
 """
 
 from __future__ import annotations
@@ -202,7 +172,7 @@ class Supervisor:
             for signum in self.pending:
                 self._on_signal(signum, None)
             self._wait(wake_r)
-            if self.code is None:  # its first process outlived SIGKILL (module docstring)
+            if self.code is None:  # its first process outlived SIGKILL (docs/internals.md)
                 self.code = 128 + signal.SIGKILL
             child.returncode = self.code  # reaped here, not by Popen
             return self.code

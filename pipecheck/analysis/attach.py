@@ -1,29 +1,7 @@
 """What can be concluded about a training process pipecheck was attached to (``pipecheck
 attach PID``) from py-spy's stack samples and psutil's counters alone.
 
-**The data stall** is estimated as the share of the main thread's samples (py-spy ``--idle``:
-on or off the CPU, at a fixed rate) whose stack is inside the DataLoader iterator's
-``_BaseDataLoaderIter.__next__`` (``_next_data`` and, with ``num_workers=0``, the fetch and
-collate it runs), over all the main thread's samples in the window. That is the wrapped run's
-``stall_fraction`` (``wait_s / (wait_s + compute_s)``: time inside ``next()`` over loop time,
-:mod:`pipecheck.analysis.consumer`) sampled instead of timed, provided the main thread runs the
-training loop for the whole window (time spent outside the loop, e.g. evaluation, counts as
-step time here). Its uncertainty is the Wilson score interval on the sample counts (Wilson
-1927, :func:`pipecheck.analysis.stats.wilson_interval`); samples taken at a fixed rate from a
-periodic loop are not independent draws, so the interval is a guide, not a guarantee.
-
-**Workers** are the child processes whose stacks show torch's worker loop. Each one's busy
-share is its samples inside a pipeline stage (fetch, collate) over its samples in the worker
-loop; its busy seconds are that share of the time psutil observed it, and its CPU, run-queue
-and storage-read figures per busy second classify it with :func:`pipecheck.analysis.bound.classify`,
-the wrapped run's rule. Memory growth is :mod:`pipecheck.analysis.memory`'s test on each
-process's USS readings.
-
-What cannot be known without wrapping is listed in the section's ``unknown``: batch counts and
-rates, per-batch wait and step times (so the 10 us floor of
-:data:`pipecheck.analysis.judgement.MIN_MATERIAL_WAIT_S` cannot be applied), the producer's
-capacity, the prefetch depth and loader settings, per-worker batch times, and so the predicted
-effect of any change.
+How it works, and why: docs/internals.md (``pipecheck/analysis/attach.py``).
 """
 
 from __future__ import annotations

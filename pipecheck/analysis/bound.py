@@ -1,35 +1,6 @@
 """What a worker waits on while it is busy producing batches: a core, storage, or something else.
 
-A busy second of a worker (fetch + collate wall time, from the worker probe) splits into:
-
-* CPU: user + system CPU seconds (host sampler, ``psutil``);
-* run queue: runnable but waiting for a core (``/proc/<pid>/schedstat``), i.e. CPU contention;
-* blocked: the rest: sleeping, waiting on the network, on storage or on a lock.
-
-Classes (terms of docs/architecture.md):
-
-* ``cpu-bound``: CPU + run queue is at least :data:`CPU_BOUND_FRACTION` of busy time: the worker
-  wants a core most of the time, so more workers than free cores will not help; cheaper
-  transforms, offline preprocessing or GPU decode will;
-* ``io-bound``: otherwise, when the worker reads at least :data:`IO_BOUND_STORAGE_BYTES_PER_S`
-  per busy second from storage (``read_bytes``, which excludes page-cache hits), or at least
-  :data:`IO_MIN_STORAGE_BYTES_PER_S` while the system spends at least
-  :data:`IO_BOUND_IOWAIT_FRACTION` of its CPU time in iowait or the busiest disk is busy
-  :data:`IO_BOUND_DISK_BUSY_FRACTION` of the time: more workers help until the device's
-  bandwidth is reached;
-* ``latency-bound``: otherwise: workers mostly wait (sleep, network, remote storage latency)
-  while cores idle, so more workers or threads help.
-
-When the run queue is not readable (not Linux) only CPU counts towards ``cpu-bound``; with
-``num_workers=0`` the main process's CPU while waiting in ``next()`` stands for the producer's.
-The thresholds are pipecheck's choice: 0.5 splits "mostly computing" from "mostly waiting" (measured
-here on 2 cores, ``tests/integration/test_worker_bound.py``: a busy-loop worker at 1.0-1.03 CPU +
-run queue per busy second, a sleep-per-sample worker at 0.06-0.08, a worker reading 4 MiB chunks
-with O_DIRECT at 0.13-0.25 CPU while reading storage at 0.85-1.7 GB/s). The storage thresholds sit
-well above what a sleeping worker reads: a freshly spawned one faulted in torch's libraries from a
-cold page cache at 0.95 MB/s of busy time here; 8 MiB/s is still far below any disk's bandwidth.
-Slow reads below them count as latency (``latency-bound``), which gets the same advice (more
-workers).
+How it works, and why: docs/internals.md (``pipecheck/analysis/bound.py``).
 """
 
 from __future__ import annotations

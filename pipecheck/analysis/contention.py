@@ -1,29 +1,7 @@
 """CPU contention: how many cores a run's processes actually got, who else wanted them, and the
 share of a core each runnable thread would get under other settings.
 
-Two levels of fairness, as Linux schedules them:
-
-* **between scheduling groups** (sessions under ``kernel.sched_autogroup_enabled``, on by
-  default on desktop distributions and on this project's machine; cgroups for containers,
-  systemd services and batch jobs): the groups of other processes
-  (:mod:`pipecheck.probes.neighbours` tells them apart) and this run's group split the cores
-  max-min fairly, each other group wanting what it used, this run's group all it can get: a
-  group that used less than the fair level keeps it, one that used more is held to the level
-  when this run wants more. Load the scans could not attribute to a group (processes in other
-  containers are not visible) **keeps the cores it used**. The cores left to this run are what
-  its group gets (never below what the run itself used). More workers therefore take cores
-  from the step, and from the neighbours only down to their fair share;
-* **within this run's group**, max-min fairness among runnable threads (CFS, kernel
-  ``Documentation/scheduler/sched-design-CFS``: "an ideal, precise multi-tasking CPU"): the
-  step's threads (its CPU per wall second of step over the share it got), the workers (each
-  runnable for the part of a batch it is not sleeping or reading), this run's own other
-  child processes (not workers: e.g. a process the training script started) and other
-  processes in the same group (a second job or a compile started from the same session): more
-  workers get a part of the cores those use.
-
-The share this run's threads got is measured, not assumed: ``1 - run-queue fraction`` (time
-runnable but waiting for a core, ``/proc/<pid>/schedstat``, over the time they ran or waited),
-or 1 where the kernel does not report it.
+How it works, and why: docs/internals.md (``pipecheck/analysis/contention.py``).
 """
 
 from __future__ import annotations

@@ -1,38 +1,7 @@
 """Worker memory growth and shared-memory headroom: pure functions of the host sampler's per-process
 memory series and the run's context.
 
-Growth test, per worker process, on its USS (private pages: what copy-on-read and leaks grow;
-PSS moves when sibling workers start or exit, so it is reported but not tested):
-
-1. drop the first :data:`WARMUP_FRACTION` of the readings (a fresh worker's USS climbs while it
-   imports, touches the dataset and fills its allocator's arenas, then levels off);
-2. slope: the Theil-Sen estimator, the median of all pairwise slopes (H. Theil, "A rank-invariant
-   method of linear and polynomial regression analysis", 1950; P. K. Sen, "Estimates of the
-   regression coefficient based on Kendall's tau", JASA 63, 1968), robust to the allocator's
-   step changes and to outliers;
-3. significance: Sen's distribution-free confidence interval for that slope at
-   :data:`CONFIDENCE_Z` (95% two-sided): up to :data:`EXACT_MAX_POINTS` readings from the exact
-   null distribution of Kendall's statistic (M. Hollander and D. A. Wolfe, "Nonparametric
-   Statistical Methods", 2nd ed., 1999, section 9.3), beyond that from its normal approximation
-   with variance ``n(n-1)(2n+5)/18`` with no ties (R. O. Gilbert, "Statistical Methods for
-   Environmental Pollution Monitoring", 1987, section 16.5); growth needs its lower bound
-   above 0;
-4. materiality: the slope times the tested span must reach :data:`MIN_GROWTH_BYTES` and
-   :data:`MIN_GROWTH_FRACTION` of the starting USS, so a one-off allocation step is not a leak;
-5. persistence: the Theil-Sen slope of the later half of the tested readings must be at least
-   :data:`PERSIST_FRACTION` of the whole slope. A leak grows at a steady rate, so both halves
-   agree; memory that rose once and levelled off (a cache filled at start-up, a file's pages
-   mapped in) has a later slope near 0, even when its rise falls inside the tested readings.
-
-The constants are pipecheck's choice, measured on this project's 2-core test machine: a clean
-map-style dataset's worker USS moved by under 2 MiB over 3-10 s runs, and 20 repeated clean runs
-were never flagged (``tests/integration/test_memory_growth.py``). With USS read every 2 s (the wrapper's
-first 30 s; ``python benchmarks/memory.py growth``, 2 fork workers at about 10 batches/s each):
-leaks of 128 and 512 KiB per batch were flagged from 15 s on, their rate estimated within 1%;
-32 KiB per batch (0.3 MiB/s a worker) not within 30 s, as 8 MiB takes 26 s to grow; clean,
-allocator/page-cache-noise and 48 MiB-in-5-s warm-up datasets never. A rise still under way
-when the readings are taken cannot be told from a leak: a 12 s warm-up was flagged at 15-16 s,
-until two readings after its end, and not after.
+How it works, and why: docs/internals.md (``pipecheck/analysis/memory.py``).
 """
 
 from __future__ import annotations

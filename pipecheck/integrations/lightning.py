@@ -8,40 +8,7 @@
     print(callback.report)                  # the (first) train dataloader
     print(callback.validation_reports)      # one per validation dataloader
 
-How: Lightning builds a loop's dataloader(s) in its ``setup_data`` (after it may have re-created
-them with a ``DistributedSampler``), holds them in a ``CombinedLoader`` and creates the epoch's
-iterator through its data fetcher before the epoch's first hook. For the train loop the callback
-replaces each DataLoader in ``CombinedLoader.flattened`` with ``pipecheck.wrap(loader)``
-(Lightning's own way to swap them) inside ``setup_data``, just before Lightning loads checkpointed
-loader states and creates the first iterator (the fit loop's ``_load_combined_loader_states``,
-hooked on the instance from ``setup`` to ``teardown``): no iterator is ever created over the
-unwrapped loader, so no extra seed is drawn from the RNG (the shuffle order stays the unwrapped
-run's) and no workers start twice. Validation loaders (during ``fit``, sanity checking left out)
-are wrapped the same way, right after the validation loop's ``setup_data`` and before its
-``reset`` creates the run's iterator (``setup_data`` shadowed on the validation loop instance
-from ``setup`` to ``teardown``). Where those steps are missing, the loaders are wrapped at the
-epoch's start hook and the epoch's iterator is created again over them (one more iterator: an
-extra base seed drawn, workers started twice). Loaders re-created by
-``reload_dataloaders_every_n_epochs`` are wrapped again, and the report covers the latest one.
-A wrapped ``StatefulDataLoader`` (torchdata) keeps working with Lightning's checkpoints: Lightning
-reads ``state_dict()`` through the wrapper, which answers for the loader that yields the batches.
-A loop restarted mid-epoch from a checkpoint is measured from its next epoch on.
-
-Lightning ends an epoch of a sized loader by counting batches: it never calls ``next()`` past
-the last one, so the loader's iterator would stay open and the report would read "in progress".
-At ``on_train_epoch_end`` / ``on_validation_epoch_end`` the callback therefore hands Lightning
-exhausted iterators in place of the epoch's ones (a further ``next()`` ends the epoch as the
-loader would), which ends the measured epoch where Lightning ended it.
-
-Reaching ``fit_loop._combined_loader`` / ``_data_fetcher`` (and the validation loop's) uses
-Lightning internals (read from Lightning 2.x); when they are missing the callback warns once and
-measures nothing there, never breaking training.
-
-At ``on_train_end`` the reports are built (under torch.distributed a collective: every rank's
-``on_train_end`` takes part and rank 0's report shows every rank, see
-:mod:`pipecheck.distributed`), kept in ``callback.reports`` (train) and
-``callback.validation_reports`` and saved next to ``path`` (:func:`loader_path`: ``NAME.rank{N}
-.json`` under torch.distributed). ``on_exception`` saves what was measured without gathering.
+How it works, and why: docs/internals.md (``pipecheck/integrations/lightning.py``).
 """
 
 from __future__ import annotations
@@ -180,7 +147,7 @@ class PipecheckCallback(Callback):
 
     def _hook_validation_setup(self, trainer: Any) -> None:
         """Wrap the validation loaders right after the validation loop's ``setup_data``,
-        before its ``reset`` creates the run's iterator (see the module docstring); nothing
+        before its ``reset`` creates the run's iterator (docs/internals.md); nothing
         when this Lightning has no such step (the epoch-start hook then wraps them)."""
         val_loop = self._val_loop(trainer)
         original = getattr(val_loop, _VAL_HOOK, None)
@@ -199,7 +166,7 @@ class PipecheckCallback(Callback):
 
     def _hook_train_setup(self, fit_loop: Any) -> None:
         """Wrap the train loaders inside ``setup_data``, before Lightning loads their states
-        and creates the first iterator (see the module docstring); nothing when this Lightning
+        and creates the first iterator (docs/internals.md); nothing when this Lightning
         has no such step (the epoch-start hook then wraps them)."""
         original = getattr(fit_loop, _HOOK, None)
         if not callable(original) or _HOOK in vars(fit_loop):

@@ -6,24 +6,7 @@
                       callbacks=[PipecheckCallback("run.json")])
     trainer.train()
 
-How: the Trainer hands callbacks its prepared train dataloader but keeps iterating its own
-reference, so the callback cannot swap in a wrapped loader. That prepared loader is accelerate's
-``DataLoaderShard``, an adapter that iterates the real ``torch.utils.data.DataLoader`` it holds
-as ``base_dataloader``; at ``on_train_begin`` the callback replaces that attribute with
-``pipecheck.wrap(base_dataloader)`` (and puts the original back at ``on_train_end``), so every
-epoch's batches pass through the wrapper, unchanged and in the same order: data wait vs step
-time, stall, samples/s (tokens/s from ``input_ids`` / ``attention_mask``), per-worker fetch and
-collate, host CPU / memory / IO, as with ``wrap`` in a bare loop. The adapter reads one batch
-ahead, so each wait is measured one step early; totals are unaffected. A loader without a
-``base_dataloader`` DataLoader (not prepared by accelerate) is not measured: the callback warns
-once and training goes on.
-
-At ``on_train_end`` the report is built (under torch.distributed a collective, every rank takes
-part; rank 0's report shows every rank), kept in ``callback.report`` and saved to ``path``
-(``NAME.rank{N}.json`` under torch.distributed). ``TrainerCallback`` has no exception hook, so
-from ``on_train_begin`` until then an exit-time save (:mod:`pipecheck.autosave`) stands guard:
-when ``train()`` raises or the process gets SIGTERM, what was measured is still written to
-``path`` (without gathering the other ranks).
+How it works, and why: docs/internals.md (``pipecheck/integrations/transformers.py``).
 """
 
 from __future__ import annotations

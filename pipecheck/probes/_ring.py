@@ -1,35 +1,6 @@
 """A fixed-size shared file that DataLoader workers write per-batch timings into.
 
-Layout (every field 8 bytes, native byte order, so one aligned store writes a field)::
-
-    file header   AREA_HEADER_WORDS words: magic, layout version, slot count, ring size
-    slot 0        SLOT_HEADER_WORDS words of exact counters, then ring_size records
-    slot 1        ...
-
-Slot header (word index: field): 0 seqlock counter (odd while a writer updates the header),
-1 batches, 2 samples, 3 fetch_s, 4 collate_s, 5 first batch end (perf_counter s),
-6 last batch end, 7 current pid, 8 number of pids ever registered, 9.. the most recent
-``MAX_PIDS`` pids (a small ring of their own).
-
-Ring record (``RECORD_WORDS`` words): seq, end time (perf_counter s), fetch_s, collate_s,
-samples. Record number ``k`` (1-based, equal to the slot's batch count once committed) lives at
-position ``(k - 1) % ring_size``. A writer invalidates the seq, writes the fields, writes the
-seq last, and only then bumps the header's batch count; a reader accepts only records whose
-sequence number shows no writer touched them while it copied the ring, so a writer killed
-mid-record leaves at most one torn record and the reader drops it. Like every seqlock written
-without explicit fences, this relies on stores becoming visible in program order (x86-64 TSO).
-
-One slot has one writer at a time: the writing process holds a POSIX record lock
-(``fcntl.lockf``) on the slot's first byte while it updates, so two processes serving the same
-worker id (a new epoch's worker while the previous one is still shutting down) never interleave.
-The reader never locks: it uses the seqlock and retries.
-
-The area is an anonymous memory file (``memfd_create``), which takes nothing from ``/dev/shm``
-(the DataLoader's own room for its queues and shared tensors) and leaves nothing behind when its
-processes die; workers reopen it as ``/proc/OWNER/fd/N``. Where there is none, a plain file in
-``/dev/shm`` (made only with ample room left, :data:`SHM_HEADROOM_BYTES`) or the temp dir.
-Not ``multiprocessing.shared_memory``, whose resource tracker unlinks or warns when worker
-processes attach under Python 3.11.
+How it works, and why: docs/internals.md (``pipecheck/probes/_ring.py``).
 """
 
 from __future__ import annotations

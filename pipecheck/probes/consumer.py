@@ -1,33 +1,7 @@
 """Consumer timing: wait inside ``next()`` vs compute between batches, per batch, in the main
 process, by timing around the real iterator (no patching of torch).
 
-Memory is bounded whatever the run length: counters for the whole run, plus a timeline of
-at most ``timeline_capacity`` batches kept evenly spaced (every ``stride``-th batch; the stride
-doubles each time the buffer fills), plus one small record for each of the first
-:data:`EPOCH_ROWS_FIRST` and the latest :data:`EPOCH_ROWS_LAST` epochs; the epochs between are
-folded into running sums once ended, so starting, ending and reading epochs costs O(1)
-however many came before.
-
-The hot path per batch is two clock reads, two appends to a typed array and, unless the batch
-sizes are known up front (``FixedBatches``), a sample count (about 0.4 us in all with the sizes
-known, two ``perf_counter`` reads of about 0.06 us each included;
-``benchmarks/consumer_cost.py``). In a loop faster than ``SPARSE_BELOW_S`` a batch, that is
-still percents of the loop, so after ``SPARSE_AFTER_BATCHES`` batches one block of
-``CPU_SAMPLE_EVERY`` batches in ``SPARSE_TIMED_EVERY`` (drawn at random) is timed that way and
-the others only counted; their wall time is split into wait and compute at the drawn blocks'
-share, and batch, sample and token counts and wall time stay exact. Every ``FOLD_BATCHES`` batches the arrays are folded
-with numpy into the counters and the timeline, so they never grow past that. One batch in
-``CPU_SAMPLE_EVERY`` (every batch but the run's first when batches are ``SLOW_BATCH_S`` apart
-or more) also reads the main process's CPU clock (``time.process_time``, about 0.6 us on
-Linux) to estimate how many cores the main process uses while waiting and while computing.
-It is the process clock, not the thread's, because a training step runs on torch's intra-op
-threads too (the demo's main process averaged 1.5 cores with torch's 2 threads). Around the
-sampled waits and steps the calling thread's own clock (``time.thread_time``) is read as well:
-with ``num_workers=0`` the gap between the two in waits is production's work on the intra-op
-pool, which a worker (one thread) does not have
-(:func:`pipecheck.analysis.producer.intra_op_inflation`); in steps, the calling thread's CPU
-short of the step's wall time is its wait for a core while the pool ran
-(:func:`pipecheck.analysis.consumer.step_on_cpu_fraction`).
+How it works, and why: docs/internals.md (``pipecheck/probes/consumer.py``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,6 @@
 """Other processes' CPU, split by whether they share this run's CPU scheduling group.
 
-Linux shares CPU fairly at two levels (kernel ``Documentation/scheduler/sched-design-CFS``):
-between scheduling groups, then between the runnable threads inside one group. A process in
-another group (another container or systemd service with the ``cpu`` controller, another
-login session under ``kernel.sched_autogroup_enabled``) keeps its group's share whatever this
-run adds; a busy process in this run's own group (a compile or a second job started from the
-same shell) competes thread for thread with the run's workers, so more workers still get a
-part of the cores it uses. :mod:`pipecheck.analysis.contention` needs to know which is which.
-
-A process's group is the pair (effective ``cpu`` cgroup, autogroup):
-
-* the ``cpu`` cgroup is the ``cpu`` controller's line of ``/proc/<pid>/cgroup`` (cgroup v1), or
-  for cgroup v2 the deepest ancestor of the unified path whose ``cgroup.controllers`` lists
-  ``cpu`` (a cgroup without the controller is scheduled in its parent's group; ``cgroups(7)``);
-* the autogroup (``/proc/<pid>/autogroup``, ``sched(7)``) counts only while the process is in
-  the root ``cpu`` cgroup and autogrouping is enabled: the kernel ignores it elsewhere.
-
-:class:`NeighbourScan` walks the process table with psutil every few seconds (about 15 us a
-process; the interval grows so that the scans cost at most :data:`MAX_COST_FRACTION` of one
-core) and adds up, between consecutive scans, the CPU seconds of processes outside the run,
-and of those in its group. Blind spots: a process born and gone between two scans is not seen
-(its CPU is counted as another group's by the analysis, the cautious side), and one whose
-group cannot be read (another user's, under ``hidepid``) counts as another group's.
+How it works, and why: docs/internals.md (``pipecheck/probes/neighbours.py``).
 """
 
 from __future__ import annotations
@@ -48,7 +27,7 @@ _GONE = (psutil.NoSuchProcess, psutil.AccessDenied)
 
 def scheduling_group(pid: int, proc_root: str = "/proc",
                      cgroup_root: str = "/sys/fs/cgroup") -> Optional[GroupKey]:
-    """The scheduling group of process ``pid`` (see the module docstring), or ``None`` when its
+    """The scheduling group of process ``pid`` (docs/internals.md), or ``None`` when its
     ``cgroup`` file cannot be read (gone, not Linux, no permission). ``proc_root`` and
     ``cgroup_root`` are where procfs and the cgroup v2 hierarchy are mounted."""
     try:

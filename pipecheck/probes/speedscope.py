@@ -1,22 +1,6 @@
 """py-spy's samples read from its speedscope output (``py-spy record --format speedscope``).
 
-py-spy's ``raw`` (collapsed-stack) format is one ``frame;frame;... count`` line per distinct
-stack, with each frame written as ``NAME (FILE:LINE)`` and nothing escaped: a function or file
-name holding a newline or a ``;`` (generated code can have any name: ``compile``,
-``code.replace(co_name=...)``) splits a stack into forged lines and frames, and a process's
-command line (``process PID:"CMD"`` elements) can do the same. The speedscope format is JSON
-(https://www.speedscope.app/file-format-schema.json): a shared frame table of
-``{name, file, line}`` objects and, per sampled thread, a profile whose ``samples`` are lists of
-indices into that table (outermost frame first), so no name can change the structure. py-spy
-0.4 names each profile ``Thread TID "NAME"``, led by ``Process PID`` with ``--subprocesses``;
-the thread name comes last, so it cannot forge the ids before it.
-
-The cost: speedscope keeps every sample (raw aggregates identical stacks), so the file grows
-with the window: for ``pipecheck attach`` on a 2-worker target at 50 Hz, 15 kB per second of
-window for the ``--idle`` output (every thread of the main process and the workers) and 2 kB
-for the on-CPU one, loaded in 0.06 s for a 10 s window and 0.5 s for 60 s on the project's
-loaded 2-core machine (``benchmarks/attach_output_size.py``). Identical stacks are folded into
-counts as the file is read.
+How it works, and why: docs/internals.md (``pipecheck/probes/speedscope.py``).
 """
 
 from __future__ import annotations

@@ -1,43 +1,7 @@
 """Hot stacks: sample the training process and its DataLoader workers with py-spy for a bounded
 window, and count which Python functions were on the CPU.
 
-One ``py-spy record --pid MAIN --subprocesses --format speedscope --function --nonblocking``
-process samples the main process and every process below it (workers, and processes they start)
-at ``rate_hz``. ``--nonblocking`` reads the targets' memory without pausing them, so the training
-loop is never stopped; idle threads (sleeping, blocked on a queue or a socket) are left out by
-py-spy, so the counts are on-CPU time. The output is read as structured JSON
-(:mod:`pipecheck.probes.speedscope`), never as text lines: a function, file or thread name
-holding a newline or a ``;`` cannot forge a stack or a sample count.
-
-The watcher thread ``pipecheck-stacks`` starts both py-spy processes, ends the window with SIGINT
-(py-spy then writes its output; its own CPU time is read first, reported as the overhead) and
-waits for them to exit. Each py-spy dies with the process that started it:
-``prctl(PR_SET_PDEATHSIG, SIGKILL)`` is set in the child before ``exec``
-(:func:`die_with_parent`). Linux sends that signal when the *thread* that forked the child ends,
-so the watcher, which outlives its py-spy processes, forks them, never the caller's thread (a
-loader iterated in a short-lived thread would otherwise kill its own sampler). A process
-SIGKILLed, or ended by a SIGTERM it does not handle, so leaves no py-spy running; its output
-folder is swept by the next run (:mod:`pipecheck._owned`).
-
-A second py-spy samples the main process alone with ``--idle`` (off-CPU stacks too), to split
-the main thread's time inside the DataLoader's ``__next__`` into waiting on an empty queue
-(no batch ready: the workers are behind), receiving (unpickling a batch and attaching its shared
-memory; under torch's default ``file_descriptor`` sharing strategy this includes the handshake
-with the worker's resource-sharer thread, which needs that worker's GIL, so a worker burning
-Python CPU makes receiving slow too: measured 30-40% of the wait with one such worker here)
-and other (bookkeeping; with ``num_workers=0`` the
-production itself), and to tell how busy the pin-memory thread is (:func:`parse_main_wait`).
-A thread waiting for the GIL looks like the frame it waits in, so "GIL held elsewhere" is not
-separated: it counts where the thread stood (usually the queue wait).
-
-Permissions (Linux): py-spy attaches with ``ptrace``/``process_vm_readv``. Launched by the
-trainer it is a *sibling* of the workers and a child of the main process, which Yama's
-``ptrace_scope=1`` forbids unless the target opts in: :func:`allow_ptrace` calls
-``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`` in the main process for the sampling window
-(:func:`revoke_ptrace` withdraws it when the window ends), and :class:`PtracerOptIn`
-does it in each worker from ``worker_init_fn``. ``ptrace_scope=2`` needs CAP_SYS_PTRACE, 3 forbids
-attaching altogether; containers need CAP_SYS_PTRACE (``docker run --cap-add SYS_PTRACE``). When
-sampling is impossible the record says why and how to enable it; nothing else is affected.
+How it works, and why: docs/internals.md (``pipecheck/probes/stacks.py``).
 """
 
 from __future__ import annotations

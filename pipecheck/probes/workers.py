@@ -1,45 +1,6 @@
 """Per-worker producer timing: how long each DataLoader worker spends fetching and collating.
 
-:class:`WorkerProbe` registers a DataLoader (the user's own object: it is never copied, and no
-instance or subclass of the user's loader or dataset class is ever made) so that the iterators
-torch builds for it get pipecheck's :class:`InstrumentedCollate` in place of ``collate_fn``
-(:func:`pipecheck._torch_compat.register`; the loader's own attributes stay the user's). torch
-hands that collate function to the fetcher it builds in each worker process (or in the main
-process when ``num_workers=0``), and for such a collate function
-:func:`pipecheck._torch_compat.install_fetcher_factory` builds a timed subclass of torch's own
-fetcher. The dataset is the user's object, of the user's exact type, in every process
-(``get_worker_info().dataset`` included): the fetcher times the whole fetch, and the collate
-inside it splits it into fetch and collate time and, when it returns, commits one batch record
-to that worker's slot of shared memory (see :mod:`pipecheck.probes._ring`). The main process
-reads the slots at any time with :meth:`WorkerProbe.record`.
-
-The worker side (the timed collate and the per-process accumulator) is
-:mod:`pipecheck.probes.worker_side`. What is measured, per worker id (all durations wall-clock seconds from ``time.perf_counter``):
-
-* ``fetch_s``: time inside the fetcher's ``fetch()`` before collation (the dataset's
-  ``__getitem__`` / ``__getitems__`` calls, or the ``next()`` calls of an ``IterableDataset``'s
-  iterator) plus, for an ``IterableDataset``, its ``iter()``; a fetch that raises (a sample
-  error, the ``StopIteration`` that ends an iterable dataset, a batch ``drop_last`` discards)
-  counts as producing time that made no batch;
-* ``collate_s``: time inside the loader's ``collate_fn`` (``default_convert`` when
-  ``batch_size=None``);
-* ``batches``/``samples``: batches returned by ``collate_fn``, and the samples that went into
-  them (the batch sampler's indices; for an iterable dataset, the items collated; with
-  ``batch_size=None`` every item is one "batch" of one sample).
-
-The timed fetcher and collate return exactly what torch's and the user's objects return and let
-their exceptions through untouched; if the shared memory cannot be opened in a worker the probe
-goes silent rather than disturb loading. Works with the fork, spawn and forkserver start
-methods: the collate pickles as the user's collate function plus the probe's key and layout.
-Only the process that registered the loader builds instrumented iterators: a forked child
-iterating its copy of the loader loads as torch would and writes nothing into its parent's
-probe.
-
-Limits: a ``persistent_workers`` iterator the loader already holds when it is registered was
-built without pipecheck's collate and torch reuses it (:meth:`WorkerProbe.check_supported`
-refuses); with ``num_workers=0`` the per-batch attribution assumes one thread iterates the
-loader at a time; ``samples`` counts dataset items, so a dataset that yields ready-made batches
-with ``batch_size=None`` reports one sample per batch.
+How it works, and why: docs/internals.md (``pipecheck/probes/workers.py``).
 """
 
 from __future__ import annotations

@@ -1,36 +1,6 @@
 """Make text safe for a terminal: control characters shown as escapes, never acted on.
 
-Strings in a report come from the user's run (dataset and loader reprs, stage, file and shard
-names, exception text, host names, stack frames) and from files anyone can write. A terminal
-acts on control characters: ``ESC`` starts CSI/OSC sequences that can move the cursor, clear the
-screen (and forge the verdict line), retitle the window or write the clipboard (OSC 52);
-``BEL``, backspace and carriage return overwrite what was shown; a line feed, vertical tab,
-form feed, ``NEL`` (U+0085) or a Unicode line separator starts a new line, so a string could
-print whole lines of its own (a forged ``COMPUTE-BOUND`` verdict, a fake finding). So every
-string that leaves pipecheck for a terminal or markdown passes through this module:
-
-* every string of the render model: :func:`fields` over the whole
-  :class:`~pipecheck.render.model.Document` in
-  :func:`pipecheck.render.sections.build_document` (and over a lone section in
-  :func:`pipecheck.render.terminal.render_section`), so each field is one line (every
-  :data:`CONTROL` character, line breaks included, written as an escape) of at most
-  :data:`MAX_FIELD_CHARS` characters, whatever the format;
-* the terminal summary and ``pipecheck shards``: :class:`Inert` wraps the rich renderables, so
-  each segment's text is made visible after rich laid it out, and rich markup in strings is
-  not interpreted (``markup=False``); only the styles rich itself renders emit escape codes;
-* markdown: each string (:func:`pipecheck.render.markdown.inline`, which also escapes markdown
-  syntax) and the finished text;
-* the HTML page (:func:`visible` over the finished page) and chart labels;
-* the CLI's own lines (errors, headers, ``check`` results, saved paths):
-  :func:`pipecheck.cli._say`, one line each.
-
-The characters made visible (:data:`CONTROL`): C0 (U+0000-U+001F: tab, line feed, vertical
-tab, form feed, carriage return, the information separators U+001C-U+001E included), DEL and C1
-(U+007F-U+009F, ``NEL`` included), the Unicode line and paragraph separators (U+2028, U+2029),
-the bidirectional marks, embeddings, overrides and isolates (U+061C, U+200E, U+200F,
-U+202A-U+202E, U+2066-U+2069), which reorder what is shown ("Trojan Source", CVE-2021-42574),
-and invisible characters that hide text (zero-width U+200B-U+200D, U+2060-U+2064, U+FEFF, the
-interlinear annotation controls U+FFF9-U+FFFB, the tag characters U+E0000-U+E007F).
+How it works, and why: docs/internals.md (``pipecheck/render/inert.py``).
 """
 
 from __future__ import annotations

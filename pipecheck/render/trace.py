@@ -1,28 +1,6 @@
 """The report's timeline as a Chrome Trace Event Format file, for Perfetto and chrome://tracing.
 
-:func:`trace_events` builds the JSON Object Format (``{"traceEvents": [...], ...}``) from a
-finished :class:`~pipecheck.report_data.ReportData`; :func:`render_trace` returns it as JSON text.
-Timestamps (``ts``) and durations (``dur``) are microseconds since the run started.
-
-Layout (``pid`` / ``tid`` are track ids, not OS process ids; the real pids are in the names):
-
-* process 1, "training loop (main process)": thread 1 "consumer" holds a ``wait`` span (time
-  blocked in ``next()``, category ``data-wait``) and a ``compute`` span (the step, category
-  ``compute``) for every batch the report's consumer timeline kept; thread 2 "epochs" one span
-  per epoch. With ``num_workers=0`` the main process's own fetch / collate spans go on
-  thread 3 "loader (main process)".
-* process 2, "DataLoader workers": one thread per worker id with a ``fetch`` span (the
-  dataset's ``__getitem__`` calls, category ``fetch``) then a ``collate`` span (category
-  ``collate``) for each batch in that worker's recent-batch ring.
-* counters on process 1 from the host samples: ``CPU (cores)`` (main, workers),
-  ``memory (MiB)`` (main RSS, workers RSS, workers PSS when measured) and ``read (MB/s)``.
-
-What is kept: the consumer timeline holds every batch up to 8192 batches, then an evenly spaced
-sample (every k-th batch, k doubling as the run grows), so a longer run has fewer spans than
-batches; each worker's ring holds its most recent 1024 batches. ``otherData`` says how many
-batches the run had and how many the trace holds. A timeline longer than any pipecheck writes
-(a hand-made report) is thinned to an evenly spaced sample of :data:`TRACE_ENTRIES` entries,
-and ``otherData.thinned`` says so: the trace's size stays bounded.
+How it works, and why: docs/internals.md (``pipecheck/render/trace.py``).
 """
 
 from __future__ import annotations

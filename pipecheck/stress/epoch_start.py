@@ -1,21 +1,7 @@
 """Does epoch start matter? Measure the best configuration's epoch restart with and without
 ``persistent_workers`` and decide whether keeping workers alive is worth recommending.
 
-Without ``persistent_workers`` torch shuts the workers down when an epoch's iterator is done and
-starts new ones at the next ``iter()``: process start (fork or spawn), dataset pickling (spawn),
-``worker_init_fn`` and the first batch's production, paid every epoch. With it, later epochs
-only send each worker a resume message (torch's ``_MultiProcessingDataLoaderIter._reset``).
-
-Two extra trials of the best configuration, one per mode, run :data:`RESTART_EPOCHS` short
-epochs each. A map-style loader's epochs are cut to :data:`SHORT_EPOCH_BATCHES` batches by a
-truncated sampler (:func:`pipecheck.stress.target.rebuild_loader`), so every epoch ends the way
-a real one does, shutting its workers down inside the last ``next()``. The saving per epoch is
-the difference of the later epochs' median wall time between the modes: the new workers' start
-(seen as the first batch's wait, ``restart_s``) plus the old ones' shutdown, which under spawn
-measured up to a third of the saving here (``benchmarks/epoch_start.py``). An iterable loader's
-epochs are cut by leaving the loop instead: the old workers' shutdown then falls outside the
-epochs and a persistent restart also waits for the batches already prefetched (torch drains
-them on reset), so the saving is a lower bound (``method`` ``cut`` says so).
+How it works, and why: docs/internals.md (``pipecheck/stress/epoch_start.py``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
 """Checkpoints of a tuned torchdata ``StatefulDataLoader`` that resume exactly with the user's
 own settings.
 
-A tuned epoch runs on iterators with trial settings, and after an in-epoch switch on several
-(:mod:`pipecheck.tune.switch`); the loader's ``state_dict()`` would describe the first of them
-only, in the trial's format (torchdata refuses to resume a checkpoint with another worker
-count). So while a tuned epoch runs, ``state_dict()`` is answered here
-(:func:`pipecheck._torchdata_compat.answer_state_dict`) with the checkpoint the untuned loader
-writes at the same batch (:func:`pipecheck._torchdata_compat.untuned_state`):
-
-* the epoch's build reads the loader's index sampler as a :class:`RecordingSampler`, whose
-  iterator notes the sampler's and its iterator's states right after each batch's indices are
-  taken (one ``state_dict()`` call each a batch, as torchdata's own snapshots make), in a queue
-  as long as the batches taken and not yet handed out (``num_workers x prefetch_factor`` at
-  most); the in-epoch switch continues that same iterator;
-* each batch handed to the loop moves the epoch's :class:`EpochPosition` to its noted states;
-* the seeds come from the epoch's first iterator, which torch built with the untuned run's
-  draws.
-
-Costs: two ``state_dict()`` calls and a queue step per batch. Nothing of the user's is held
-past the epoch's iterator: the position keeps the states' values, and the loader's iterator
-weakly (a checkpoint is answered only while the loader's ``_iterator`` is the epoch's own; any
-other, such as one a ``load_state_dict()`` or an epoch built without tuning made, answers for
-itself).
+How it works, and why: docs/internals.md (``pipecheck/tune/checkpoint.py``).
 """
 
 from __future__ import annotations
@@ -63,7 +43,7 @@ class EpochPosition:
 
 class RecordingIndices:
     """The epoch's index-sampler iterator, noting its states after each batch's indices (see
-    the module docstring); :meth:`hand_out` moves the position to the next batch's."""
+    docs/internals.md); :meth:`hand_out` moves the position to the next batch's."""
 
     __slots__ = ("_sampler", "_source", "_noted", "_position", "_note")
 

@@ -1,29 +1,7 @@
 """Switching a map-style DataLoader's settings at a batch boundary inside an epoch, so that the
 loop sees exactly the samples, in exactly the order, it would see untuned.
 
-How (:func:`switch_iterator`, torch's iterator internals through :mod:`pipecheck._torch_compat`):
-
-1. the running iterator's sampler iterator (``_sampler_iter``) is taken and replaced by an
-   exhausted one: it sends no more indices to its workers, and the batches it has already sent
-   (``num_workers x prefetch_factor`` at most) are still delivered, in order;
-2. a new iterator is built for the new settings by the loader's own ``_get_iterator`` (so the
-   user's ``worker_init_fn``, ``generator``, ``multiprocessing_context``, ``collate_fn`` and
-   dataset are the ones it uses), with the loader's index sampler substituted, for the build
-   only, by one that hands out the taken sampler iterator: the build starts no new pass over
-   the sampler, and the new workers are primed with the indices that come next;
-3. building an iterator draws its workers' base seed from ``loader.generator`` (or the global
-   torch RNG when it is ``None``), which a shuffling sampler shares. For the switch's build the
-   loader's ``generator`` reads as a private one (:func:`switch_generator`), seeded from the
-   user's generator's initial seed (or torch's) and the switch's number: the user's generator
-   and the global RNG see exactly the draws of the untuned run (the sampler's own, which may
-   fall inside the build: priming the new workers can run the sampler to its end, whose last
-   step draws), and the new workers' seeds are reproducible and differ from every epoch's;
-4. the loop is handed the old iterator's outstanding batches first, then the new iterator's
-   (:class:`TuningIterator`); the new one takes over the old one's count of batches handed out.
-
-What differs from the untuned run: only the new workers' seeds and their number, so random
-augmentations made inside workers differ, as with any other ``num_workers``. A build that fails leaves the old
-iterator as it was (the indices the build took are put back in front of the rest).
+How it works, and why: docs/internals.md (``pipecheck/tune/switch.py``).
 """
 
 from __future__ import annotations
@@ -92,7 +70,7 @@ def switch_generator(generator: Any, number: int) -> Any:
 
 def switch_iterator(loader: Any, current: Any,
                     build: Callable[[str, Any], Any]) -> Any:
-    """A new iterator for ``loader`` that goes on with ``current``'s epoch (module docstring):
+    """A new iterator for ``loader`` that goes on with ``current``'s epoch (docs/internals.md):
     ``build(attribute, sampler)`` must build the loader's iterator with its attribute
     ``attribute`` (``batch_sampler`` or ``sampler``) read as ``sampler``, and its ``generator``
     as a :func:`switch_generator`, for the build. After
