@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "tests" / "support" / "attach_target.py"
 sys.path.insert(0, str(ROOT))
 
-from pipecheck.probes.stacks import find_py_spy  # noqa: E402
+from pipecheck.probes.py_spy_setup import find_py_spy  # noqa: E402
 
 BATCH_SIZE = 4
 

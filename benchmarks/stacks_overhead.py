@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 import pipecheck  # noqa: E402
-from pipecheck.probes import stacks as stacks_probe  # noqa: E402
+from pipecheck.probes import py_spy_setup  # noqa: E402
 
 SAMPLE_CPU_S = 0.01
 STEP_CPU_S = 0.02
@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=240)
     parser.add_argument("--rates", default="20,50,100")
     args = parser.parse_args()
-    if stacks_probe.shutil.which("py-spy") is None:
+    if py_spy_setup.find_py_spy() is None:
         sys.exit("py-spy is not installed")
     rates = [0] + [int(r) for r in args.rates.split(",")]
     results: dict[int, list[tuple[float, float]]] = {rate: [] for rate in rates}

@@ -24,7 +24,8 @@ from pipecheck._version import __version__
 from pipecheck.analysis.attach import analyze_attach
 from pipecheck.errors import BadInputError
 from pipecheck.probes.host import HostProbe
-from pipecheck.probes.stacks import StackSampler, check_target, find_py_spy
+from pipecheck.probes.py_spy_setup import check_target, find_py_spy
+from pipecheck.probes.stacks import StackSampler
 from pipecheck.records import Environment, LoaderConfig, Timeline
 from pipecheck.report import Report
 

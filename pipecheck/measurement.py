@@ -43,7 +43,8 @@ from .probes.hol import HeadOfLineProbe
 from .probes.host import HostProbe
 from .probes.rank_shards import setup_rank_shards
 from .probes.shards import pipeline_shards
-from .probes.stacks import DEFAULT_RATE_HZ, DEFAULT_WINDOW_S, PtracerOptIn, StackSampler
+from .probes.py_spy_setup import PtracerOptIn
+from .probes.stacks import DEFAULT_RATE_HZ, DEFAULT_WINDOW_S, StackSampler
 from .probes.stages import StageProbe
 from .probes import workers as workers_probe
 from .probes.workers import InstrumentedCollate, WorkerProbe, WorkerProbeUnsupported, scaled_to

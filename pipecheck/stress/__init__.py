@@ -348,8 +348,8 @@ def _profile(unprofiled: Optional[str], stacks: Optional[bool], run: _ExtraTrial
 
 def stacks_unavailable() -> Optional[str]:
     """Why py-spy cannot sample here (one line with how to enable it); ``None`` when it can."""
-    from pipecheck.probes.stacks import (find_py_spy, has_cap_sys_ptrace, ptrace_scope,
-                                         unavailable_reason)
+    from pipecheck.probes.py_spy_setup import (find_py_spy, has_cap_sys_ptrace, ptrace_scope,
+                                               unavailable_reason)
 
     return unavailable_reason(find_py_spy(), ptrace_scope(), has_cap_sys_ptrace())
 

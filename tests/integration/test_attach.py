@@ -23,7 +23,7 @@ from pipecheck.attach import STOP_SIGNALS, StopSignals
 from pipecheck.analysis.attach import analyze_attach
 from pipecheck.analysis.stats import wilson_interval
 from pipecheck.errors import ReportFormatError
-from pipecheck.probes import stacks
+from pipecheck.probes import py_spy_setup, stacks
 from pipecheck.records import StacksRecord
 from pipecheck.render.html import render_html
 from pipecheck.render.markdown import render_markdown
@@ -42,7 +42,7 @@ percentage points on each side: the interval covers sampling noise; the margin c
 alignment of the two windows (py-spy starts sampling a few hundred milliseconds after launch)
 and py-spy's torn stacks on a loaded 2-core machine."""
 
-pytestmark = pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy is not installed")
+pytestmark = pytest.mark.skipif(py_spy_setup.find_py_spy() is None, reason="py-spy is not installed")
 
 
 def _start_target(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
@@ -169,9 +169,9 @@ def live_pid():
 
 
 def test_py_spy_denied_is_one_line_naming_how_to_allow_it(monkeypatch, capsys, live_pid):
-    monkeypatch.setattr(stacks, "run_dump", lambda py_spy, pid: (
+    monkeypatch.setattr(py_spy_setup, "run_dump", lambda py_spy, pid: (
         1, "", "Error: Operation not permitted (os error 1)\n\nStack backtrace:\n  0: x\n"))
-    monkeypatch.setattr(stacks, "ptrace_scope", lambda: 1)
+    monkeypatch.setattr(py_spy_setup, "ptrace_scope", lambda: 1)
     assert cli.main(["attach", str(live_pid)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -183,8 +183,8 @@ def test_py_spy_denied_is_one_line_naming_how_to_allow_it(monkeypatch, capsys, l
 
 def test_ptrace_scope_3_is_refused_before_py_spy_runs(monkeypatch, capsys, live_pid):
     ran = []
-    monkeypatch.setattr(stacks, "run_dump", lambda *a: ran.append(a) or (0, "", ""))
-    monkeypatch.setattr(stacks, "ptrace_scope", lambda: 3)
+    monkeypatch.setattr(py_spy_setup, "run_dump", lambda *a: ran.append(a) or (0, "", ""))
+    monkeypatch.setattr(py_spy_setup, "ptrace_scope", lambda: 3)
     assert cli.main(["attach", str(live_pid)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ptrace_scope is 3" in err and not ran
@@ -192,12 +192,12 @@ def test_ptrace_scope_3_is_refused_before_py_spy_runs(monkeypatch, capsys, live_
 
 def test_py_spys_cause_lines_are_kept_and_its_backtrace_dropped(monkeypatch, capsys, live_pid):
     # What py-spy 0.4 prints when it may not read /proc/PID/exe.
-    monkeypatch.setattr(stacks, "run_dump", lambda py_spy, pid: (1, "", (
+    monkeypatch.setattr(py_spy_setup, "run_dump", lambda py_spy, pid: (1, "", (
         "Error: Failed to get process executable name. Check that the process is running.\n\n"
         "Caused by:\n    0: Permission denied (os error 13)\n"
         "    1: Permission denied (os error 13)\n\nStack backtrace:\n"
         "   0: <E as anyhow::context::ext::StdError>::ext_context\n")))
-    monkeypatch.setattr(stacks, "ptrace_scope", lambda: None)
+    monkeypatch.setattr(py_spy_setup, "ptrace_scope", lambda: None)
     assert cli.main(["attach", str(live_pid)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "anyhow" not in err
@@ -207,7 +207,7 @@ def test_py_spys_cause_lines_are_kept_and_its_backtrace_dropped(monkeypatch, cap
 
 
 def test_a_missing_py_spy_is_one_line_exit_2(monkeypatch, capsys, live_pid):
-    monkeypatch.setattr(stacks, "find_py_spy", lambda: None)
+    monkeypatch.setattr(py_spy_setup, "find_py_spy", lambda: None)
     monkeypatch.setattr("pipecheck.attach.find_py_spy", lambda: None)
     assert cli.main(["attach", str(live_pid)]) == 2
     err = capsys.readouterr().err

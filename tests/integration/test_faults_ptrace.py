@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from pipecheck.probes import stacks
+from pipecheck.probes import py_spy_setup, stacks
 from pipecheck.probes.stacks import StackSampler
 
 
@@ -17,8 +17,8 @@ def _record_prctl(monkeypatch) -> list[int]:
         calls.append(value.value)
         return True
 
-    monkeypatch.setattr(stacks, "_set_ptracer", set_ptracer)
-    monkeypatch.setattr(stacks, "ptrace_scope", lambda: 1)
+    monkeypatch.setattr(py_spy_setup, "_set_ptracer", set_ptracer)
+    monkeypatch.setattr(py_spy_setup, "ptrace_scope", lambda: 1)
     return calls
 
 
@@ -29,11 +29,11 @@ def test_the_ptrace_opt_in_is_withdrawn_when_the_window_ends(monkeypatch):
         ["sleep", "30"], stderr=subprocess.PIPE))
     sampler = StackSampler(window_s=0.2, py_spy="/usr/bin/true")
     sampler.start()
-    assert calls == [stacks._PR_SET_PTRACER_ANY.value]  # open during the window
+    assert calls == [py_spy_setup._PR_SET_PTRACER_ANY.value]  # open during the window
     sampler.stop()
-    assert calls == [stacks._PR_SET_PTRACER_ANY.value, 0]
+    assert calls == [py_spy_setup._PR_SET_PTRACER_ANY.value, 0]
     sampler.stop()  # idempotent: nothing more
-    assert calls == [stacks._PR_SET_PTRACER_ANY.value, 0]
+    assert calls == [py_spy_setup._PR_SET_PTRACER_ANY.value, 0]
 
 
 def test_the_ptrace_opt_in_is_withdrawn_when_py_spy_cannot_start(monkeypatch):
@@ -46,4 +46,4 @@ def test_the_ptrace_opt_in_is_withdrawn_when_py_spy_cannot_start(monkeypatch):
     sampler = StackSampler(window_s=5.0, py_spy="/usr/bin/true")
     sampler.start()
     assert sampler.record().status == "failed"
-    assert calls == [stacks._PR_SET_PTRACER_ANY.value, 0]
+    assert calls == [py_spy_setup._PR_SET_PTRACER_ANY.value, 0]

@@ -22,11 +22,11 @@ import pipecheck
 from paths import SUPPORT
 from pipecheck import _owned
 from cause_datasets import BusyDataset, burn_in_map_stage
-from pipecheck.probes import stacks
+from pipecheck.probes import py_spy_setup, stacks
 from pipecheck.demo_data import ensure_shards
 from pipecheck.probes.speedscope import Frame, SampledStack, parse_speedscope
-from pipecheck.probes.stacks import (PtracerOptIn, StackSampler, hot_functions, main_wait,
-                                     stage_of, unavailable_reason)
+from pipecheck.probes.py_spy_setup import PtracerOptIn, unavailable_reason
+from pipecheck.probes.stacks import StackSampler, hot_functions, main_wait, stage_of
 
 HOT = "burn_cpu_in_pipecheck_test_worker"
 
@@ -41,7 +41,7 @@ def _busy_run(context="fork", workers=2, **wrap_options):
 
 
 @pytest.mark.slow  # 5 s of py-spy; the default run's stage-grouping test samples for real too
-@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
+@pytest.mark.skipif(py_spy_setup.find_py_spy() is None, reason="py-spy not installed")
 def test_the_burning_worker_function_is_the_top_hot_function():
     # spawn: the opt-in wrapper must survive pickling; its start-up must not count as hot
     report = _busy_run("spawn", workers=1, stacks=True, stacks_window_s=30.0,
@@ -70,7 +70,7 @@ def test_the_burning_worker_function_is_the_top_hot_function():
     assert HOT in report.render(width=100)
 
 
-@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
+@pytest.mark.skipif(py_spy_setup.find_py_spy() is None, reason="py-spy not installed")
 def test_hot_functions_are_grouped_under_their_webdataset_stage(tmp_path):
     import webdataset as wds
 
@@ -119,7 +119,7 @@ def test_stage_of_names_the_innermost_stage():
 
 def test_without_py_spy_the_report_says_so_and_the_rest_works(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no py-spy anywhere on PATH
-    monkeypatch.setattr(stacks, "py_spy_dirs", lambda: [str(tmp_path)])  # nor beside Python
+    monkeypatch.setattr(py_spy_setup, "py_spy_dirs", lambda: [str(tmp_path)])  # nor beside Python
     report = _busy_run(stacks=True)
     assert report.stacks.status == "unavailable"
     (finding,) = [f for f in report.diagnosis.findings if f.kind == "stacks-unavailable"]
@@ -146,11 +146,11 @@ with pipecheck.wrap(loader, stacks=True, stacks_window_s=30.0, host=False) as wr
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
+@pytest.mark.skipif(py_spy_setup.find_py_spy() is None, reason="py-spy not installed")
 def test_py_spy_beside_an_unactivated_venvs_python_is_found(tmp_path):
     # Job scripts run venv/bin/python train.py without activating the venv: PATH lacks its bin.
     bare_path = os.pathsep.join(d for d in ("/usr/local/bin", "/usr/bin", "/bin")
-                                if stacks.shutil.which("py-spy", path=d) is None)
+                                if py_spy_setup.shutil.which("py-spy", path=d) is None)
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     if not os.access(beside, os.X_OK):
         pytest.skip(f"py-spy is not beside {sys.executable}")
@@ -179,16 +179,16 @@ def test_py_spy_is_looked_up_beside_python_then_in_scripts_dirs_then_on_path(mon
         fake.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(beside / "python"))
     schemes = {None: str(scripts), "user": str(user)}
-    monkeypatch.setattr(stacks.sysconfig, "get_path",
+    monkeypatch.setattr(py_spy_setup.sysconfig, "get_path",
                         lambda name, scheme=None: schemes[scheme])
-    monkeypatch.setattr(stacks.sysconfig, "get_preferred_scheme", lambda key: key)
+    monkeypatch.setattr(py_spy_setup.sysconfig, "get_preferred_scheme", lambda key: key)
     monkeypatch.setenv("PATH", str(on_path))
-    assert stacks.py_spy_dirs() == [str(beside), str(scripts), str(user)]
+    assert py_spy_setup.py_spy_dirs() == [str(beside), str(scripts), str(user)]
     found = []
     for directory in (beside, scripts, user, on_path):
-        found.append(stacks.find_py_spy())
+        found.append(py_spy_setup.find_py_spy())
         (directory / "py-spy").unlink()
-    found.append(stacks.find_py_spy())
+    found.append(py_spy_setup.find_py_spy())
     assert found == [str(d / "py-spy") for d in (beside, scripts, user, on_path)] + [None]
 
 
@@ -384,7 +384,7 @@ def test_a_second_py_spy_that_cannot_start_leaves_no_process_or_directory(monkey
         return launched[0]
 
     monkeypatch.setattr(stacks, "_launch", launch_once)
-    monkeypatch.setattr(stacks, "ptrace_scope", lambda: None)
+    monkeypatch.setattr(py_spy_setup, "ptrace_scope", lambda: None)
     sampler = StackSampler(window_s=5.0, py_spy="/usr/bin/true")
     sampler.start()
     record = sampler.record()
@@ -412,7 +412,7 @@ def _hostile_target(tmp_path) -> subprocess.Popen:
     return target
 
 
-@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
+@pytest.mark.skipif(py_spy_setup.find_py_spy() is None, reason="py-spy not installed")
 def test_names_with_newlines_and_semicolons_come_back_exactly_from_real_py_spy(tmp_path):
     from hostile_names import HOSTILE_FILE, HOSTILE_NAME, WAIT_NAME
 
@@ -443,7 +443,7 @@ def test_names_with_newlines_and_semicolons_come_back_exactly_from_real_py_spy(t
     assert 0 < record.main_wait_samples < record.main_thread_samples <= 2 * 50
 
 
-@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
+@pytest.mark.skipif(py_spy_setup.find_py_spy() is None, reason="py-spy not installed")
 def test_py_spy_outlives_the_thread_that_opened_the_window(tmp_path):
     # PR_SET_PDEATHSIG fires when the *thread* that forked py-spy ends: a loader iterated in a
     # short-lived thread must not kill its own sampler with it.
@@ -491,7 +491,7 @@ def _swept(folder: str, timeout_s: float = 10.0) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(stacks.find_py_spy() is None, reason="py-spy not installed")
+@pytest.mark.skipif(py_spy_setup.find_py_spy() is None, reason="py-spy not installed")
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "SIGTERM with save"])
 def test_py_spy_dies_with_a_wrapped_program(tmp_path, how):
     from py_spy_children import output_folder, py_spy_children, wait_gone
