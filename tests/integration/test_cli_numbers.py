@@ -18,7 +18,7 @@ REQUIRED = {"demo": [], "report": ["x.json"], "check": ["x.json"], "stress": ["x
             "shards": ["x.tar", "--workers", "1"], "attach": ["1"], "run": []}
 """Arguments each subcommand needs besides the option tested (never reached: parsing fails)."""
 
-NOT_NUMERIC = {"_output_file", "_step_time", "_baseline"}
+NOT_NUMERIC = {"output_file", "step_time", "baseline"}
 """Option types that take text (paths, a step time and a configuration, range-checked by their
 own types)."""
 
