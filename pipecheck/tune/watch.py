@@ -60,10 +60,22 @@ class RateWatch:
         self.window = self.make_window()
         if rate * (1.0 + noise) >= (1.0 - RETUNE_DROP) * reference:
             self.dropped = 0
+            self._refresh(window, noise)
             return None
         self.dropped += 1
         return window.trial(self.reference.settings, 0) \
             if self.dropped >= SUSTAINED_WINDOWS else None
+
+    def _refresh(self, window: TrialWindow, noise: float) -> None:
+        """A kept trial too noisy to resolve a :data:`RETUNE_DROP` (its low end is under
+        ``1 - RETUNE_DROP`` of its rate: a short window of a fast, bursty loader) is replaced by
+        a watch window of the same settings that did not drop and is less noisy, until one
+        can resolve it: a drop is judged against what the settings do when settled, not
+        against the tuning window's doubt. Once the reference resolves a drop it stays, so a
+        slow drift cannot lower it step by step."""
+        if (self.reference.noise_fraction or 0.0) >= RETUNE_DROP \
+                and noise < (self.reference.noise_fraction or 0.0):
+            self.reference = window.trial(self.reference.settings, 0)
 
     def restart(self, warmup: int) -> None:
         """A new epoch's iterator: the block in progress is dropped and ``warmup`` batches

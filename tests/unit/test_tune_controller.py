@@ -7,11 +7,13 @@ import pytest
 
 from pipecheck.analysis.choice import (MIN_WORTHWHILE_GAIN, NOISE_BLOCKS, block_rate_noise,
                                        cheapest_within, loop_noise, tolerance)
-from pipecheck.records import TuneSettings
+from pipecheck.records import TuneSettings, TuneTrial
 from pipecheck.tune.controller import (MAX_TIE_TOLERANCE, MIN_BUDGET_WINDOWS, TuneController,
                                        TuneLimits, block_batches, pin_line, warmup_for)
 
 from pipecheck.tune.guards import cgroup_cpu_quota, memory_refusal
+from pipecheck.tune.watch import RETUNE_DROP, SUSTAINED_WINDOWS, RateWatch
+from pipecheck.tune.window import TrialWindow
 
 LIMITS = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=2, budget_s=1e9,
                     budget_fraction=1.0)
@@ -385,6 +387,57 @@ def test_a_drop_within_the_margin_keeps_the_settings():
     for _ in range(500):  # 15 % slower: under RETUNE_DROP
         assert controller.observe(0.0, 0.005 / 0.85, 4) is None
     assert controller.retunes == 0 and controller.settled
+
+
+def _noisy_reference() -> TuneTrial:
+    """A kept trial of 2 workers at 1,000 samples/s whose short window was too noisy (75 %)
+    to resolve a 20 % drop."""
+    return TuneTrial(settings=TuneSettings(num_workers=2), batches=32, samples=128,
+                     seconds=0.128, samples_per_s=1000.0, stall_fraction=0.0,
+                     noise_fraction=0.75)
+
+
+def _watch_windows(watch: RateWatch, seconds_per_batch: float, windows: int):
+    """Feed ``windows`` whole watch windows (4 blocks of 2 batches of 4 samples); the first
+    dropped trial returned, or ``None``."""
+    for _ in range(windows * 8):
+        dropped = watch.add(0.0, seconds_per_batch, 4)
+        if dropped is not None:
+            return dropped
+    return None
+
+
+def test_a_noisy_kept_trial_is_replaced_by_a_settled_window_so_a_later_drop_shows():
+    watch = RateWatch(_noisy_reference(), lambda: TrialWindow(2, 0.0), warmup=0)
+    assert _watch_windows(watch, 0.004, 1) is None  # steady at 1,000 samples/s: the reference
+    assert watch.reference.samples_per_s == pytest.approx(1000.0)
+    assert watch.reference.noise_fraction < RETUNE_DROP
+    dropped = _watch_windows(watch, 0.008, SUSTAINED_WINDOWS)  # half as fast
+    assert dropped is not None and dropped.samples_per_s == pytest.approx(500.0)
+    assert "fell from 1,000 to 500" in watch.drop_line(dropped)
+
+
+def test_against_a_noisy_kept_trial_a_drop_from_the_start_is_not_called():
+    """The same halving with no settled window before it: the kept trial's own doubt covers
+    it, so nothing is re-tuned (the honest limit), and the slow windows become the reference
+    only while they are the less noisy measurement."""
+    watch = RateWatch(_noisy_reference(), lambda: TrialWindow(2, 0.0), warmup=0)
+    assert _watch_windows(watch, 0.008, 3) is None
+    assert watch.reference.samples_per_s == pytest.approx(500.0)
+
+
+def test_a_reference_that_resolves_a_drop_is_never_replaced():
+    """A slow drift (10 % a window, each under RETUNE_DROP) cannot lower a reference that was
+    precise enough: the drop adds up and is called."""
+    reference = TuneTrial(settings=TuneSettings(num_workers=2), batches=64, samples=256,
+                          seconds=0.256, samples_per_s=1000.0, stall_fraction=0.0,
+                          noise_fraction=0.02)
+    watch = RateWatch(reference, lambda: TrialWindow(2, 0.0), warmup=0)
+    dropped = None
+    for step in range(1, 6):
+        dropped = dropped or _watch_windows(watch, 0.004 / 0.9 ** step, 1)
+        assert watch.reference is reference
+    assert dropped is not None
 
 
 def test_the_starts_own_warm_up_is_no_cost():
