@@ -179,7 +179,7 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
     tuned_s, marks, settled = run_tuned(loader, pipeline.model(), batches)
     section = loader.report().tune
     loader.close()
-    kept = section.chosen.label() if section.chosen is not None else None
+    kept = section.chosen.short_label() if section.chosen is not None else None
     # 3. the grid, unwrapped, interleaved
     rates: dict[str, list[float]] = {str(n): [] for n in args.grid}
     for _ in range(args.rounds):
@@ -193,7 +193,7 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
     return Row(pipeline.name, condition, batches, kept, section.status,
                after_rate(marks, settled) if section.status == "settled" else None, grid[best],
                f"num_workers={best}", grid, untuned_s, tuned_s, section.tuning_s, section.cost_s,
-               [{"settings": t.settings.label(), "batches": t.batches, "seconds": t.seconds,
+               [{"settings": t.settings.short_label(), "batches": t.batches, "seconds": t.seconds,
                  "samples_per_s": t.samples_per_s, "stall_fraction": t.stall_fraction,
                  "noise_fraction": t.noise_fraction} for t in section.trials])
 

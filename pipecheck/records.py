@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.kinds import (
     ComparisonStatus,
     ComparisonVerdict,
@@ -896,7 +897,8 @@ class RankSummary:
     """The setting of the rank's first recommendation; ``None``: it has none."""
     tuned: Optional[str] = None
     """The settings online tuning (``wrap(tune=True)``) kept on this rank, as
-    :meth:`TuneSettings.label` writes them; ``None``: it did not tune, or chose nothing yet."""
+    :meth:`LoaderSettings.short_label` writes them; ``None``: it did not tune, or chose
+    nothing yet."""
 
     @property
     def failed(self) -> bool:
@@ -944,7 +946,7 @@ class JobShape:
 
 @dataclass(frozen=True)
 class TunedRanks:
-    """Ranks whose online tuning kept the same ``settings`` (a :meth:`TuneSettings.label`):
+    """Ranks whose online tuning kept the same ``settings`` (a :meth:`LoaderSettings.short_label`):
     how many (``ranks``, >= 1) and the first of them in rank order (``first_ranks``, at most
     :data:`pipecheck.analysis.ranks.TUNED_RANKS_LISTED`)."""
 
@@ -1003,31 +1005,6 @@ class ShardRank:
 
 
 @dataclass(frozen=True)
-class TuneSettings:
-    """The DataLoader settings online tuning varies, with torch's keyword names:
-    ``num_workers`` (>= 0), ``prefetch_factor`` (``None`` with 0 workers, else >= 1),
-    ``persistent_workers`` and ``pin_memory``."""
-
-    num_workers: int
-    prefetch_factor: Optional[int] = None
-    persistent_workers: bool = False
-    pin_memory: bool = False
-
-    def label(self) -> str:
-        """Short text such as ``num_workers=2 prefetch_factor=4``: the keyword arguments as
-        ``DataLoader`` takes them (``prefetch_factor`` / ``persistent_workers`` only with
-        workers, ``pin_memory`` only when true)."""
-        parts = [f"num_workers={self.num_workers}"]
-        if self.num_workers > 0:
-            parts.append(f"prefetch_factor={self.prefetch_factor}")
-            if self.persistent_workers:
-                parts.append("persistent_workers=True")
-        if self.pin_memory:
-            parts.append("pin_memory=True")
-        return " ".join(parts)
-
-
-@dataclass(frozen=True)
 class TuneTrial:
     """One online trial (``wrap(tune=True)``): the ``settings`` tried and what its measured
     window held: ``batches`` and ``samples`` taken, ``seconds`` of loop time (waits and steps),
@@ -1037,7 +1014,7 @@ class TuneTrial:
     ``warmup_batches``: batches after the switch left out of the window (the old iterator's
     outstanding batches and the new workers' start)."""
 
-    settings: TuneSettings
+    settings: LoaderSettings
     batches: int
     samples: int
     seconds: float
@@ -1068,8 +1045,8 @@ class TuneSection:
 
     status: TuneStatus
     reason: Optional[str] = None
-    start: Optional[TuneSettings] = None
-    chosen: Optional[TuneSettings] = None
+    start: Optional[LoaderSettings] = None
+    chosen: Optional[LoaderSettings] = None
     trials: list[TuneTrial] = field(default_factory=list)
     speedup: Optional[float] = None
     tuning_s: Optional[float] = None

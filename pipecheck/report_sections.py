@@ -103,7 +103,7 @@ _TRIAL_KEYS = ("config", "samples_per_s", "batches_per_s", "stall_fraction", "me
 class TrialEntry:
     """One measured stress trial (:class:`pipecheck.stress.trial.TrialResult`'s figures).
 
-    ``config``: its DataLoader keywords (:meth:`pipecheck.stress.settings.TrialConfig.to_dict`).
+    ``config``: its DataLoader keywords (:meth:`pipecheck.stress.settings.LoaderSettings.to_dict`).
     ``samples_per_s`` / ``batches_per_s``: steady rates (each epoch's first batch left out);
     ``run_samples_per_s`` / ``run_batches_per_s``: the whole run's, start-ups included;
     ``stall_fraction`` (0-1) the steady data wait over loop time; ``startup_s`` the first

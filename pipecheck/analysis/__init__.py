@@ -17,13 +17,8 @@ from typing import Optional
 
 from pipecheck.analysis.consumer import summarize_consumer
 from pipecheck.analysis.judgement import judge_capacity, judge_stall
-from pipecheck.analysis.model import (
-    LoaderSettings,
-    Prediction,
-    ThroughputModel,
-    build_model,
-    data_gaps,
-)
+from pipecheck.analysis.model import Prediction, ThroughputModel, build_model, data_gaps
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.analysis.producer import summarize_producer
 from pipecheck.analysis.stages import pipeline_findings, stage_table
 from pipecheck.analysis.verdict import (

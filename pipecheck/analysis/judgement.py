@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Optional
 
 from pipecheck.analysis.consumer import mean_steady_wait_s
-from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR, measured_settings
+from pipecheck.analysis.model import measured_settings
+from pipecheck.loader_settings import TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.analysis.stats import ratio
 from pipecheck.effects import capacity_words
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND, NO_DATA, FindingKind, Verdict

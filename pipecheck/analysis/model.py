@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.analysis.consumer import (
     cold_start_s,
     shutdown_wait_s,
@@ -50,8 +51,7 @@ from pipecheck.records import (
     RunRecord,
 )
 
-TORCH_DEFAULT_PREFETCH_FACTOR = 2
-"""``DataLoader``'s ``prefetch_factor`` when it is ``None`` and ``num_workers > 0``."""
+
 
 RECEIVE_FIXED_S = 0.6e-3
 """Main-thread CPU seconds to receive one ready batch from a worker (queue get, unpickling),
@@ -122,27 +122,6 @@ POOL_STARVED_SHARE = 0.8
 """Share of a core the main process's runnable threads got (1 - run-queue fraction) under which
 an active intra-op pool is taken to be starved (:attr:`ThroughputModel.pool_starved`).
 pipecheck's choice (docs/decisions.md#pool_starved_share)."""
-
-
-@dataclass(frozen=True)
-class LoaderSettings:
-    """The settings the model varies, with DataLoader's keyword names. ``prefetch_factor=None``
-    means torch's default (2) when ``num_workers > 0``. ``in_order=False`` delivers batches as
-    workers finish them: a batch slower than the rest then delays only itself, so the model
-    replays the tail with every batch at the median production time (the variation goes, the
-    typical batch time stays: uniformly slow batches, e.g. from CPU contention, gain
-    nothing)."""
-
-    num_workers: int
-    prefetch_factor: Optional[int] = None
-    persistent_workers: bool = False
-    in_order: bool = True
-
-    def effective_prefetch_factor(self) -> int:
-        """The prefetch factor the DataLoader would use (0 with no workers)."""
-        if self.num_workers == 0:
-            return 0
-        return self.prefetch_factor or TORCH_DEFAULT_PREFETCH_FACTOR
 
 
 @dataclass(frozen=True)
@@ -553,7 +532,7 @@ class ThroughputModel:
         if self.load is None:
             stretch = 1.0
         times = [t * stretch for t in self.batch_times_s]
-        if not settings.in_order:
+        if not settings.delivers_in_order:
             ordered = sorted(times)
             return max(ordered[len(ordered) // 2] - lead_s, 0.0)
         return sum(max(t - lead_s, 0.0) for t in times) / len(times)

@@ -82,8 +82,8 @@ def rank_summary(rank: RankInfo, consumer: ConsumerSummary, verdict: Verdict,
                        local_rank=rank.local_rank, top_finding=top.kind if top else None,
                        top_recommendation=(recommendations[0].setting if recommendations
                                            else None),
-                       tuned=(tune.chosen.label() if tune is not None and tune.chosen is not None
-                              else None))
+                       tuned=(tune.chosen.short_label()
+                              if tune is not None and tune.chosen is not None else None))
 
 
 def analyze_ranks(summaries: Iterable[RankSummary],

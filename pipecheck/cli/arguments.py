@@ -196,7 +196,7 @@ _CONFIG_RANGES = {"num_workers": (0, MAX_WORKERS), "prefetch_factor": (1, MAX_PR
 
 
 def baseline(text: str) -> Any:
-    """An argparse type: ``num_workers=4,prefetch_factor=2,...`` as a ``TrialConfig``, its
+    """An argparse type: ``num_workers=4,prefetch_factor=2,...`` as a ``LoaderSettings``, its
     numbers in the ranges of the options of the same names."""
     from pipecheck.stress.settings import parse_config
 

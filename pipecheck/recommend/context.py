@@ -9,11 +9,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pipecheck.analysis import Analysis
-from pipecheck.analysis.model import (
-    LoaderSettings,
-    Prediction,
-    ThroughputModel,
-)
+from pipecheck.analysis.model import Prediction, ThroughputModel
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.records import (
     Expected,
     Recommendation,

@@ -10,10 +10,8 @@ from typing import Optional
 
 from pipecheck.analysis.bound import CPU_BOUND_FRACTION
 from pipecheck.analysis.memory import SHM_HEADROOM_FACTOR
-from pipecheck.analysis.model import (
-    LoaderSettings,
-    ThroughputModel,
-)
+from pipecheck.analysis.model import ThroughputModel
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.kinds import (
     CPU_BOUND,
     LATENCY_BOUND,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR
+from pipecheck.loader_settings import TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.kinds import FindingKind
 from pipecheck.records import Diagnosis, Expected, Finding, Recommendation
 from pipecheck.report_sections import EpochStart, StressChoice, StressSection, SweepTrial

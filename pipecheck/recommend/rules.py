@@ -10,11 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from pipecheck.analysis.consumer import mean_epoch_wall_s, stress_command
-from pipecheck.analysis.model import (
-    TORCH_DEFAULT_PREFETCH_FACTOR,
-    LoaderSettings,
-    Prediction,
-)
+from pipecheck.analysis.model import Prediction
+from pipecheck.loader_settings import LoaderSettings, TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.analysis.stats import mean
 from pipecheck.kinds import (
     COMPUTE_BOUND,

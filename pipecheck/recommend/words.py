@@ -6,11 +6,8 @@ from __future__ import annotations
 
 
 from pipecheck.analysis.causes import CONTENDED_CPU_FRACTION
-from pipecheck.analysis.model import (
-    LoaderSettings,
-    Prediction,
-    ThroughputModel,
-)
+from pipecheck.analysis.model import Prediction, ThroughputModel
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.kinds import (
     CPU_BOUND,
     IO_BOUND,

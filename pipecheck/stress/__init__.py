@@ -32,19 +32,18 @@ from pipecheck.stress.runner import Source, Sweep, run_sweep, validate
 from pipecheck.stress.search import candidate_configs, run_search
 from pipecheck.stress.settings import (
     DEFAULT_TRIAL_S,
-    TORCH_DEFAULT_PREFETCH_FACTOR,
     Step,
     StepFunction,
     StepTime,
-    TrialConfig,
     parse_step_time,
     sweep_configs,
 )
+from pipecheck.loader_settings import LoaderSettings, TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.stress.target import given_config, is_file_target, split_target
 from pipecheck.stress.tracker import ProgressCallback, ProgressEvent, Tracker
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
-__all__ = ["ProgressEvent", "StepTime", "Sweep", "TrialConfig", "TrialLimits", "TrialResult",
+__all__ = ["ProgressEvent", "StepTime", "Sweep", "LoaderSettings", "TrialLimits", "TrialResult",
            "stress"]
 
 
@@ -54,7 +53,7 @@ def stress(source: Source, *, num_workers: Union[Sequence[int], str, None] = Non
            pin_memory: Optional[bool] = None, in_order: Optional[Sequence[bool]] = None,
            step_time_s: Any = None, step_cpu_share: float = 0.0,
            step: Union[str, Callable[[Any], Any], None] = None, batch_size: Union[int, Sequence[int], None] = None,
-           baseline: Union[TrialConfig, Mapping[str, Any], None] = None,
+           baseline: Union[LoaderSettings, Mapping[str, Any], None] = None,
            budget_s: float = 60.0, timeout_s: float = 30.0,
            trial_batches: Optional[int] = None, trial_s: float = DEFAULT_TRIAL_S,
            progress: Optional[ProgressCallback] = None,
@@ -96,7 +95,7 @@ def stress(source: Source, *, num_workers: Union[Sequence[int], str, None] = Non
             runs in this process). Not with ``step_time_s``.
         batch_size: samples per batch, or several to compare (each one is searched; rates are
             compared in samples/s; the step time stays per batch); ``None`` keeps the target's.
-        baseline: the configuration to beat (``TrialConfig`` or a dict of its fields), measured
+        baseline: the configuration to beat (``LoaderSettings`` or a dict of its fields), measured
             first; ``None``: with automatic workers the given one (a DataLoader's own
             settings, or the defaults of the factory's ``num_workers`` / ``prefetch_factor`` /
             ``persistent_workers`` parameters), else ``num_workers=0``; with an explicit
@@ -165,7 +164,7 @@ def stress(source: Source, *, num_workers: Union[Sequence[int], str, None] = Non
     # The given configuration joins automatic candidates; an explicit list is taken as asked.
     derive = auto or baseline is not None
     if isinstance(source, str):  # the user's code runs in a child, never in this process
-        wanted = baseline.to_dict() if isinstance(baseline, TrialConfig) else baseline
+        wanted = baseline.to_dict() if isinstance(baseline, LoaderSettings) else baseline
         first = check_target(source, configs[0], baseline=None if wanted is None else
                              dict(wanted), derive_baseline=derive, timeout_s=timeout_s)
         checked: Source = source
@@ -297,7 +296,7 @@ class _ExtraTrials:
         """Why they do not fit (:meth:`Tracker.shortfall`)."""
         return self._tracker.shortfall(*limits)
 
-    def __call__(self, config: TrialConfig, limits: TrialLimits) -> TrialResult:
+    def __call__(self, config: LoaderSettings, limits: TrialLimits) -> TrialResult:
         result = self._tracker.run(self._source, config, limits, step=self._step,
                                    timeout_s=self._timeout_s, done=self._done)
         self._done += 1
@@ -318,7 +317,7 @@ def _recommended(sweep: Sweep) -> TrialResult:
     return picked[0]
 
 
-def _pinnable(config: TrialConfig) -> bool:
+def _pinnable(config: LoaderSettings) -> bool:
     """Whether the best configuration is worth measuring again with ``pin_memory=True``
     (page-locked batches make the host-to-device copy asynchronous; torch's pin_memory
     documentation): it has workers and does not pin yet. The model does not predict pinning,
@@ -354,17 +353,17 @@ def stacks_unavailable() -> Optional[str]:
     return unavailable_reason(find_py_spy(), ptrace_scope(), has_cap_sys_ptrace())
 
 
-def _baseline(given: Union[TrialConfig, Mapping[str, Any], None], source: Source,
-              first: TrialConfig) -> Optional[TrialConfig]:
+def _baseline(given: Union[LoaderSettings, Mapping[str, Any], None], source: Source,
+              first: LoaderSettings) -> Optional[LoaderSettings]:
     """The baseline to measure first, aligned with the candidates' batch size, ``pin_memory``
     and ``in_order`` where it leaves them open; ``None`` to keep ``first``."""
     if given is None:
         config = given_config(source)
-    elif isinstance(given, TrialConfig):
+    elif isinstance(given, LoaderSettings):
         config = given
     else:
         try:
-            config = TrialConfig(**given)
+            config = LoaderSettings(**given)
         except TypeError as err:
             raise BadArgumentError(f"bad baseline {dict(given)!r}: {err}") from None
     if config is None:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 from pipecheck.recommend.limits import PERSISTENT_START_SHARE
 from pipecheck.report_sections import EpochStart, ExpectedRate, PersistentPair, StressChoice
-from pipecheck.stress.settings import TrialConfig
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
 RESTART_EPOCHS = 3
@@ -23,7 +23,7 @@ SHORT_EPOCH_BATCHES = 8
 """Batches per shortened epoch: enough for a steady rate, short enough that restarts dominate
 the trial's time."""
 
-RunTrial = Callable[[TrialConfig, TrialLimits], TrialResult]
+RunTrial = Callable[[LoaderSettings, TrialLimits], TrialResult]
 
 
 def measure_epoch_start(best: TrialResult, limits: TrialLimits,

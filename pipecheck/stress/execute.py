@@ -12,7 +12,8 @@ from torch.utils.data import DataLoader
 
 from pipecheck.errors import BadInputError
 from pipecheck.stress.isolate import run_isolated
-from pipecheck.stress.settings import Step, TrialConfig
+from pipecheck.stress.settings import Step
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.target import Factory, call_factory, rebuild_loader
 from pipecheck.stress.trial import TrialLimits, TrialResult, failed, measure
 
@@ -25,7 +26,7 @@ BATCH_EVENT_INTERVAL_S = 0.25
 this often; calling it per batch would cost fast loaders measurable time)."""
 
 
-def run_trial(source: Source, config: TrialConfig, limits: TrialLimits, *,
+def run_trial(source: Source, config: LoaderSettings, limits: TrialLimits, *,
               step: Optional[Step], timeout_s: float,
               on_batches: Optional[Callable[[int], None]] = None) -> TrialResult:
     """Measure one configuration: in a child process for a string ``source``, here otherwise
@@ -38,7 +39,7 @@ def run_trial(source: Source, config: TrialConfig, limits: TrialLimits, *,
     return _run_here(source, config, limits, step, timeout_s, on_batches)
 
 
-def _run_here(source: Union[Factory, DataLoader], config: TrialConfig, limits: TrialLimits,
+def _run_here(source: Union[Factory, DataLoader], config: LoaderSettings, limits: TrialLimits,
               step: Optional[Step], timeout_s: float,
               on_batches: Optional[Callable[[int], None]]) -> TrialResult:
     try:

@@ -26,7 +26,8 @@ from pipecheck import _owned
 from pipecheck.errors import BadInputError
 from pipecheck.probes._ring import AREA_PREFIX, shared_dir
 from pipecheck.probes.stages import FOLDER_PREFIX
-from pipecheck.stress.settings import Step, TrialConfig
+from pipecheck.stress.settings import Step
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.target import is_file_target, split_target
 from pipecheck.stress.trial import TrialLimits, TrialResult, failed, result_from_json
 
@@ -109,7 +110,7 @@ def run_child(module: str, request: dict, timeout_s: float,
                             _last_error(stderr_path), time.perf_counter() - started)
 
 
-def run_isolated(target: str, config: TrialConfig, limits: TrialLimits, *,
+def run_isolated(target: str, config: LoaderSettings, limits: TrialLimits, *,
                  step: Optional[Step], timeout_s: float,
                  on_batches: Optional[Callable[[int], None]] = None) -> TrialResult:
     """Run the trial in a child process and return its result.
@@ -139,12 +140,12 @@ def run_isolated(target: str, config: TrialConfig, limits: TrialLimits, *,
     return failed(config, f"trial process {outcome.death()}", outcome.wall_s)
 
 
-def check_target(target: str, config: TrialConfig, *, baseline: Optional[dict],
-                 derive_baseline: bool, timeout_s: float) -> Optional[TrialConfig]:
+def check_target(target: str, config: LoaderSettings, *, baseline: Optional[dict],
+                 derive_baseline: bool, timeout_s: float) -> Optional[LoaderSettings]:
     """Validate a named target in a child process (:mod:`pipecheck.stress.target_child`) under
     the trials' watchdog: import it, call it once with ``config`` and, when
     ``derive_baseline``, once with the baseline (``baseline``, the user's settings as
-    ``TrialConfig`` keywords, or the defaults of the function's own parameters; see
+    ``LoaderSettings`` keywords, or the defaults of the function's own parameters; see
     :func:`pipecheck.stress._baseline`). Returns that baseline (``None``: keep ``config``).
 
     The parent never imports the user's code, so a target that hangs, exits or crashes cannot
@@ -170,7 +171,7 @@ def check_target(target: str, config: TrialConfig, *, baseline: Optional[dict],
     if outcome.result.get("error"):
         raise BadInputError(outcome.result["error"])
     first = outcome.result.get("baseline")
-    return TrialConfig.from_dict(first) if first is not None else None
+    return LoaderSettings.from_dict(first) if first is not None else None
 
 
 def _watch(child: subprocess.Popen, progress_path: str, timeout_s: float,

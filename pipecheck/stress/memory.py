@@ -21,7 +21,7 @@ import psutil
 
 from pipecheck.kinds import MAIN, WORKER
 from pipecheck.records import RunRecord
-from pipecheck.stress.settings import TrialConfig
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.units import size
 
 SAFE_FRACTION = 0.8
@@ -71,7 +71,7 @@ def available_bytes() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def skip_reason(config: TrialConfig, measured: Iterable[Optional[RunRecord]],
+def skip_reason(config: LoaderSettings, measured: Iterable[Optional[RunRecord]],
                 available: Optional[Callable[[], int]] = None) -> Optional[str]:
     """Why ``config`` should not run for lack of memory, in one line; ``None`` when it fits,
     has no workers, or nothing measured yet says how much a worker takes. ``available``

@@ -29,7 +29,8 @@ from pipecheck.report_sections import (
 from pipecheck.stress.choice import cheapest_within_noise
 from pipecheck.stress.execute import Source as Source  # re-exported: stress and search use it
 from pipecheck.stress.execute import run_trial as run_trial  # re-exported for callers
-from pipecheck.stress.settings import Step, TrialConfig
+from pipecheck.stress.settings import Step
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.target import call_factory, load_factory
 from pipecheck.stress.tracker import ProgressCallback, Tracker
 from pipecheck.stress.trial import TrialLimits, TrialResult
@@ -40,11 +41,11 @@ class Sweep:
     or memory, with the reason), and the stress section (:meth:`section`)."""
 
     trials: list[TrialResult] = field(default_factory=list)
-    skipped: dict[TrialConfig, str] = field(default_factory=dict)
-    predicted: dict[TrialConfig, dict[str, Optional[float]]] = field(default_factory=dict)
+    skipped: dict[LoaderSettings, str] = field(default_factory=dict)
+    predicted: dict[LoaderSettings, dict[str, Optional[float]]] = field(default_factory=dict)
     """Model predictions made before measuring (measured configurations) or instead of it
     (:attr:`unmeasured`): ``samples_per_s``, ``batches_per_s``, ``stall_fraction``."""
-    unmeasured: list[TrialConfig] = field(default_factory=list)
+    unmeasured: list[LoaderSettings] = field(default_factory=list)
     """Candidates a model-guided search chose not to measure (listed with ``measured: false``)."""
     search: Optional[SearchSummary] = None
     """How a model-guided search ran (:mod:`pipecheck.stress.search`); ``None`` for a grid."""
@@ -125,7 +126,7 @@ class Sweep:
             epochs=epochs)
 
 
-def validate(source: Source, config: TrialConfig) -> Source:
+def validate(source: Source, config: LoaderSettings) -> Source:
     """Check the target up front in this process: load it and call it once with ``config``
     (a DataLoader is returned unchanged). Returns the loaded factory for a string target.
     Raises :class:`BadInputError` naming the problem."""
@@ -143,7 +144,7 @@ def validate(source: Source, config: TrialConfig) -> Source:
         f"{type(source).__name__}")
 
 
-def run_sweep(source: Source, configs: Sequence[TrialConfig], limits: TrialLimits, *,
+def run_sweep(source: Source, configs: Sequence[LoaderSettings], limits: TrialLimits, *,
               step: Optional[Step], budget_s: float,
               timeout_s: float, progress: Optional[ProgressCallback] = None,
               tracker: Optional[Tracker] = None) -> Sweep:
@@ -179,7 +180,7 @@ def _epochs(trial: TrialResult) -> int:
     return epoch_count(trial.record.consumer) if trial.record is not None else 0
 
 
-def _changes(before: TrialConfig, after: TrialConfig) -> dict[str, list[Any]]:
+def _changes(before: LoaderSettings, after: LoaderSettings) -> dict[str, list[Any]]:
     """Settings whose value differs, ``{name: [before, after]}`` in DataLoader keyword names."""
     old, new = before.to_dict(), after.to_dict()
     return {name: [old.get(name), new[name]] for name in new if old.get(name) != new[name]}

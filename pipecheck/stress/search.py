@@ -10,7 +10,7 @@ docs/architecture.md ("The model-guided search"). The reported best is always a 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence, cast
+from typing import Optional, Sequence, cast
 
 from pipecheck.analysis import analyze
 from pipecheck.analysis.model import bounded_rate
@@ -20,12 +20,8 @@ from pipecheck.report_sections import SearchSummary
 from pipecheck.stress.memory import skip_reason
 from pipecheck.stress.noise import MIN_WORTHWHILE_GAIN, rate_noise_fraction
 from pipecheck.stress.runner import Source, Sweep
-from pipecheck.stress.settings import (
-    Step,
-    TrialConfig,
-    sweep_configs,
-    usable_cpus,
-)
+from pipecheck.stress.settings import Step, sweep_configs, usable_cpus
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.tracker import ProgressCallback, Tracker
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
@@ -53,7 +49,7 @@ def candidate_configs(prefetch_factors: Optional[Sequence[int]] = None, *,
                       persistent_workers: bool = False, pin_memory: Optional[bool] = None,
                       in_orders: Optional[Sequence[Optional[bool]]] = None,
                       batch_sizes: Sequence[Optional[int]] = (None,),
-                      cpus: Optional[int] = None) -> list[TrialConfig]:
+                      cpus: Optional[int] = None) -> list[LoaderSettings]:
     """The search space (also the ``--search grid`` space with automatic workers): every
     :func:`auto_workers` count with each prefetch factor (default
     :data:`AUTO_PREFETCH_FACTORS`), each ``in_order`` (default True and False when torch has
@@ -66,7 +62,7 @@ def candidate_configs(prefetch_factors: Optional[Sequence[int]] = None, *,
                          pin_memory=pin_memory, in_orders=in_orders, batch_sizes=batch_sizes)
 
 
-def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialLimits, *,
+def run_search(source: Source, candidates: Sequence[LoaderSettings], limits: TrialLimits, *,
                step: Optional[Step], budget_s: float, timeout_s: float,
                progress: Optional[ProgressCallback] = None,
                tracker: Optional[Tracker] = None) -> Sweep:
@@ -88,7 +84,7 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
     sweep = Sweep()
     tracker = tracker if tracker is not None else Tracker(len(candidates), budget_s, progress)
     tracker.total = len(candidates)
-    measured: set[TrialConfig] = set()
+    measured: set[LoaderSettings] = set()
     reasons: list[str] = []
 
     def note(reason: str) -> None:
@@ -104,7 +100,7 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
             note(f"budget spent ({tracker.shortfall(trial_limits)})")
         return True
 
-    def measure(config: TrialConfig, trial_limits: TrialLimits = limits) -> bool:
+    def measure(config: LoaderSettings, trial_limits: TrialLimits = limits) -> bool:
         """Measure ``config`` (or skip it for memory); ``False`` when the budget cannot hold
         the trial (nothing is run)."""
         if out_of_budget(trial_limits):
@@ -129,7 +125,7 @@ def run_search(source: Source, candidates: Sequence[TrialConfig], limits: TrialL
 
     noise: Optional[float] = None
     threshold: Optional[float] = None
-    verified: list[TrialConfig] = []
+    verified: list[LoaderSettings] = []
     while True:
         remaining = [c for c in candidates if c not in measured]
         if not remaining:
@@ -200,10 +196,10 @@ def _no_model_reason(sweep: Sweep) -> str:
     return f"no model ({why}): measured in grid order"
 
 
-def calibration_configs(candidates: Sequence[TrialConfig]) -> list[TrialConfig]:
+def calibration_configs(candidates: Sequence[LoaderSettings]) -> list[LoaderSettings]:
     """The calibration trials: per batch size (in candidate order), its first candidate (the
     baseline for the first batch size) and its first ``num_workers=1`` candidate."""
-    chosen: list[TrialConfig] = []
+    chosen: list[LoaderSettings] = []
     for group in _by_batch_size(candidates).values():
         chosen.append(group[0])
         one = next((c for c in group if c.num_workers == 1), None)
@@ -212,15 +208,15 @@ def calibration_configs(candidates: Sequence[TrialConfig]) -> list[TrialConfig]:
     return chosen
 
 
-def _by_batch_size(configs: Sequence[TrialConfig]) -> dict[Optional[int], list[TrialConfig]]:
-    groups: dict[Optional[int], list[TrialConfig]] = {}
+def _by_batch_size(configs: Sequence[LoaderSettings]) -> dict[Optional[int], list[LoaderSettings]]:
+    groups: dict[Optional[int], list[LoaderSettings]] = {}
     for config in configs:
         groups.setdefault(config.batch_size, []).append(config)
     return groups
 
 
-def _predict(sweep: Sweep, remaining: Sequence[TrialConfig],
-             calibration: Sequence[TrialConfig]) -> set[TrialConfig]:
+def _predict(sweep: Sweep, remaining: Sequence[LoaderSettings],
+             calibration: Sequence[LoaderSettings]) -> set[LoaderSettings]:
     """Fill ``sweep.predicted`` for ``remaining`` from each batch size's best measured trial;
     returns the configurations that could be predicted.
 
@@ -231,7 +227,7 @@ def _predict(sweep: Sweep, remaining: Sequence[TrialConfig],
     per-worker rate is the larger of the trial's own and the 1-worker calibration trial's: a
     trial with more CPU-bound workers than cores measures each worker slowed by the others,
     and would under-predict fewer workers."""
-    predicted: set[TrialConfig] = set()
+    predicted: set[LoaderSettings] = set()
     for batch_size, group in _by_batch_size(remaining).items():
         ok = [t for t in sweep.trials if t.ok and t.config.batch_size == batch_size]
         if not ok:
@@ -249,11 +245,11 @@ def _predict(sweep: Sweep, remaining: Sequence[TrialConfig],
                                              > model.per_worker_batches_per_s):
                 model = dataclasses.replace(
                     model, per_worker_batches_per_s=single_model.per_worker_batches_per_s)
-        reference = model.predict(_settings(best.config)).steady_batches_per_s
+        reference = model.predict(best.config.model_view()).steady_batches_per_s
         scale = best.batches_per_s / reference
         per_batch = best.samples_per_s / best.batches_per_s
         for config in group:
-            settings = _settings(config)
+            settings = config.model_view()
             guess = model.predict(settings)
             # Anchoring scales the model by its miss on the best trial; the result is held to
             # the same hard bounds as every prediction (the step's ceiling, the producer).
@@ -266,16 +262,9 @@ def _predict(sweep: Sweep, remaining: Sequence[TrialConfig],
     return predicted
 
 
-def _settings(config: TrialConfig) -> Any:
-    from pipecheck.analysis.model import LoaderSettings
-
-    return LoaderSettings(config.num_workers, config.prefetch_factor, config.persistent_workers,
-                          config.in_order is not False)
-
-
-def _unverified_neighbours(sweep: Sweep, best: TrialResult, remaining: Sequence[TrialConfig],
-                           threshold: float, verified: Sequence[TrialConfig]
-                           ) -> list[TrialConfig]:
+def _unverified_neighbours(sweep: Sweep, best: TrialResult, remaining: Sequence[LoaderSettings],
+                           threshold: float, verified: Sequence[LoaderSettings]
+                           ) -> list[LoaderSettings]:
     """When the model missed the best trial by more than ``threshold`` (its prediction made
     before the trial ran), its ranking near that trial is not to be trusted: the unmeasured
     candidates one worker either side (other settings equal) are returned for measuring, once

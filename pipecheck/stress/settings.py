@@ -1,4 +1,4 @@
-"""What one stress trial runs with: the loader settings (:class:`TrialConfig`), the emulated
+"""What one stress trial runs with: the loader settings (:class:`LoaderSettings`), the emulated
 training step (:class:`StepTime`, or the user's own: :class:`StepFunction`) and the sweep's list of configurations (:func:`sweep_configs`).
 
 Pure values and parsing; nothing here starts a loader.
@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence, Union
 
-from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR
+from pipecheck.loader_settings import TORCH_DEFAULT_PREFETCH_FACTOR
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.errors import BadInputError
 
 DEFAULT_TRIAL_S = 3.0
@@ -20,57 +21,6 @@ what-if model needs 20 steady batches (:data:`pipecheck.analysis.model.MIN_STEAD
 and the host sampler's 0.5 s ticks need a few seconds to see the workers' CPU, while a 60 s
 budget should still hold the calibration pair, a few searched trials, the epoch-start pair and
 the profiling trial."""
-
-
-@dataclass(frozen=True)
-class TrialConfig:
-    """DataLoader settings of one trial, with torch's keyword names.
-
-    ``prefetch_factor`` is ``None`` when ``num_workers == 0`` (torch refuses it there), else an
-    integer >= 1. ``pin_memory``, ``in_order`` and ``batch_size`` ``None`` keep the target's
-    own choice; ``in_order=False`` (torch >= 2.6) delivers batches as workers finish them, not
-    in sampler order; ``batch_size`` (>= 1) is samples per batch.
-    """
-
-    num_workers: int
-    prefetch_factor: Optional[int] = None
-    persistent_workers: bool = False
-    pin_memory: Optional[bool] = None
-    in_order: Optional[bool] = None
-    batch_size: Optional[int] = None
-
-    def loader_kwargs(self) -> dict[str, Any]:
-        """The settings as ``DataLoader`` keyword arguments (``pin_memory``, ``in_order`` and
-        ``batch_size`` only when set; ``prefetch_factor`` / ``persistent_workers`` only with
-        workers, as torch requires)."""
-        kwargs: dict[str, Any] = {"num_workers": self.num_workers}
-        if self.num_workers > 0:
-            kwargs["prefetch_factor"] = self.prefetch_factor
-            kwargs["persistent_workers"] = self.persistent_workers
-        for name in _OPTIONAL_SETTINGS:
-            if getattr(self, name) is not None:
-                kwargs[name] = getattr(self, name)
-        return kwargs
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready settings; the optional ones left out when not set."""
-        data = asdict(self)
-        for name in _OPTIONAL_SETTINGS:
-            if data[name] is None:
-                del data[name]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrialConfig":
-        """Inverse of :meth:`to_dict`."""
-        return cls(**data)
-
-    def label(self) -> str:
-        """Short text such as ``num_workers=2 prefetch_factor=4``."""
-        return " ".join(f"{k}={v}" for k, v in self.to_dict().items())
-
-
-_OPTIONAL_SETTINGS = ("pin_memory", "in_order", "batch_size")
 
 
 @dataclass(frozen=True)
@@ -175,9 +125,9 @@ def parse_bool_list(text: str, option: str) -> list[bool]:
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
-def parse_config(text: str, option: str) -> TrialConfig:
+def parse_config(text: str, option: str) -> LoaderSettings:
     """Parse ``"num_workers=4,prefetch_factor=2,persistent_workers=true"`` into a
-    :class:`TrialConfig` (``num_workers`` required). Raises :class:`BadInputError` naming
+    :class:`LoaderSettings` (``num_workers`` required). Raises :class:`BadInputError` naming
     ``option`` and the bad part."""
     fields: dict[str, Any] = {}
     for part in text.split(","):
@@ -198,7 +148,7 @@ def parse_config(text: str, option: str) -> TrialConfig:
                 raise BadInputError(f"{option}: {name} must be an integer, got {value!r}") from None
     if "num_workers" not in fields:
         raise BadInputError(f"{option} needs num_workers=N")
-    return TrialConfig(**fields)
+    return LoaderSettings(**fields)
 
 
 _CONFIG_FIELDS = {"num_workers": int, "prefetch_factor": int, "persistent_workers": bool,
@@ -224,7 +174,7 @@ def sweep_configs(workers: Optional[Sequence[int]] = None,
                   persistent_workers: bool = False,
                   pin_memory: Optional[bool] = None,
                   in_orders: Sequence[Optional[bool]] = (None,),
-                  batch_sizes: Sequence[Optional[int]] = (None,)) -> list[TrialConfig]:
+                  batch_sizes: Sequence[Optional[int]] = (None,)) -> list[LoaderSettings]:
     """Every combination, in the order given (the first is the baseline), batch size outermost.
 
     ``prefetch_factor`` only varies with workers and ``in_order`` only with 2 or more (one
@@ -247,12 +197,12 @@ def sweep_configs(workers: Optional[Sequence[int]] = None,
         raise BadInputError("the in_order and batch size lists must not be empty")
     if any(b is not None and b < 1 for b in batch_sizes):
         raise BadInputError(f"batch_size must be >= 1, got {list(batch_sizes)}")
-    configs: list[TrialConfig] = []
+    configs: list[LoaderSettings] = []
     for size in _unique(batch_sizes):
         for count in _unique(workers):
             for factor in (factors if count > 0 else [None]):
                 for order in (_unique(in_orders) if count > 1 else [in_orders[0]]):
-                    configs.append(TrialConfig(count, factor, persistent_workers and count > 0,
+                    configs.append(LoaderSettings(count, factor, persistent_workers and count > 0,
                                                pin_memory, order, size))
     return configs
 

@@ -24,9 +24,9 @@ from typing import Any, Callable, Iterator, Optional
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
-from pipecheck.analysis.model import TORCH_DEFAULT_PREFETCH_FACTOR
+from pipecheck.loader_settings import TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.errors import BadInputError, one_line
-from pipecheck.stress.settings import TrialConfig
+from pipecheck.loader_settings import LoaderSettings
 
 Factory = Callable[..., Any]
 
@@ -103,11 +103,11 @@ def _import_module(where: str) -> Any:
         raise BadInputError(f"importing {where} failed: {one_line(err)}") from err
 
 
-def call_factory(factory: Factory, config: TrialConfig, name: str = "target") -> DataLoader:
+def call_factory(factory: Factory, config: LoaderSettings, name: str = "target") -> DataLoader:
     """Call ``factory`` with the keywords it accepts and return a DataLoader with ``config``'s
     settings. Raises :class:`BadInputError` when the call raises or returns neither a
     DataLoader nor a Dataset, or when its loader cannot take ``config``'s batch size."""
-    offered = dict(config.loader_kwargs())
+    offered = dict(config.to_kwargs())
     try:
         result = factory(**_accepted(factory, offered))
     except Exception as err:
@@ -146,7 +146,7 @@ def _accepted(factory: Factory, offered: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in offered.items() if k in names}
 
 
-def _matches(loader: DataLoader, config: TrialConfig) -> bool:
+def _matches(loader: DataLoader, config: LoaderSettings) -> bool:
     if loader.num_workers != config.num_workers:
         return False
     if config.num_workers > 0 and (loader.prefetch_factor != config.prefetch_factor
@@ -160,14 +160,14 @@ def _matches(loader: DataLoader, config: TrialConfig) -> bool:
     return config.pin_memory is None or bool(loader.pin_memory) == config.pin_memory
 
 
-def given_config(source: Any) -> Optional[TrialConfig]:
+def given_config(source: Any) -> Optional[LoaderSettings]:
     """The settings the user already runs with, as the baseline to beat: a DataLoader's own
     (``num_workers``, ``prefetch_factor``, ``persistent_workers``), or the defaults a factory's
     signature gives ``num_workers`` / ``prefetch_factor`` / ``persistent_workers`` (``None``
     when it gives ``num_workers`` no default: then there is no given configuration)."""
     if isinstance(source, DataLoader):
         workers = source.num_workers
-        return TrialConfig(workers, source.prefetch_factor if workers else None,
+        return LoaderSettings(workers, source.prefetch_factor if workers else None,
                            bool(source.persistent_workers) if workers else False)
     try:
         params = inspect.signature(source).parameters
@@ -177,9 +177,9 @@ def given_config(source: Any) -> Optional[TrialConfig]:
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
         return None
     if workers == 0:
-        return TrialConfig(0)
+        return LoaderSettings(0)
     factor = _default(params, "prefetch_factor") or TORCH_DEFAULT_PREFETCH_FACTOR
-    return TrialConfig(workers, factor, bool(_default(params, "persistent_workers")))
+    return LoaderSettings(workers, factor, bool(_default(params, "persistent_workers")))
 
 
 def _default(params: Any, name: str) -> Any:
@@ -188,7 +188,7 @@ def _default(params: Any, name: str) -> Any:
     return None if param is None or param.default is inspect.Parameter.empty else param.default
 
 
-def rebuild_loader(loader: DataLoader, config: TrialConfig,
+def rebuild_loader(loader: DataLoader, config: LoaderSettings,
                    timeout_s: Optional[float] = None,
                    epoch_batches: Optional[int] = None) -> DataLoader:
     """A new DataLoader over ``loader``'s dataset, sampler, batching, collate_fn,
@@ -229,7 +229,7 @@ def rebuild_loader(loader: DataLoader, config: TrialConfig,
         raise BadInputError(
             "cannot set batch_size on this loader: it batches with its own batch_sampler or "
             "inside the dataset (batch_size=None); make the target take batch_size")
-    kwargs.update(config.loader_kwargs())
+    kwargs.update(config.to_kwargs())
     if config.num_workers == 0:
         kwargs["multiprocessing_context"] = None
         kwargs["timeout"] = 0

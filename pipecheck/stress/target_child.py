@@ -17,14 +17,14 @@ from typing import Any
 
 from pipecheck.errors import BadInputError
 from pipecheck.stress import _baseline
-from pipecheck.stress.settings import TrialConfig
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.target import call_factory, load_factory
 
 
 def check(request: dict[str, Any]) -> dict[str, Any]:
     """Load and call the request's target; the result to write (see the module docstring)."""
     target = request["target"]
-    config = TrialConfig.from_dict(request["config"])
+    config = LoaderSettings.from_dict(request["config"])
     try:
         factory = load_factory(target)
         call_factory(factory, config, name=target)

@@ -9,7 +9,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from pipecheck.stress.execute import BATCH_EVENT_INTERVAL_S as BATCH_EVENT_INTERVAL_S  # re-export
 from pipecheck.stress.execute import Source, run_trial
-from pipecheck.stress.settings import Step, TrialConfig
+from pipecheck.stress.settings import Step
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.trial import TrialLimits, TrialResult
 
 
@@ -29,7 +30,7 @@ class ProgressEvent:
     """
 
     event: str
-    config: TrialConfig
+    config: LoaderSettings
     done: int
     total: int
     elapsed_s: float
@@ -169,7 +170,7 @@ class Tracker:
                 left = min(left, max(int(room // per_trial), 0))
         return self._offset + done + int(running) + left + self.later_trials
 
-    def run(self, source: Source, config: TrialConfig, limits: TrialLimits, *,
+    def run(self, source: Source, config: LoaderSettings, limits: TrialLimits, *,
             step: Optional[Step], timeout_s: float, done: int) -> TrialResult:
         """Run one trial with ``start``, ``batch`` and ``done`` events around it."""
         trial_started = self._clock()
@@ -191,14 +192,14 @@ class Tracker:
         self._send("done", config, done + 1, result=result)
         return result
 
-    def skipped(self, configs: Sequence[TrialConfig], done: int) -> None:
+    def skipped(self, configs: Sequence[LoaderSettings], done: int) -> None:
         """Send ``skipped`` for ``configs``: the budget holds none of them (the run's planned
         trials are then those finished and the later ones)."""
         self._planned = self._offset + done + self.later_trials
         for config in configs:
             self._send("skipped", config, done)
 
-    def _send(self, event: str, config: TrialConfig, done: int, **extra: Any) -> None:
+    def _send(self, event: str, config: LoaderSettings, done: int, **extra: Any) -> None:
         if self._progress is None:
             return
         walls = self._trial_walls

@@ -24,7 +24,8 @@ from pipecheck.errors import one_line
 from pipecheck.records import RunRecord
 from pipecheck.codec import from_jsonable, to_jsonable
 from pipecheck.report_sections import TrialEntry
-from pipecheck.stress.settings import Step, TrialConfig, step_from_dict
+from pipecheck.stress.settings import Step, step_from_dict
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.step import step_runner
 
 
@@ -63,7 +64,7 @@ class TrialResult:
     ``error`` set and ``None`` rates. ``record`` (the wrap record, kind ``stress``) stays out of
     :meth:`to_dict`."""
 
-    config: TrialConfig
+    config: LoaderSettings
     samples_per_s: Optional[float]
     batches_per_s: Optional[float]
     stall_fraction: Optional[float]
@@ -99,12 +100,12 @@ class TrialResult:
                           run_batches_per_s=self.run_batches_per_s)
 
 
-def failed(config: TrialConfig, error: str, wall_s: float = 0.0) -> TrialResult:
+def failed(config: LoaderSettings, error: str, wall_s: float = 0.0) -> TrialResult:
     """A trial that measured nothing, with its reason (one line)."""
     return TrialResult(config, None, None, None, None, 0, wall_s, " ".join(error.split()))
 
 
-def measure(loader: Any, config: TrialConfig, limits: TrialLimits,
+def measure(loader: Any, config: LoaderSettings, limits: TrialLimits,
             step: Optional[Step] = None,
             on_batch: Optional[Callable[[], object]] = None) -> TrialResult:
     """Iterate ``loader`` (built with ``config``) through ``pipecheck.wrap`` within ``limits``,
@@ -155,7 +156,7 @@ def _batch_cap(limits: TrialLimits, share: float) -> float:
     return round(limits.batches * share)
 
 
-def shorten_epochs(loader: Any, config: TrialConfig, batches: int) -> Any:
+def shorten_epochs(loader: Any, config: LoaderSettings, batches: int) -> Any:
     """``loader`` rebuilt so each epoch ends after ``batches`` batches, when it is a map-style
     DataLoader; anything else is returned unchanged."""
     from torch.utils.data import DataLoader, IterableDataset
@@ -167,7 +168,7 @@ def shorten_epochs(loader: Any, config: TrialConfig, batches: int) -> Any:
     return rebuild_loader(loader, config, epoch_batches=batches)
 
 
-def summarize(config: TrialConfig, record: RunRecord, wall_s: float,
+def summarize(config: LoaderSettings, record: RunRecord, wall_s: float,
               error: Optional[str] = None) -> TrialResult:
     """Rates over the steady batches of ``record``: each epoch's first batch is left out of
     both the count and the time (``wall_s - first_batch_s`` per epoch); samples are taken at the
@@ -206,7 +207,7 @@ def result_from_json(data: dict[str, Any]) -> TrialResult:
     """Inverse of :func:`result_to_json`; raises ``KeyError`` / ``TypeError`` on bad data."""
     record = data.get("record")
     return TrialResult(
-        config=TrialConfig.from_dict(data["config"]),
+        config=LoaderSettings.from_dict(data["config"]),
         samples_per_s=data["samples_per_s"], batches_per_s=data["batches_per_s"],
         stall_fraction=data["stall_fraction"], startup_s=data["startup_s"],
         batches=data["batches"], wall_s=data["wall_s"], error=data["error"],
@@ -227,7 +228,7 @@ def _child(request_path: str) -> int:
             sys.path.insert(0, entry)
     from pipecheck.stress.target import call_factory, load_factory
 
-    config = TrialConfig.from_dict(request["config"])
+    config = LoaderSettings.from_dict(request["config"])
     started = time.perf_counter()
     try:
         loader = call_factory(load_factory(request["target"]), config, name=request["target"])

@@ -26,7 +26,8 @@ from typing import Optional
 from pipecheck.analysis.choice import (MIN_WORTHWHILE_GAIN, NOISE_BLOCKS, cheapest_within,
                                        tolerance)
 from pipecheck.errors import BadArgumentError
-from pipecheck.records import TuneSettings, TuneTrial
+from pipecheck.records import TuneTrial
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.tune.watch import RateWatch, kept_trial
 from pipecheck.tune.window import MAX_TIE_TOLERANCE, TrialWindow
 
@@ -147,7 +148,7 @@ def limits_from_text(text: str) -> TuneLimits:
     return TuneLimits(**values)  # type: ignore[arg-type]
 
 
-def warmup_for(settings: TuneSettings, limits: TuneLimits) -> int:
+def warmup_for(settings: LoaderSettings, limits: TuneLimits) -> int:
     """Batches after a switch to ``settings`` left out of the trial's window: ``num_workers +
     1`` unless ``limits`` sets it. New workers start together, so their first batches arrive
     together after one fetch time (the first batch's wait); from the next round on they
@@ -160,22 +161,22 @@ def warmup_for(settings: TuneSettings, limits: TuneLimits) -> int:
     return settings.num_workers + 1
 
 
-def block_batches(limits: TuneLimits, settings: TuneSettings) -> int:
+def block_batches(limits: TuneLimits, settings: LoaderSettings) -> int:
     """Fewest batches in a block of a window of ``settings``: ``min_batches / NOISE_BLOCKS``
     (rounded up), and at least ``num_workers`` (a batch of every worker)."""
     return max(math.ceil(limits.min_batches / NOISE_BLOCKS), settings.num_workers)
 
 
-def new_window(limits: TuneLimits, settings: TuneSettings) -> TrialWindow:
+def new_window(limits: TuneLimits, settings: LoaderSettings) -> TrialWindow:
     """An empty trial window of ``settings`` with the blocks ``limits`` set (module
     docstring)."""
     return TrialWindow(block_batches(limits, settings), limits.min_seconds / NOISE_BLOCKS)
 
 
-def pin_line(settings: TuneSettings) -> str:
+def pin_line(settings: LoaderSettings) -> str:
     """The one line of code that pins ``settings``, e.g.
     ``DataLoader(..., num_workers=2, prefetch_factor=4)``."""
-    return f"DataLoader(..., {settings.label().replace(' ', ', ')})"
+    return f"DataLoader(..., {settings.short_label().replace(' ', ', ')})"
 
 
 class TuneController:
@@ -194,7 +195,7 @@ class TuneController:
     settings' iterator was rebuilt (a new epoch) before the window ended.
     """
 
-    def __init__(self, start: TuneSettings, limits: TuneLimits, *, max_workers: int,
+    def __init__(self, start: LoaderSettings, limits: TuneLimits, *, max_workers: int,
                  change_workers: bool, cuda: bool, epoch_batches: Optional[int] = None,
                  notes: Optional[list[str]] = None) -> None:
         self.start = start
@@ -206,9 +207,9 @@ class TuneController:
         self.notes: list[str] = list(notes or [])
         self.trials: list[TuneTrial] = []
         self.current = start
-        self.chosen: Optional[TuneSettings] = None
+        self.chosen: Optional[LoaderSettings] = None
         self.settled = False
-        self._tried: set[TuneSettings] = set()
+        self._tried: set[LoaderSettings] = set()
         self._climbing = change_workers
         self._tie_climbed = False  # the climb went on past a tie once this round
         self._window = new_window(limits, start)
@@ -223,7 +224,7 @@ class TuneController:
         self._settled_at_batches: Optional[int] = None
         # rounds: the first trial's index and start settings of each; a re-tune adds one
         self.retunes = 0
-        self._rounds: list[tuple[int, TuneSettings]] = [(0, start)]
+        self._rounds: list[tuple[int, LoaderSettings]] = [(0, start)]
         self._round_switch: list[list[float]] = [[0.0, 0.0]]  # warm-ups' loop s, samples
         self._budget_from = (0.0, 0)  # loop seconds and batches spent when the round began
         self._epoch = 0
@@ -232,7 +233,7 @@ class TuneController:
 
     # -- per batch -----------------------------------------------------------------------------
 
-    def observe(self, wait_s: float, loop_s: float, samples: int) -> Optional[TuneSettings]:
+    def observe(self, wait_s: float, loop_s: float, samples: int) -> Optional[LoaderSettings]:
         """One batch under the current settings: its wait in ``next()`` and its loop time
         (seconds since the previous batch was handed over, >= 0) and its samples. Returns the
         settings to switch to at this batch boundary, or ``None``."""
@@ -269,7 +270,7 @@ class TuneController:
         self._warmup_left += max(0, batches)
         self._warmup += max(0, batches)
 
-    def refuse(self, settings: TuneSettings, note: str) -> Optional[TuneSettings]:
+    def refuse(self, settings: LoaderSettings, note: str) -> Optional[LoaderSettings]:
         """``settings`` (just returned by :meth:`observe`) cannot be tried (a guard, ``note``
         says which): no trial with as many workers is made, and the next settings to switch to
         (or the kept ones, when the schedule is done and they are not in use) are returned."""
@@ -300,14 +301,14 @@ class TuneController:
         return self.settled and self._watch is not None
 
     def _watch_batch(self, wait_s: float, loop_s: float, samples: int
-                     ) -> Optional[TuneSettings]:
+                     ) -> Optional[LoaderSettings]:
         watch = self._watch
         if watch is None or self._retuned_epoch == self._epoch:
             return None
         dropped = watch.add(wait_s, loop_s, samples)
         return None if dropped is None else self._retune(watch, dropped)
 
-    def _retune(self, watch: RateWatch, dropped: TuneTrial) -> Optional[TuneSettings]:
+    def _retune(self, watch: RateWatch, dropped: TuneTrial) -> Optional[LoaderSettings]:
         """A new round from the kept settings, whose dropped window is its start's trial."""
         self.notes.append(watch.drop_line(dropped))
         self.retunes += 1
@@ -329,7 +330,7 @@ class TuneController:
         return self._switch_to(following)
 
     @property
-    def round_start(self) -> TuneSettings:
+    def round_start(self) -> LoaderSettings:
         """The settings this round started from: the user's, or after a re-tune the settings
         kept before it."""
         return self._rounds[-1][1]
@@ -348,13 +349,13 @@ class TuneController:
         self._warmup_left += warmup_for(self.current, self.limits)
         self._warmup += warmup_for(self.current, self.limits)
 
-    def _switch_to(self, settings: TuneSettings) -> TuneSettings:
+    def _switch_to(self, settings: LoaderSettings) -> LoaderSettings:
         self.current = settings
         self._window = new_window(self.limits, settings)
         self._warmup = self._warmup_left = warmup_for(settings, self.limits)
         return settings
 
-    def _settle(self) -> Optional[TuneSettings]:
+    def _settle(self) -> Optional[LoaderSettings]:
         """Keep :meth:`choose`'s settings; returns them when they must be switched to (``None``
         when they are in use already)."""
         chosen = self.choose()
@@ -381,7 +382,7 @@ class TuneController:
 
     # -- the schedule --------------------------------------------------------------------------
 
-    def _rate(self, settings: TuneSettings, trials: Optional[list[TuneTrial]] = None
+    def _rate(self, settings: LoaderSettings, trials: Optional[list[TuneTrial]] = None
               ) -> Optional[float]:
         rates = [t.samples_per_s for t in (self._round_trials() if trials is None else trials)
                  if t.settings == settings and t.samples_per_s is not None]
@@ -391,7 +392,7 @@ class TuneController:
         measured = [t for t in self._round_trials() if t.samples_per_s]
         return max(measured, key=lambda t: t.samples_per_s or 0.0) if measured else None
 
-    def next_settings(self) -> Optional[TuneSettings]:
+    def next_settings(self) -> Optional[LoaderSettings]:
         """The next settings to try after the trials so far, or ``None`` when the schedule is
         done (module docstring)."""
         best = self._best()
@@ -427,7 +428,7 @@ class TuneController:
                 return candidate
         return None
 
-    def _fewer_workers(self) -> Optional[TuneSettings]:
+    def _fewer_workers(self) -> Optional[LoaderSettings]:
         """The descent: when no count above the start's was kept (the climb gained nothing,
         or the start already has the most workers allowed), half the kept count, as long as
         each half ties with the fastest (the kept settings then move down to it)."""
@@ -452,7 +453,7 @@ class TuneController:
             return False
         return stall / (1.0 - stall) < MIN_WORTHWHILE_GAIN
 
-    def _climb_from(self, best: TuneTrial, within: float) -> Optional[TuneSettings]:
+    def _climb_from(self, best: TuneTrial, within: float) -> Optional[LoaderSettings]:
         """The settings the climb doubles next, or ``None`` when it stops: the latest trial
         when it beat every other by more than ``within``; or once a round, when it tied with
         the best (within ``within`` either way) while its loop still waited for a worthwhile
@@ -473,7 +474,7 @@ class TuneController:
         others = [t.samples_per_s for t in self._round_trials()[:-1] if t.samples_per_s]
         return not others or (best.samples_per_s or 0.0) > max(others) * (1.0 + within)
 
-    def choose(self) -> TuneSettings:
+    def choose(self) -> LoaderSettings:
         """The settings to keep: the cheapest measured within the noise of the fastest
         (fewest workers, smallest ``prefetch_factor``, ``pin_memory`` off); the start when
         nothing was measured."""
@@ -484,7 +485,7 @@ class TuneController:
         chosen = cheapest_within(
             best.samples_per_s, measured, rate=lambda t: t.samples_per_s or 0.0,
             cost=lambda t: (t.settings.num_workers, t.settings.prefetch_factor or 0,
-                            t.settings.pin_memory),
+                            bool(t.settings.pin_memory)),
             within=self.tie_tolerance(best))
         return chosen.settings
 

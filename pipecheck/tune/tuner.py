@@ -23,7 +23,8 @@ from pipecheck._torchdata_compat import answer_state_dict, live_iterator, resume
 from pipecheck.errors import one_line
 from pipecheck.kinds import TuneStatus
 from pipecheck.probes.batches import count_samples
-from pipecheck.records import TuneSection, TuneSettings
+from pipecheck.records import TuneSection
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.recommend.limits import MAX_WORKERS_PER_CPU
 from pipecheck.tune.controller import (TuneController, TuneLimits, block_batches, pin_line,
                                        warmup_for)
@@ -60,9 +61,9 @@ PERSISTENT_NOTE = ("persistent_workers not tried: it acts at epoch starts, which
                    "trial does not measure (the report's recommendations judge it)")
 
 
-def _settings_of(loader: Any) -> TuneSettings:
+def _settings_of(loader: Any) -> LoaderSettings:
     workers = int(loader.num_workers)
-    return TuneSettings(num_workers=workers,
+    return LoaderSettings(num_workers=workers,
                         prefetch_factor=loader.prefetch_factor if workers > 0 else None,
                         persistent_workers=bool(loader.persistent_workers),
                         pin_memory=bool(loader.pin_memory))
@@ -130,7 +131,7 @@ class Tuner:
         self._clock = clock
         self._owner_pid = os.getpid()
         self._substitutes: Optional[IteratorSubstitutes] = None
-        self._building: Optional[tuple[TuneSettings, str, Any, Any]] = None
+        self._building: Optional[tuple[LoaderSettings, str, Any, Any]] = None
         self._switches = 0  # in-epoch switches built so far (each seeds its own workers)
         self._epochs = 0
         # An epoch build of a map-style loader reads its index sampler through
@@ -146,7 +147,7 @@ class Tuner:
         self.reason: Optional[str] = skip or skip_reason(loader, inner)
         self.status: TuneStatus = "skipped" if self.reason else "tuning"
         self.controller: Optional[TuneController] = None
-        self.start: Optional[TuneSettings] = None
+        self.start: Optional[LoaderSettings] = None
         if self.reason:
             return
         self.start = _settings_of(loader)
@@ -188,7 +189,7 @@ class Tuner:
         return self.tuning or (self.status == "settled" and self.controller is not None
                                and self.controller.watching)
 
-    def _in_effect(self) -> Optional[TuneSettings]:
+    def _in_effect(self) -> Optional[LoaderSettings]:
         if self.controller is None or self.status in ("off", "skipped") \
                 or os.getpid() != self._owner_pid:
             return None
@@ -216,8 +217,8 @@ class Tuner:
             return settings.num_workers
         if name == "prefetch_factor":
             return settings.prefetch_factor
-        if name == "pin_memory":
-            return settings.pin_memory
+        if name == "pin_memory":  # None: the loader's own
+            return value if settings.pin_memory is None else settings.pin_memory
         return value
 
     def _epoch_sampler(self, sampler: Any) -> Any:
@@ -319,7 +320,7 @@ class Tuner:
             return None
 
     def _open_with(self, loader: Any, open_target: Callable[[Any], Iterator[Any]],
-                   settings: Optional[TuneSettings]) -> Iterator[Any]:
+                   settings: Optional[LoaderSettings]) -> Iterator[Any]:
         """``open_target(loader)`` with ``settings`` in effect (see :meth:`open_epoch`)."""
         if settings is None or settings == self.start:
             iterator = open_target(loader)
@@ -336,7 +337,7 @@ class Tuner:
                 iterator = open_target(loader)
         return iterator
 
-    def observe(self, wait_s: float, loop_s: float, batch: Any) -> Optional[TuneSettings]:
+    def observe(self, wait_s: float, loop_s: float, batch: Any) -> Optional[LoaderSettings]:
         """One batch (see :meth:`pipecheck.tune.controller.TuneController.observe`); the
         settings to switch to, memory guard applied, or ``None``."""
         controller = self.controller
@@ -355,14 +356,14 @@ class Tuner:
         self.status = "settled" if controller.settled else "tuning"
         return settings
 
-    def _memory_refusal(self, settings: TuneSettings) -> Optional[str]:
+    def _memory_refusal(self, settings: LoaderSettings) -> Optional[str]:
         current = self.controller.trials[-1].settings if self.controller and \
             self.controller.trials else self.start
         if current is None or settings.num_workers <= current.num_workers:
             return None
         return memory_refusal(settings.num_workers, worker_uss_bytes())
 
-    def batches_needed(self, settings: TuneSettings) -> int:
+    def batches_needed(self, settings: LoaderSettings) -> int:
         """Batches an epoch must still hold for an in-epoch switch to ``settings`` to be
         worth it: its warm-up and, while trials run, one block of its window (a window may
         span epochs, so the rest of it is measured in the next; deferring instead would run
@@ -376,7 +377,7 @@ class Tuner:
         """The switch waits for the next epoch's build (this epoch is too short, or the
         dataset is iterable)."""
 
-    def build(self, loader: Any, settings: TuneSettings, attribute: str, sampler: Any) -> Any:
+    def build(self, loader: Any, settings: LoaderSettings, attribute: str, sampler: Any) -> Any:
         """A new iterator for ``loader`` with ``settings``, its ``attribute`` (the index
         sampler) read as ``sampler``, built by the loader's own ``_get_iterator`` through
         pipecheck's substitutes (``persistent_workers`` is off: :func:`skip_reason` refuses
@@ -421,7 +422,7 @@ class Tuner:
             # The report was taken (or the run ended) mid-tuning: what the trials say so far.
             best = controller.choose()
             reason = (f"trials were still running; the best measured so far is "
-                      f"{best.label()} (pin it with {pin_line(best)})")
+                      f"{best.short_label()} (pin it with {pin_line(best)})")
         return TuneSection(
             status=self.status, reason=reason,
             start=self.start, chosen=chosen,

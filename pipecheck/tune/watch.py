@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from pipecheck.analysis.choice import NOISE_BLOCKS
-from pipecheck.records import TuneSettings, TuneTrial
+from pipecheck.records import TuneTrial
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.tune.window import TrialWindow
 
 RETUNE_DROP = 0.20
@@ -87,12 +88,12 @@ class RateWatch:
         """The note a re-tune leaves: the kept settings, the rates and the drop."""
         before = self.reference.samples_per_s or 0.0
         after = trial.samples_per_s or 0.0
-        return (f"re-tuned: {self.reference.settings.label()} fell from {before:,.0f} to "
+        return (f"re-tuned: {self.reference.settings.short_label()} fell from {before:,.0f} to "
                 f"{after:,.0f} samples/s ({1 - after / before:.0%} lower) over "
                 f"{trial.batches:,} batches" if before > 0 else "re-tuned")
 
 
-def kept_trial(trials: list[TuneTrial], kept: TuneSettings) -> Optional[TuneTrial]:
+def kept_trial(trials: list[TuneTrial], kept: LoaderSettings) -> Optional[TuneTrial]:
     """The latest measured trial of ``kept`` in ``trials``, or ``None``."""
     for trial in reversed(trials):
         if trial.settings == kept and trial.samples_per_s:

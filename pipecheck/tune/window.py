@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Optional
 
 from pipecheck.analysis.choice import MIN_WORTHWHILE_GAIN, NOISE_BLOCKS, block_rate_noise
-from pipecheck.records import TuneSettings, TuneTrial
+from pipecheck.records import TuneTrial
+from pipecheck.loader_settings import LoaderSettings
 
 MAX_TIE_TOLERANCE = 0.10
 """Most a trial may be measured slower than the fastest and still tie with it, however noisy
@@ -87,7 +88,7 @@ class TrialWindow:
         gap = abs(self.samples / self.seconds / reference.samples_per_s - 1.0)
         return gap > max(MIN_WORTHWHILE_GAIN, noise + reference_noise)
 
-    def trial(self, settings: TuneSettings, warmup: int) -> TuneTrial:
+    def trial(self, settings: LoaderSettings, warmup: int) -> TuneTrial:
         rate = self.samples / self.seconds if self.seconds > 0 else None
         stall = self.wait / self.seconds if self.seconds > 0 else None
         return TuneTrial(settings=settings, batches=self.batches, samples=self.samples,

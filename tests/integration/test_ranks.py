@@ -340,11 +340,12 @@ def test_the_merge_reads_each_file_once_and_only_the_stragglers_in_full(tmp_path
 
 
 def _tuned(report: Report, workers: int) -> Report:
-    from pipecheck.records import TuneSection, TuneSettings
+    from pipecheck.records import TuneSection
+    from pipecheck.loader_settings import LoaderSettings
 
-    chosen = TuneSettings(num_workers=workers, prefetch_factor=2 if workers else None)
+    chosen = LoaderSettings(num_workers=workers, prefetch_factor=2 if workers else None)
     return dataclasses.replace(report, tune=TuneSection(
-        status="settled", start=TuneSettings(num_workers=0), chosen=chosen))
+        status="settled", start=LoaderSettings(num_workers=0), chosen=chosen))
 
 
 def test_ranks_that_tuned_alike_agree_and_say_so(tmp_path, capsys):

@@ -13,7 +13,8 @@ import pipecheck
 from pipecheck.cli import main
 from pipecheck.errors import BadInputError
 from pipecheck.recommend.limits import PERSISTENT_START_SHARE
-from pipecheck.stress.settings import StepTime, TrialConfig, parse_step_time, sweep_configs
+from pipecheck.stress.settings import StepTime, parse_step_time, sweep_configs
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.target import rebuild_loader
 from pipecheck.stress.trial import TrialLimits, measure
 from pipecheck.units import rate
@@ -190,7 +191,7 @@ def test_persistent_workers_trial_runs_two_epochs():
 
 def test_emulated_step_time_shows_as_compute_not_wait():
     loader = DataLoader(IndexDataset(64), batch_size=4)
-    result = measure(loader, TrialConfig(0), TrialLimits(batches=6), StepTime(0.02))
+    result = measure(loader, LoaderSettings(0), TrialLimits(batches=6), StepTime(0.02))
     assert result.error is None
     assert result.stall_fraction < 0.5
     assert result.batches_per_s < 1 / 0.02 * 1.05  # at most one batch per step
@@ -200,7 +201,7 @@ def test_sweep_configs_vary_prefetch_only_with_workers():
     configs = sweep_configs([0, 2, 0], [2, 4], persistent_workers=True)
     assert [(c.num_workers, c.prefetch_factor, c.persistent_workers) for c in configs] == [
         (0, None, False), (2, 2, True), (2, 4, True)]
-    assert sweep_configs(None, None)[0] == TrialConfig(0)
+    assert sweep_configs(None, None)[0] == LoaderSettings(0)
     with pytest.raises(BadInputError, match="prefetch_factor must be >= 1"):
         sweep_configs([1], [0])
 
@@ -222,7 +223,7 @@ def test_rebuild_loader_keeps_batching_and_applies_the_config():
         return batch
 
     loader = DataLoader(IndexDataset(10), batch_size=3, drop_last=True, collate_fn=collate)
-    rebuilt = rebuild_loader(loader, TrialConfig(2, 4), timeout_s=5.0)
+    rebuilt = rebuild_loader(loader, LoaderSettings(2, 4), timeout_s=5.0)
     assert (rebuilt.num_workers, rebuilt.prefetch_factor, rebuilt.timeout) == (2, 4, 5.0)
     assert rebuilt.batch_size == 3 and rebuilt.drop_last and rebuilt.collate_fn is collate
     assert rebuilt.sampler is loader.sampler

@@ -18,7 +18,8 @@ from pipecheck.report_sections import ExpectedRate
 from pipecheck.stress import stress_report
 from pipecheck.stress.runner import Sweep
 from pipecheck.stress.search import run_search
-from pipecheck.stress.settings import StepTime, TrialConfig
+from pipecheck.stress.settings import StepTime
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.tracker import Tracker
 from pipecheck.stress.trial import TrialLimits, measure
 from helpers_datasets import IndexDataset
@@ -34,8 +35,8 @@ def short_result():
     return short_trial()
 
 
-def _candidates(count: int) -> list[TrialConfig]:
-    return [TrialConfig(0)] + [TrialConfig(n, 2) for n in range(1, count)]
+def _candidates(count: int) -> list[LoaderSettings]:
+    return [LoaderSettings(0)] + [LoaderSettings(n, 2) for n in range(1, count)]
 
 
 def test_no_trial_starts_unless_it_ends_within_the_budget_with_the_reserve_held(short_result):
@@ -83,7 +84,7 @@ def test_expected_trial_time_is_its_limit_plus_the_largest_overhead_measured(sho
     limits = TrialLimits(seconds=2.0)
     assert tracker.expected_wall_s(limits) == 2.0
     for n in range(3):
-        tracker.run("target", TrialConfig(n, 2 if n else None), limits, step=None,
+        tracker.run("target", LoaderSettings(n, 2 if n else None), limits, step=None,
                     timeout_s=5.0, done=n)
     assert tracker.expected_wall_s(limits) == pytest.approx(6.0)
     later = tracker.follow_on(1)
@@ -92,7 +93,7 @@ def test_expected_trial_time_is_its_limit_plus_the_largest_overhead_measured(sho
 
 def test_a_trial_runs_for_its_time_across_short_epochs():
     loader = DataLoader(IndexDataset(20), batch_size=4)  # 5 batches an epoch
-    result = measure(loader, TrialConfig(0), TrialLimits(seconds=1.2), StepTime(0.02))
+    result = measure(loader, LoaderSettings(0), TrialLimits(seconds=1.2), StepTime(0.02))
     assert result.ok
     epochs = result.record.consumer.epochs
     assert len(epochs) >= 4 and all(e.batches == 5 for e in epochs[:-1])
@@ -103,10 +104,10 @@ def test_a_trial_runs_for_its_time_across_short_epochs():
 
 def test_a_batch_limit_counts_across_epochs_and_fixed_epochs_share_it():
     loader = DataLoader(IndexDataset(20), batch_size=4)
-    crossed = measure(loader, TrialConfig(0), TrialLimits(batches=12, seconds=30.0))
+    crossed = measure(loader, LoaderSettings(0), TrialLimits(batches=12, seconds=30.0))
     assert crossed.batches == 12
     assert [e.batches for e in crossed.record.consumer.epochs] == [5, 5, 2]
-    two = measure(loader, TrialConfig(0), TrialLimits(batches=6, seconds=30.0, epochs=2))
+    two = measure(loader, LoaderSettings(0), TrialLimits(batches=6, seconds=30.0, epochs=2))
     assert [e.batches for e in two.record.consumer.epochs] == [3, 3]
 
 
@@ -122,8 +123,9 @@ def test_a_stress_report_never_says_no_recommendations_above_its_recommendations
     # Trials of 12 batches: fewer steady batches than the model needs, so the analysis alone
     # says "No recommendations"; the section recommends 2 workers from the measurements.
     limits = TrialLimits(batches=12)
-    serial = measure(sleepy_loader(), TrialConfig(0), limits)
-    parallel = measure(sleepy_loader(num_workers=2, prefetch_factor=2), TrialConfig(2, 2), limits)
+    serial = measure(sleepy_loader(), LoaderSettings(0), limits)
+    parallel = measure(sleepy_loader(num_workers=2, prefetch_factor=2), LoaderSettings(2, 2),
+                       limits)
     section = Sweep(trials=[serial, parallel]).section()
     assert section.recommended is not None
     section = dataclasses.replace(section, recommended=dataclasses.replace(

@@ -17,7 +17,7 @@ from pipecheck.recommend.limits import PERSISTENT_START_SHARE
 from pipecheck.render.sections.stress import epoch_start_text
 from pipecheck.report_sections import EpochStart, ExpectedRate, PersistentPair, StressChoice
 from pipecheck.stress.epoch_start import RESTART_EPOCHS, SHORT_EPOCH_BATCHES, apply
-from pipecheck.stress.settings import TrialConfig
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.target import FirstIndices, rebuild_loader
 from stress_targets import (WORKER_START_S, long_epoch_loader, slow_start_loader,
                             slow_start_stream)
@@ -110,12 +110,13 @@ def test_no_workers_means_no_epoch_start_trials():
 
 def test_first_indices_cut_epochs_and_keep_shuffling():
     loader = DataLoader(IndexDataset(100), batch_size=4, sampler=RandomSampler(range(100)))
-    short = rebuild_loader(loader, TrialConfig(0), epoch_batches=3)
+    short = rebuild_loader(loader, LoaderSettings(0), epoch_batches=3)
     assert len(short) == 3
     first, second = ([int(i) for b in short for i in b] for _ in range(2))
     assert len(first) == 12 and first != second  # a fresh shuffle each epoch
     batched = DataLoader(IndexDataset(100), batch_sampler=[[0, 1], [2, 3], [4, 5]])
-    assert [b.flatten().tolist() for b in rebuild_loader(batched, TrialConfig(0), epoch_batches=2)] == \
+    rebuilt = rebuild_loader(batched, LoaderSettings(0), epoch_batches=2)
+    assert [b.flatten().tolist() for b in rebuilt] == \
         [[0, 1], [2, 3]]
     assert len(FirstIndices(iter(range(10)), 4)) == 4  # a sampler without a length
 

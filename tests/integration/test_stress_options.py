@@ -17,12 +17,8 @@ from pipecheck.records import ProcessStats
 from pipecheck.stress import memory
 from pipecheck.stress.runner import Sweep, _changes, run_trial
 from pipecheck.stress.search import _unverified_neighbours, calibration_configs
-from pipecheck.stress.settings import (
-    TrialConfig,
-    parse_bool_list,
-    parse_config,
-    sweep_configs,
-)
+from pipecheck.stress.settings import parse_bool_list, parse_config, sweep_configs
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.target import given_config, rebuild_loader
 from pipecheck.stress.tracker import ProgressEvent
 from pipecheck.stress.trial import TrialLimits, TrialResult
@@ -45,12 +41,12 @@ def test_sweep_varies_in_order_only_with_two_or_more_workers_and_batch_size_oute
 
 
 def test_config_keywords_and_dict_leave_unset_settings_out():
-    config = TrialConfig(2, 4, in_order=False, batch_size=16)
-    assert config.loader_kwargs() == {"num_workers": 2, "prefetch_factor": 4,
+    config = LoaderSettings(2, 4, in_order=False, batch_size=16)
+    assert config.to_kwargs() == {"num_workers": 2, "prefetch_factor": 4,
                                       "persistent_workers": False, "in_order": False,
                                       "batch_size": 16}
     assert "pin_memory" not in config.to_dict()
-    assert TrialConfig.from_dict(config.to_dict()) == config
+    assert LoaderSettings.from_dict(config.to_dict()) == config
 
 
 def test_parse_bool_list_and_config_give_one_line_errors():
@@ -58,7 +54,7 @@ def test_parse_bool_list_and_config_give_one_line_errors():
     with pytest.raises(BadInputError, match="--in-order takes true or false"):
         parse_bool_list("maybe", "--in-order")
     assert parse_config("num_workers=4, prefetch_factor=2,persistent_workers=yes",
-                        "--baseline") == TrialConfig(4, 2, True)
+                        "--baseline") == LoaderSettings(4, 2, True)
     for text, fragment in [("prefetch_factor=2", "needs num_workers"),
                            ("num_workers=four", "num_workers must be an integer"),
                            ("workers=4", "'workers=4' is not one of"),
@@ -68,7 +64,7 @@ def test_parse_bool_list_and_config_give_one_line_errors():
 
 
 def test_changes_name_each_setting_that_differs():
-    assert _changes(TrialConfig(0), TrialConfig(4, 2, in_order=False)) == {
+    assert _changes(LoaderSettings(0), LoaderSettings(4, 2, in_order=False)) == {
         "num_workers": [0, 4], "prefetch_factor": [None, 2], "in_order": [None, False]}
 
 
@@ -77,13 +73,13 @@ def test_changes_name_each_setting_that_differs():
 
 def test_given_config_comes_from_a_loader_or_the_factory_defaults():
     loader = DataLoader(IndexDataset(8), num_workers=3, prefetch_factor=5)
-    assert given_config(loader) == TrialConfig(3, 5, False)
-    assert given_config(DataLoader(IndexDataset(8))) == TrialConfig(0)
+    assert given_config(loader) == LoaderSettings(3, 5, False)
+    assert given_config(DataLoader(IndexDataset(8))) == LoaderSettings(0)
 
     def factory(num_workers=2, persistent_workers=True, batch_size=4):
         return DataLoader(IndexDataset(8))
 
-    assert given_config(factory) == TrialConfig(2, 2, True)
+    assert given_config(factory) == LoaderSettings(2, 2, True)
     assert given_config(lambda num_workers, **kw: None) is None  # no default: none given
     assert given_config(lambda **kw: None) is None
 
@@ -131,12 +127,12 @@ def test_batch_sizes_are_compared_in_samples_per_second():
 
 def test_rebuild_applies_a_batch_size_and_refuses_one_it_cannot_set():
     loader = DataLoader(IndexDataset(32), batch_size=4, drop_last=True)
-    rebuilt = rebuild_loader(loader, TrialConfig(0, batch_size=8))
+    rebuilt = rebuild_loader(loader, LoaderSettings(0, batch_size=8))
     assert rebuilt.batch_size == 8 and rebuilt.drop_last is True
     own_sampler = DataLoader(IndexDataset(32),
                              batch_sampler=BatchSampler(SequentialSampler(range(32)), 4, False))
     with pytest.raises(BadInputError, match="cannot set batch_size"):
-        rebuild_loader(own_sampler, TrialConfig(0, batch_size=8))
+        rebuild_loader(own_sampler, LoaderSettings(0, batch_size=8))
 
 
 @needs_in_order
@@ -146,7 +142,7 @@ def test_in_order_false_runs_out_of_order_and_is_reported():
     trials = report.stress.trials
     assert [t.config["in_order"] for t in trials] == [True, False]
     assert all(t.error is None for t in trials)
-    rebuilt = rebuild_loader(loader, TrialConfig(2, 2, in_order=False))
+    rebuilt = rebuild_loader(loader, LoaderSettings(2, 2, in_order=False))
     assert rebuilt.in_order is False
 
 
@@ -154,7 +150,7 @@ def test_in_order_false_runs_out_of_order_and_is_reported():
 
 
 def _record_with_processes(processes):
-    result = run_trial(DataLoader(IndexDataset(16), batch_size=4), TrialConfig(0),
+    result = run_trial(DataLoader(IndexDataset(16), batch_size=4), LoaderSettings(0),
                        TrialLimits(batches=3), step=None, timeout_s=30.0)
     host = dataclasses.replace(result.record.host, processes=processes)
     return dataclasses.replace(result.record, host=host)
@@ -173,12 +169,12 @@ def test_memory_guard_skips_configs_whose_workers_would_not_fit():
     seen = memory.footprint([record, None])
     assert (seen.main_bytes, seen.per_worker_bytes, seen.basis) == (2 * gib, gib, "pss")
     available = lambda: 10 * gib  # noqa: E731
-    assert memory.skip_reason(TrialConfig(4, 2), [record], available) is None  # 6 <= 8 GiB
-    reason = memory.skip_reason(TrialConfig(8, 2), [record], available)  # 10 > 8 GiB
+    assert memory.skip_reason(LoaderSettings(4, 2), [record], available) is None  # 6 <= 8 GiB
+    reason = memory.skip_reason(LoaderSettings(8, 2), [record], available)  # 10 > 8 GiB
     assert reason.startswith("memory: needs about 10") and "8 workers x 1" in reason
     assert "PSS" in reason and "available" in reason
-    assert memory.skip_reason(TrialConfig(0), [record], lambda: 1) is None
-    assert memory.skip_reason(TrialConfig(8, 2), [_record_with_processes([])], lambda: 1) is None
+    assert memory.skip_reason(LoaderSettings(0), [record], lambda: 1) is None
+    assert memory.skip_reason(LoaderSettings(8, 2), [_record_with_processes([])], lambda: 1) is None
     rss_only = _record_with_processes([_process("worker", gib)])
     assert memory.footprint([rss_only]).basis == "rss"
 
@@ -215,7 +211,7 @@ def test_progress_events_carry_batches_rate_and_time_left():
 
 
 def test_time_left_is_the_budget_or_the_trials_left_whichever_is_shorter():
-    config = TrialConfig(0)
+    config = LoaderSettings(0)
     assert ProgressEvent("start", config, 0, 10, elapsed_s=5, budget_s=60).time_left_s == 55
     event = ProgressEvent("batch", config, 8, 10, elapsed_s=20, budget_s=60, mean_trial_s=2.0,
                           trial_elapsed_s=0.5)
@@ -240,12 +236,13 @@ def _result(config, samples_per_s):
 
 
 def test_a_missed_best_gets_its_neighbours_measured_once():
-    best = _result(TrialConfig(3, 2), 660.0)
+    best = _result(LoaderSettings(3, 2), 660.0)
     sweep = Sweep(trials=[best])
     sweep.predicted[best.config] = {"samples_per_s": 790.0}
-    remaining = [TrialConfig(2, 2), TrialConfig(4, 2), TrialConfig(2, 4), TrialConfig(5, 2)]
+    remaining = [LoaderSettings(2, 2), LoaderSettings(4, 2), LoaderSettings(2, 4),
+                 LoaderSettings(5, 2)]
     assert _unverified_neighbours(sweep, best, remaining, 0.05, []) == [
-        TrialConfig(2, 2), TrialConfig(4, 2)]
+        LoaderSettings(2, 2), LoaderSettings(4, 2)]
     assert _unverified_neighbours(sweep, best, remaining, 0.05, [best.config]) == []
     assert _unverified_neighbours(sweep, best, remaining, 0.25, []) == []  # within threshold
     sweep.predicted.clear()  # a calibration trial has no prediction to have missed
@@ -265,7 +262,7 @@ def test_live_display_shows_the_running_config_its_rate_and_time_left():
 
     from pipecheck.stress.progress import SweepProgress, describe
 
-    config = TrialConfig(2, 4)
+    config = LoaderSettings(2, 4)
     event = ProgressEvent("batch", config, 1, 5, elapsed_s=10, budget_s=60, mean_trial_s=3.0,
                           batches=120, trial_elapsed_s=2.0)
     assert describe(event) == "num_workers=2 prefetch_factor=4 persistent_workers=False: " \

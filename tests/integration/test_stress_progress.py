@@ -24,7 +24,7 @@ from rich.console import Console
 
 from pipecheck.stress.progress import SweepProgress
 from pipecheck.stress.search import run_search
-from pipecheck.stress.settings import TrialConfig
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.tracker import ProgressEvent, Tracker
 from pipecheck.stress.trial import TrialLimits
 from paths import REPO_ROOT, STRESS_TARGETS, SUPPORT
@@ -67,7 +67,7 @@ def _drawn(event: ProgressEvent, width: int) -> list[str]:
 
 def test_at_80_columns_the_display_keeps_the_time_left():
     """rich's table of five columns was cut at 80 columns, the time left first."""
-    event = ProgressEvent("batch", TrialConfig(12, 4, in_order=False), 1, 31, elapsed_s=10,
+    event = ProgressEvent("batch", LoaderSettings(12, 4, in_order=False), 1, 31, elapsed_s=10,
                           budget_s=60, mean_trial_s=3.0, batches=1234, trial_elapsed_s=29.9)
     for line in _drawn(event, 80):
         assert len(line) < 80
@@ -75,7 +75,7 @@ def test_at_80_columns_the_display_keeps_the_time_left():
 
 
 def test_the_display_counts_the_trials_planned():
-    event = ProgressEvent("done", TrialConfig(0), 1, 31, elapsed_s=10, budget_s=20,
+    event = ProgressEvent("done", LoaderSettings(0), 1, 31, elapsed_s=10, budget_s=20,
                           finished=1, planned=2)
     drawn = " ".join(_drawn(event, 100))
     assert "1/2" in drawn and "/31" not in drawn
@@ -84,7 +84,7 @@ def test_the_display_counts_the_trials_planned():
 def test_nothing_is_drawn_when_stderr_is_not_a_terminal():
     out = io.StringIO()
     with SweepProgress(console=Console(file=out)) as display:
-        display(ProgressEvent("start", TrialConfig(0), 0, 3, elapsed_s=0, budget_s=60))
+        display(ProgressEvent("start", LoaderSettings(0), 0, 3, elapsed_s=0, budget_s=60))
     assert out.getvalue() == ""
 
 
@@ -98,7 +98,7 @@ def short_result():
 
 def test_the_planned_count_is_what_the_budget_holds_not_every_candidate(short_result):
     clock, events = FakeClock(), []
-    candidates = [TrialConfig(0)] + [TrialConfig(n, 2) for n in range(1, 31)]
+    candidates = [LoaderSettings(0)] + [LoaderSettings(n, 2) for n in range(1, 31)]
     tracker = Tracker(0, 20.0, events.append, clock=clock,
                       runner=fake_runner(clock, short_result, 2.0))
     tracker.later_trials = 1  # e.g. the profiling trial, held in no reserve here
@@ -119,10 +119,10 @@ def test_follow_on_trials_continue_the_count(short_result):
                       runner=fake_runner(clock, short_result, 0.5))
     tracker.later_trials = 2
     limits = TrialLimits(seconds=1.0)
-    for done, config in enumerate([TrialConfig(0), TrialConfig(1, 2)]):
+    for done, config in enumerate([LoaderSettings(0), LoaderSettings(1, 2)]):
         tracker.run("target", config, limits, step=None, timeout_s=5.0, done=done)
     later = tracker.follow_on(2, events.append)
-    later.run("target", TrialConfig(1, 2), limits, step=None, timeout_s=5.0, done=0)
+    later.run("target", LoaderSettings(1, 2), limits, step=None, timeout_s=5.0, done=0)
     assert [(e.finished, e.planned) for e in events if e.event == "done"] == [
         (1, 4), (2, 4), (3, 4)]
 

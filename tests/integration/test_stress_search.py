@@ -17,7 +17,8 @@ from pipecheck.stress.search import (
     rate_noise_fraction,
 )
 from pipecheck.stress.runner import run_trial
-from pipecheck.stress.settings import TrialConfig, usable_cpus
+from pipecheck.stress.settings import usable_cpus
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.trial import TrialLimits
 from stress_targets import sleepy_loader
 
@@ -141,7 +142,7 @@ def test_rate_noise_is_zero_for_steady_batches_and_grows_with_spread():
 
 def _latency_loader_record():
     """A real trial's wrap record (3 batches, no workers), whose timeline the tests replace."""
-    result = run_trial(_latency_loader(), TrialConfig(0), TrialLimits(batches=3), step=None,
+    result = run_trial(_latency_loader(), LoaderSettings(0), TrialLimits(batches=3), step=None,
                        timeout_s=30.0)
     assert result.record is not None
     return result.record

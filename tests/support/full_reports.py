@@ -11,10 +11,22 @@ from typing import Any, Callable, Iterator
 
 from pipecheck.render.inert import CONTROL
 
-from pipecheck.records import (ChangedValue, ComparedFigure, Comparison, DeviceRecord,
-                               HeadOfLineSummary, HotFunction, RankInfo, RankSummary,
-                               RanksSummary, StacksRecord, StageRow, TuneSection,
-                               TuneSettings, TuneTrial)
+from pipecheck.records import (
+    ChangedValue,
+    ComparedFigure,
+    Comparison,
+    DeviceRecord,
+    HeadOfLineSummary,
+    HotFunction,
+    RankInfo,
+    RankSummary,
+    RanksSummary,
+    StacksRecord,
+    StageRow,
+    TuneSection,
+    TuneTrial,
+)
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.report import Report, load
 from paths import SUPPORT
 from render_fixtures import stress_section
@@ -68,13 +80,13 @@ def every_section_report() -> Report:
 
 def tune_section() -> TuneSection:
     """Online tuning that settled on 2 workers after three trials, with a guard's note."""
-    start = TuneSettings(num_workers=0)
-    chosen = TuneSettings(num_workers=2, prefetch_factor=2)
+    start = LoaderSettings(num_workers=0)
+    chosen = LoaderSettings(num_workers=2, prefetch_factor=2)
     trials = [TuneTrial(settings=s, batches=40, samples=160, seconds=secs,
                         samples_per_s=160 / secs, stall_fraction=stall, noise_fraction=0.02,
                         warmup_batches=w)
               for s, secs, stall, w in ((start, 0.8, 0.9, 1), (chosen, 0.4, 0.5, 5),
-                                        (TuneSettings(2, 4), 0.41, 0.5, 9))]
+                                        (LoaderSettings(2, 4), 0.41, 0.5, 9))]
     return TuneSection(status="settled", reason=None, start=start, chosen=chosen,
                        trials=trials, speedup=2.0, tuning_s=1.7, cost_s=0.05, tuning_batches=120, retunes=1,
                        pin_line="DataLoader(..., num_workers=2, prefetch_factor=2)",

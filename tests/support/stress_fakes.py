@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any, Optional
 
 from pipecheck.analysis.model import MIN_STEADY_BATCHES
-from pipecheck.stress.settings import TrialConfig
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.trial import TrialLimits, TrialResult, measure
 from stress_targets import sleepy_loader
 
@@ -24,7 +24,7 @@ class FakeClock:
 
 def short_trial() -> TrialResult:
     """A real trial with fewer steady batches than the model needs (a template to copy)."""
-    result = measure(sleepy_loader(batch_size=4), TrialConfig(0),
+    result = measure(sleepy_loader(batch_size=4), LoaderSettings(0),
                      TrialLimits(batches=MIN_STEADY_BATCHES // 2))
     assert result.ok
     return result

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from fake_pipeline import FakeRun, simulate
-from pipecheck.analysis import Analysis, LoaderSettings, analyze
+from pipecheck.analysis import Analysis, analyze
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.analysis.producer import cpu_cap_batches_per_s
 from pipecheck.analysis.stats import quantiles, ratio
 from pipecheck.records import (

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fake_pipeline import MAIN_PID, FakeRun, simulate
-from pipecheck.analysis import LoaderSettings, analyze
+from pipecheck.analysis import analyze
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.analysis.model import ThroughputModel
 from pipecheck.recommend import recommend
 from pipecheck.render.sections.advice import BRIEF_RECOMMENDATIONS
@@ -282,27 +283,27 @@ def test_stress_search_predictions_stay_within_the_bounds_whatever_the_anchor(ru
     # that under-predicted that trial by ``miss`` scales every prediction up by it, which
     # must still stop at each candidate's bounds.
     from pipecheck.stress.runner import Sweep
-    from pipecheck.stress.search import _predict, _settings
-    from pipecheck.stress.settings import TrialConfig
+    from pipecheck.stress.search import _predict
+    from pipecheck.loader_settings import LoaderSettings
     from pipecheck.stress.trial import TrialResult
 
     model = analyze(run).model
     if model is None:
         return
     measured = model.measured
-    config = TrialConfig(num_workers=measured.num_workers,
-                         prefetch_factor=measured.prefetch_factor if measured.num_workers
-                         else None, persistent_workers=measured.persistent_workers)
+    config = LoaderSettings(num_workers=measured.num_workers,
+                            prefetch_factor=measured.prefetch_factor if measured.num_workers
+                            else None, persistent_workers=measured.persistent_workers)
     rate = model.predict(measured).steady_batches_per_s * miss
     per_batch = model.samples_per_batch or 1.0
     best = TrialResult(config=config, samples_per_s=rate * per_batch, batches_per_s=rate,
                        stall_fraction=0.0, startup_s=0.0, batches=run.consumer.batches,
                        wall_s=1.0, record=run)
-    candidates = [TrialConfig(num_workers=n, prefetch_factor=None if n == 0 else 2)
+    candidates = [LoaderSettings(num_workers=n, prefetch_factor=None if n == 0 else 2)
                   for n in (0, 1, 3, 16)]
     sweep = Sweep(trials=[best])
     assert _predict(sweep, candidates, []) == set(candidates)
     for candidate in candidates:
         predicted = sweep.predicted[candidate]["batches_per_s"]
         assert predicted is not None and math.isfinite(predicted) and predicted > 0
-        assert _within(predicted, model.bounds(_settings(candidate)).batches_per_s)
+        assert _within(predicted, model.bounds(candidate.model_view()).batches_per_s)

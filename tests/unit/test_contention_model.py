@@ -12,7 +12,8 @@ import json
 import pytest
 
 from fake_pipeline import MAIN_PID, FakeRun, simulate
-from pipecheck.analysis import LoaderSettings, analyze
+from pipecheck.analysis import analyze
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.recommend import recommend
 from pipecheck.render.html import render_html
 from pipecheck.render.markdown import render_markdown

@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from fake_pipeline import FakeRun, simulate
-from pipecheck.analysis import LoaderSettings, analyze
+from pipecheck.analysis import analyze
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.analysis.consumer import (first_step_s, steady_stall_fraction, steady_step_s,
                                          summarize_consumer, warmup_step_s)
 from pipecheck.recommend import recommend

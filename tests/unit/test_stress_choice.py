@@ -6,13 +6,13 @@ from __future__ import annotations
 from pipecheck.render.sections.stress import tie_note
 from pipecheck.stress.choice import cheapest_within_noise
 from pipecheck.stress.search import MIN_WORTHWHILE_GAIN
-from pipecheck.stress.settings import TrialConfig
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.stress.trial import TrialResult
 from report_factory import stress_of
 
 
 def _trial(rate, workers, factor=2, in_order=True, batch_size=None):
-    config = TrialConfig(workers, factor if workers else None, in_order=in_order,
+    config = LoaderSettings(workers, factor if workers else None, in_order=in_order,
                          batch_size=batch_size)
     return TrialResult(config, rate, rate / 8, 0.1, 0.5, 50, 1.0)
 
@@ -23,7 +23,7 @@ def test_ties_go_to_in_order_then_fewer_workers_then_smaller_prefetch():
               _trial(980.0, 3), _trial(960.0, 2)]  # 4% below: not a tie at the 3% floor
     chosen, tolerance = cheapest_within_noise(best, trials)
     assert tolerance == MIN_WORTHWHILE_GAIN  # no record: no measured noise
-    assert chosen.config == TrialConfig(3, 2, in_order=True)
+    assert chosen.config == LoaderSettings(3, 2, in_order=True)
 
 
 def test_the_best_stands_when_nothing_cheaper_ties_and_other_batch_sizes_never_do():

@@ -7,7 +7,8 @@ import pytest
 
 from pipecheck.analysis.choice import (MIN_WORTHWHILE_GAIN, NOISE_BLOCKS, block_rate_noise,
                                        cheapest_within, loop_noise, tolerance)
-from pipecheck.records import TuneSettings, TuneTrial
+from pipecheck.records import TuneTrial
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.tune.controller import (MAX_TIE_TOLERANCE, MIN_BUDGET_WINDOWS, TuneController,
                                        TuneLimits, block_batches, pin_line, warmup_for)
 
@@ -17,11 +18,11 @@ from pipecheck.tune.window import TrialWindow
 
 LIMITS = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=2, budget_s=1e9,
                     budget_fraction=1.0)
-START = TuneSettings(num_workers=0)
+START = LoaderSettings(num_workers=0)
 
 
 def drive(controller: TuneController, seconds_per_batch, batches: int = 10_000,
-          samples: int = 4) -> list[TuneSettings]:
+          samples: int = 4) -> list[LoaderSettings]:
     """Feed ``controller`` batches whose loop time is ``seconds_per_batch(settings)`` for the
     settings in effect (all wait: an input-bound loop) until it settles; the switches made."""
     switches = []
@@ -43,7 +44,7 @@ def test_climbs_workers_while_measured_faster_then_keeps_the_cheapest_tie():
     tried = [t.settings for t in controller.trials]
     assert [s.num_workers for s in tried[:3]] == [0, 2, 4]
     assert controller.settled and controller.status == "settled"
-    assert controller.chosen == TuneSettings(num_workers=2, prefetch_factor=2)
+    assert controller.chosen == LoaderSettings(num_workers=2, prefetch_factor=2)
     assert switches[-1] == controller.chosen  # the last switch goes to the kept settings
     assert controller.speedup() == pytest.approx(2.0)
     assert controller.cost_s() == pytest.approx(0.0)  # no trial was slower than the start
@@ -87,13 +88,13 @@ def test_never_more_workers_than_the_budget_and_slower_trials_cost():
 
 
 def test_iterable_without_split_tries_prefetch_only():
-    start = TuneSettings(num_workers=1, prefetch_factor=2)
+    start = LoaderSettings(num_workers=1, prefetch_factor=2)
     controller = TuneController(start, LIMITS, max_workers=8, change_workers=False, cuda=True)
     drive(controller, lambda s: 0.010)
     tried = [t.settings for t in controller.trials]
     assert {s.num_workers for s in tried} == {1}
-    assert TuneSettings(num_workers=1, prefetch_factor=4) in tried
-    assert TuneSettings(num_workers=1, prefetch_factor=2, pin_memory=True) in tried  # CUDA
+    assert LoaderSettings(num_workers=1, prefetch_factor=4) in tried
+    assert LoaderSettings(num_workers=1, prefetch_factor=2, pin_memory=True) in tried  # CUDA
 
 
 def test_budget_ends_the_trials_with_the_best_measured():
@@ -163,11 +164,11 @@ def test_limits_are_checked():
 
 
 def test_pin_line_and_labels():
-    assert pin_line(TuneSettings(num_workers=2, prefetch_factor=4)) == \
+    assert pin_line(LoaderSettings(num_workers=2, prefetch_factor=4)) == \
         "DataLoader(..., num_workers=2, prefetch_factor=4)"
-    assert pin_line(TuneSettings(num_workers=0, pin_memory=True)) == \
+    assert pin_line(LoaderSettings(num_workers=0, pin_memory=True)) == \
         "DataLoader(..., num_workers=0, pin_memory=True)"
-    assert warmup_for(TuneSettings(num_workers=2, prefetch_factor=4), TuneLimits()) == 3
+    assert warmup_for(LoaderSettings(num_workers=2, prefetch_factor=4), TuneLimits()) == 3
 
 
 def test_shared_choice_rule():
@@ -317,14 +318,14 @@ def test_a_start_with_more_workers_than_needed_halves_them_while_they_tie():
     """The user's num_workers=8 where 2 do as well: no count above 8 is allowed, so the count
     halves while each half ties with the fastest (4, 2), stops at the first that is slower
     (1), and the cheapest tie is kept."""
-    start = TuneSettings(num_workers=8, prefetch_factor=2)
+    start = LoaderSettings(num_workers=8, prefetch_factor=2)
     times = {8: 0.0050, 4: 0.0050, 2: 0.00505, 1: 0.010}
     controller = TuneController(start, LIMITS, max_workers=8, change_workers=True, cuda=False)
     drive(controller, lambda s: times[s.num_workers])
     counts = [t.settings.num_workers for t in controller.trials]
     assert counts[:4] == [8, 4, 2, 1]
     assert 0 not in counts
-    assert controller.chosen == TuneSettings(num_workers=2, prefetch_factor=2)
+    assert controller.chosen == LoaderSettings(num_workers=2, prefetch_factor=2)
 
 
 def test_a_start_at_zero_workers_never_descends():
@@ -392,7 +393,7 @@ def test_a_drop_within_the_margin_keeps_the_settings():
 def _noisy_reference() -> TuneTrial:
     """A kept trial of 2 workers at 1,000 samples/s whose short window was too noisy (75 %)
     to resolve a 20 % drop."""
-    return TuneTrial(settings=TuneSettings(num_workers=2), batches=32, samples=128,
+    return TuneTrial(settings=LoaderSettings(num_workers=2), batches=32, samples=128,
                      seconds=0.128, samples_per_s=1000.0, stall_fraction=0.0,
                      noise_fraction=0.75)
 
@@ -429,7 +430,7 @@ def test_against_a_noisy_kept_trial_a_drop_from_the_start_is_not_called():
 def test_a_reference_that_resolves_a_drop_is_never_replaced():
     """A slow drift (10 % a window, each under RETUNE_DROP) cannot lower a reference that was
     precise enough: the drop adds up and is called."""
-    reference = TuneTrial(settings=TuneSettings(num_workers=2), batches=64, samples=256,
+    reference = TuneTrial(settings=LoaderSettings(num_workers=2), batches=64, samples=256,
                           seconds=0.256, samples_per_s=1000.0, stall_fraction=0.0,
                           noise_fraction=0.02)
     watch = RateWatch(reference, lambda: TrialWindow(2, 0.0), warmup=0)

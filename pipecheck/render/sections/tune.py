@@ -46,8 +46,8 @@ def tune_blocks(section: TuneSection) -> list[Block]:
     if section.reason:
         blocks.append(Note(section.reason, "alert" if section.status == "off" else "plain"))
     if section.start is not None:
-        blocks.append(line(("started with", section.start.label()),
-                           ("kept", section.chosen.label() if section.chosen is not None
+        blocks.append(line(("started with", section.start.short_label()),
+                           ("kept", section.chosen.short_label() if section.chosen is not None
                             else fmt.NOT_MEASURED)))
     if section.speedup is not None or section.tuning_s is not None:
         gain = (fmt.NOT_MEASURED if section.speedup is None
@@ -61,7 +61,7 @@ def tune_blocks(section: TuneSection) -> list[Block]:
                            ("slower trials cost", fmt.seconds(section.cost_s))))
     trials, hidden = capped(section.trials, TRIAL_ROWS)
     if trials:
-        rows = [[t.settings.label(), f"{t.batches:,}", fmt.rate(t.samples_per_s, "samples"),
+        rows = [[t.settings.short_label(), f"{t.batches:,}", fmt.rate(t.samples_per_s, "samples"),
                  fmt.percent(t.stall_fraction), fmt.percent(t.noise_fraction)]
                 for t in trials]
         blocks.append(table(["settings", "batches", "throughput", "stall", "noise"], rows,
