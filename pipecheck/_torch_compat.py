@@ -435,6 +435,39 @@ def continue_sampler(iterator: Any, remaining: Any, index_sampler: Any) -> None:
     iterator._index_sampler = index_sampler
 
 
+def kept_iterator(loader: Any) -> Any:
+    """The iterator a DataLoader with ``persistent_workers=True`` keeps between epochs
+    (``_iterator``: built by the first ``iter()``, reset by each later one), or ``None``."""
+    return loader.__dict__.get("_iterator")
+
+
+def keep_iterator(loader: Any, iterator: Any) -> None:
+    """Make ``iterator`` (or ``None``: none) the one ``loader`` resets at its next ``iter()``
+    (with ``None`` it builds a new one), past any ``__setattr__`` of the loader's class."""
+    loader.__dict__["_iterator"] = iterator
+
+
+def stop_workers(iterator: Any) -> None:
+    """Shut down a torch iterator's worker processes now (``_shutdown_workers``, which torch
+    calls at an epoch's end without persistent workers and when the iterator is collected; it
+    may be called again). A main-process iterator has none."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()
+
+
+def has_persistent_workers(iterator: Any) -> bool:
+    """Whether ``iterator`` keeps its workers past its epoch's end (``_persistent_workers``):
+    they then stop only with :func:`stop_workers` or when it is collected."""
+    return bool(getattr(iterator, "_persistent_workers", False)) \
+        and bool(getattr(iterator, "_num_workers", 0))
+
+
+def set_index_sampler(iterator: Any, index_sampler: Any) -> None:
+    """The index sampler a kept iterator's next ``_reset`` iterates (``_index_sampler``)."""
+    iterator._index_sampler = index_sampler
+
+
 def batches_yielded(iterator: Any) -> int:
     """``_num_yielded`` of a torch iterator (batches it has handed out), 0 when absent."""
     return int(getattr(iterator, "_num_yielded", 0) or 0)

@@ -307,6 +307,7 @@ class TuningIterator:
                 draining.pop(0)
                 following = draining[0] if draining else self._current
                 set_batches_yielded(following, batches_yielded(old))
+                self._tuner.retired(self._loader() if self._loader is not None else None, old)
         return next(self._current)
 
     def _finish_sampler(self) -> None:
@@ -324,6 +325,8 @@ class TuningIterator:
                 self._finish_sampler()
             if self._recorder is not None:
                 self._recorder.epoch_ended()
+            self._tuner.epoch_ended(self._loader() if self._loader is not None else None,
+                                    self._current)
             raise
         self._taken += 1
         if self._recorder is not None:

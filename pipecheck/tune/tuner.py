@@ -32,6 +32,7 @@ from pipecheck.tune.checkpoint import (Checkpoints, EpochPosition, RecordingSamp
                                        stateful_refusal)
 from pipecheck.tune.guards import cpu_budget, memory_refusal, splits_by_worker, \
     worker_uss_bytes
+from pipecheck.tune.persistent import KeptIterators
 from pipecheck.tune.switch import (BoundedIndices, BoundedSampler, MatchedPasses,
                                    TuningIterator, boundable, passes_per_build, rng_state,
                                    switch_generator)
@@ -91,10 +92,10 @@ def skip_reason(loader: Any, inner: Any) -> Optional[str]:
     if inner is None or inner is not loader:
         return (f"{type(loader).__qualname__} is not a torch DataLoader: tune=True tunes a "
                 "DataLoader iterated directly")
-    if loader.persistent_workers and loader.num_workers > 0:
-        return ("persistent_workers=True: torch reuses the loader's own iterator every epoch, "
-                "which this version does not replace")
     if _stateful(loader):
+        if loader.persistent_workers and loader.num_workers > 0:
+            return ("persistent_workers=True on a stateful loader: its checkpoints describe "
+                    "the iterator it keeps, which tuning would replace")
         refusal = stateful_refusal(loader)
         if refusal is not None:
             return refusal
@@ -144,6 +145,12 @@ class Tuner:
         self._checkpoints: Optional[Checkpoints] = None
         self._recording: Optional[RecordingSampler] = None
         self._resuming = False
+        # persistent_workers=True: the iterator the loader resets each epoch (tune/persistent.py),
+        # and, while torch builds one where the untuned loader would reset its own, the private
+        # generator that build draws its workers' base seed from
+        self._kept: Optional[KeptIterators] = None
+        self._rebuild_generator: Any = None
+        self._rebuild_passes: Optional[int] = None
         self.reason: Optional[str] = skip or skip_reason(loader, inner)
         self.status: TuneStatus = "skipped" if self.reason else "tuning"
         self.controller: Optional[TuneController] = None
@@ -152,6 +159,8 @@ class Tuner:
             return
         self.start = _settings_of(loader)
         self._map_style = not isinstance(loader.dataset, IterableDataset)
+        if loader.persistent_workers and loader.num_workers > 0:
+            self._kept = KeptIterators()
         notes = [PERSISTENT_NOTE]
         if _stateful(loader):
             self._checkpoints = Checkpoints(self.start.num_workers)
@@ -210,6 +219,8 @@ class Tuner:
         else:
             if name == self._epoch_attribute and value is not None:
                 return self._epoch_sampler(value)
+            if name == "generator" and self._rebuild_generator is not None:
+                return self._rebuild_generator
             settings = self._in_effect()  # type: ignore[assignment]
         if settings is None or name in ("batch_sampler", "sampler", "generator"):
             return value
@@ -234,7 +245,7 @@ class Tuner:
             sampler = self._recording = RecordingSampler(sampler, position)
         settings = self._in_effect()
         if settings is not None and self.start is not None:
-            passes = passes_per_build(self.start.num_workers)
+            passes = self._rebuild_passes or passes_per_build(self.start.num_workers)
             if passes_per_build(settings.num_workers) != passes:
                 sampler = self._matched = MatchedPasses(sampler, passes)
         return BoundedSampler(sampler) if self._epoch_bound else sampler
@@ -262,10 +273,14 @@ class Tuner:
         if self._map_style:
             self._epoch_attribute = attribute
             self._epoch_bound = bounded and boundable(getattr(loader, attribute, None))
+        reset_sampler = self._prepare_kept(loader, settings, attribute)
         try:
             iterator = self._open_with(loader, open_target, settings)
+            if reset_sampler is not None:
+                self._opened_kept(loader)
         finally:
             self._epoch_attribute, self._epoch_bound = None, False
+            self._rebuild_generator = self._rebuild_passes = None
         matched, self._matched = self._matched, None
         if matched is not None:
             matched.complete()
@@ -296,6 +311,40 @@ class Tuner:
             return TuningIterator(self, iterator, None, self._clock, observing=False,
                                   start=self.start, recorder=recorder)
         return iterator
+
+    def _prepare_kept(self, loader: Any, settings: Optional[LoaderSettings],
+                      attribute: str) -> Any:
+        """A persistent loader's epoch with ``settings`` in effect (``None``: the loader's
+        own): the iterator torch resets has them (:meth:`KeptIterators.prepare`); where torch
+        must build one instead, the build draws as the untuned reset would: from a private
+        generator, over one pass of the sampler. Returns the index sampler a kept iterator
+        resets over this epoch (the loader's own, bounded as the epoch is), or ``None`` for a
+        loader without persistent workers. A failure turns tuning off (the loader then
+        builds or resets as torch does)."""
+        kept, start = self._kept, self.start
+        if kept is None or start is None or os.getpid() != self._owner_pid:
+            return None  # (a forked child's copy of the loader builds as torch would)
+        try:
+            own = getattr(loader, attribute, None)
+            reset_sampler = BoundedSampler(own) if self._epoch_bound else own
+            if kept.prepare(loader, settings or start, start, reset_sampler):
+                self._rebuild_generator = switch_generator(getattr(loader, "generator", None),
+                                                           self._switches)
+                self._switches += 1
+                self._rebuild_passes = 1
+            return reset_sampler
+        except Exception as err:
+            self.turn_off(err)
+            return None
+
+    def _opened_kept(self, loader: Any) -> None:
+        """After a persistent loader's ``iter()``: the kept iterator and its settings noted.
+        Never raises."""
+        try:
+            assert self._kept is not None and self.start is not None
+            self._kept.opened(loader, self._in_effect() or self.start)
+        except Exception as err:
+            self.turn_off(err)
 
     def _open_resumed(self, loader: Any, open_target: Callable[[Any], Iterator[Any]]
                       ) -> Iterator[Any]:
@@ -380,8 +429,8 @@ class Tuner:
     def build(self, loader: Any, settings: LoaderSettings, attribute: str, sampler: Any) -> Any:
         """A new iterator for ``loader`` with ``settings``, its ``attribute`` (the index
         sampler) read as ``sampler``, built by the loader's own ``_get_iterator`` through
-        pipecheck's substitutes (``persistent_workers`` is off: :func:`skip_reason` refuses
-        loaders with it on, so the iterator ends with the epoch)."""
+        pipecheck's substitutes (with ``persistent_workers``, its workers outlive the epoch:
+        :mod:`pipecheck.tune.persistent` keeps it for the next epoch or stops them)."""
         substitutes = self._substitutes
         if substitutes is None:
             raise RuntimeError("the loader's iterator builds are not registered")
@@ -391,9 +440,34 @@ class Tuner:
         try:
             substitutes.arm()
             with _trial_worker_count_quiet():
-                return loader._get_iterator()
+                iterator = loader._get_iterator()
         finally:
             self._building = None
+        if self._kept is not None:
+            self._kept.switched_to(iterator, settings)
+        return iterator
+
+    def epoch_ended(self, loader: Any, iterator: Any) -> None:
+        """A map-style epoch's last ``iterator`` handed out its last batch: with persistent
+        workers, one an in-epoch switch built becomes the loader's kept iterator
+        (:meth:`KeptIterators.epoch_ended`). Never raises: a failure turns tuning off."""
+        if self._kept is None or loader is None:
+            return
+        try:
+            self._kept.epoch_ended(loader, iterator)
+        except Exception as err:
+            self.turn_off(err)
+
+    def retired(self, loader: Any, iterator: Any) -> None:
+        """An in-epoch switch's old ``iterator`` handed out its last batch: with persistent
+        workers, they stop now (:meth:`KeptIterators.retire`). Never raises: a failure turns
+        tuning off."""
+        if self._kept is None or loader is None:
+            return
+        try:
+            self._kept.retire(loader, iterator)
+        except Exception as err:
+            self.turn_off(err)
 
     def switched(self, outstanding: int) -> None:
         """An in-epoch switch happened; the old iterator still holds ``outstanding`` batches,

@@ -6,9 +6,12 @@ new round (the order still kept), and the report's tune section renders."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import time
 
+import psutil
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -444,4 +447,99 @@ def test_a_drop_after_settling_re_tunes_and_keeps_the_order(tmp_path):
     section = wrapped.report().tune
     assert section.retunes >= 1, section
     assert any(n.startswith("re-tuned: ") and "lower" in n for n in section.notes), section.notes
+    wrapped.close()
+
+
+def _gone(pids: set[int], timeout_s: float = 10.0) -> bool:
+    """Whether every process in ``pids`` has exited (and been reaped) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if psutil.pid_exists(pid)
+                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_a_persistent_workers_loader_is_tuned_and_keeps_order_and_workers(context):
+    """persistent_workers=True: trials switch inside the first epoch and the start's worker
+    stops once its batches are handed out; tuning settles well inside that 300-batch epoch, and
+    the iterator of its end is the one the next epoch resets (its workers load on); the loop
+    gets the untuned order in every epoch and the global RNG is left as untuned; no trial's
+    workers outlive their use."""
+    def loader() -> DataLoader:
+        return map_loader(True, size=1200, num_workers=1, persistent_workers=True,
+                          multiprocessing_context=context)
+
+    epochs = 3
+    torch.manual_seed(3)
+    plain, _ = run_epochs(loader(), epochs)
+    plain_rng = torch.rand(3).tolist()
+    torch.manual_seed(3)
+    user = loader()
+    wrapped = pipecheck.wrap(user, tune=SHORT, host=False)
+    tuned, pids = [], []
+    for epoch in range(epochs):
+        ids, batch_pids = [], []
+        for x, pid in wrapped:
+            ids += x.tolist()
+            batch_pids.append(int(pid[0]))
+            if epoch == 0 and len(batch_pids) == 60:  # the start's worker: stopped by now
+                assert batch_pids[0] not in batch_pids[-10:]
+                assert _gone({batch_pids[0]}), batch_pids
+        tuned.append(ids)
+        pids.append(batch_pids)
+        section = wrapped.report().tune
+        assert section.status == "settled", (epoch, section)
+    assert tuned == plain
+    assert torch.rand(3).tolist() == plain_rng
+    assert {t.settings.num_workers for t in section.trials} - {1}, section
+    if section.chosen.num_workers:
+        # an epoch's last workers load the next epoch: its iterator was kept and reset
+        assert all(pids[e][-1] in pids[e + 1] for e in range(epochs - 1)), section
+    # every worker that loaded an earlier epoch and not the last one has stopped
+    last = set(pids[-1]) - {os.getpid()}
+    assert _gone(set().union(*map(set, pids[:-1])) - last - {os.getpid()})
+    assert user.persistent_workers and user.num_workers == 1
+    wrapped.close()
+    del wrapped, user
+    gc.collect()
+    assert _gone(last)
+
+
+def test_a_persistent_iterable_loader_changes_workers_at_epoch_starts():
+    loader = DataLoader(RangeStream(64, sleep_s=0.002), batch_size=4, num_workers=1,
+                        persistent_workers=True)
+    wrapped = pipecheck.wrap(loader, tune=SHORT, host=False)
+    for _ in range(5):
+        batches = list(wrapped)
+        assert sorted(sum((x.flatten().tolist() for x in batches), [])) == list(range(64))
+    section = wrapped.report().tune
+    assert section.status in ("settled", "tuning"), section
+    assert len({t.settings.num_workers for t in section.trials}) >= 2, section
+    wrapped.close()
+
+
+def test_a_persistent_workers_loader_left_mid_epoch_keeps_the_untuned_order():
+    """The loop leaves the first epoch after 60 batches (trials switched inside it): the
+    untuned loader resets its kept iterator for the next epoch, the tuned one builds anew
+    without drawing from the loader's generator, so both later epochs keep the untuned
+    order."""
+    def loader() -> DataLoader:
+        return map_loader(True, size=400, num_workers=1, persistent_workers=True)
+
+    def epochs(source) -> list[list[int]]:
+        first = []
+        for x, _pid in source:
+            first += x.tolist()
+            if len(first) >= 240:
+                break
+        return [first] + run_epochs(source, 2)[0]
+
+    plain = epochs(loader())
+    wrapped = pipecheck.wrap(loader(), tune=SHORT, host=False)
+    assert epochs(wrapped) == plain
+    assert len({t.settings.num_workers for t in wrapped.report().tune.trials}) >= 2
     wrapped.close()
