@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from pipecheck.loader_settings import LoaderSettings
 from pipecheck.kinds import (
     ComparisonStatus,
     ComparisonVerdict,
@@ -35,6 +34,7 @@ from pipecheck.kinds import (
     Verdict,
     WorkerBound,
 )
+from pipecheck.loader_settings import LoaderSettings
 
 # ---------------------------------------------------------------------------------------------
 # Context: where the run happened and what loader it measured
@@ -946,9 +946,9 @@ class JobShape:
 
 @dataclass(frozen=True)
 class TunedRanks:
-    """Ranks whose online tuning kept the same ``settings`` (a :meth:`LoaderSettings.short_label`):
-    how many (``ranks``, >= 1) and the first of them in rank order (``first_ranks``, at most
-    :data:`pipecheck.analysis.ranks.TUNED_RANKS_LISTED`)."""
+    """Ranks whose online tuning kept the same ``settings`` (a
+    :meth:`LoaderSettings.short_label`): how many (``ranks``, >= 1) and the first of them in
+    rank order (``first_ranks``, at most :data:`pipecheck.analysis.ranks.TUNED_RANKS_LISTED`)."""
 
     settings: str
     ranks: int

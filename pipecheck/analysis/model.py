@@ -21,7 +21,6 @@ import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from pipecheck.loader_settings import LoaderSettings
 from pipecheck.analysis.consumer import (
     cold_start_s,
     shutdown_wait_s,
@@ -43,6 +42,7 @@ from pipecheck.analysis.producer import (
 )
 from pipecheck.analysis.contention import HostLoad, fair_shares, host_load
 from pipecheck.analysis.stats import batch_means_spread, ratio
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.records import (
     MODEL_ERROR_FRACTION,
     ConsumerRecord,
@@ -50,8 +50,6 @@ from pipecheck.records import (
     ProducerSummary,
     RunRecord,
 )
-
-
 
 RECEIVE_FIXED_S = 0.6e-3
 """Main-thread CPU seconds to receive one ready batch from a worker (queue get, unpickling),
