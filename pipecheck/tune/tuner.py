@@ -6,7 +6,9 @@ use, and later epochs are built with the user's own settings.
 
 The user's loader object is never changed: its attributes read as the user set them at every
 moment outside torch's own iterator build (:func:`pipecheck._torch_compat.register`), during
-tuning and after. The kept settings apply to every later iterator this wrapper builds; the
+tuning and after. The one exception is torch's private cache of a ``persistent_workers=True``
+loader's iterator (``_iterator``), which then holds an iterator tuning built
+(:mod:`pipecheck.tune.persistent`). The kept settings apply to every later iterator this wrapper builds; the
 report's ``tune`` section holds the line of code that pins them for the next run.
 """
 
