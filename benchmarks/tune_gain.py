@@ -15,7 +15,11 @@ out), starting from ``num_workers=0``:
    of another);
 2. **tuned**: the same batches under ``pipecheck.wrap(loader, tune=True)``: the whole run's
    wall seconds, the settings it kept, and its samples/s after tuning settled (over the batches
-   after the first one the loop found the tuner settled at, timed by the loop's own clock).
+   after the first one the loop found the tuner settled at, timed by the loop's own clock; for
+   an iterable pipeline, from the first epoch that starts settled: its kept settings take
+   effect at epoch starts only, so the rest of the settling epoch runs on the last trial's,
+   which is tuning's cost, counted in the whole run's seconds; the JSON also gives the rate
+   from the settling batch, ``after_from_settle_samples_per_s``).
    When the run's batches end before tuning settles, or less than :data:`AFTER_MIN_S` after
    it, the loop goes on (at most :data:`AFTER_CAP_S` more) to measure that rate; the wall
    seconds stay those of the run's batches;
@@ -93,6 +97,7 @@ class Row:
     tuning_s: Optional[float]
     cost_s: Optional[float]
     trials: list[dict[str, Any]]
+    after_from_settle_samples_per_s: Optional[float] = None
 
     @property
     def after_over_best(self) -> Optional[float]:
@@ -128,30 +133,38 @@ def tuner_status(loader: Any) -> str:
     return object.__getattribute__(loader, "_measurement")._tuner.status
 
 
-def run_tuned(loader: Any, model: Any, batches: int
-              ) -> tuple[float, list[tuple[float, int]], Optional[int]]:
+def run_tuned(loader: Any, model: Any, batches: int, iterable: bool
+              ) -> tuple[float, list[tuple[float, int]], Optional[int], Optional[int]]:
     """``batches`` batches of the tuned loop (their wall seconds), then on until tuning has
-    settled and :data:`AFTER_MIN_S` more have passed (at most :data:`AFTER_CAP_S`); every
-    batch's (time after its step, samples), and the index of the first batch after which the
-    tuner was found settled (``None`` if it never was)."""
+    settled and :data:`AFTER_MIN_S` more have passed (at most :data:`AFTER_CAP_S`) since the
+    kept settings took effect (``iterable``: at the first epoch that starts settled); every
+    batch's (time after its step, samples), the index of the first batch after which the tuner
+    was found settled and that of the batch before the kept settings' first (``None`` if
+    tuning never settled)."""
     marks: list[tuple[float, int]] = []
     started = time.perf_counter()
     run_s: Optional[float] = None
     settled: Optional[int] = None
+    effective: Optional[int] = None
     while True:
+        epoch_starts_settled = settled is not None
         for batch in loader:
+            if effective is None and epoch_starts_settled:
+                effective = max(len(marks), 1)
             model.step(batch)
             now = time.perf_counter()
             marks.append((now, len(batch[1])))
             if settled is None and tuner_status(loader) != "tuning":
                 settled = len(marks)
+                if not iterable:
+                    effective = settled
             if len(marks) == batches:
                 run_s = now - started
             if run_s is None:
                 continue
-            if (settled is not None and now - marks[settled - 1][0] >= AFTER_MIN_S) \
+            if (effective is not None and now - marks[effective - 1][0] >= AFTER_MIN_S) \
                     or now - started - run_s >= AFTER_CAP_S:
-                return run_s, marks, settled
+                return run_s, marks, settled, effective
 
 
 def after_rate(marks: list[tuple[float, int]], settled: Optional[int]) -> Optional[float]:
@@ -176,7 +189,7 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
     # 2. tuned
     loader = pipecheck.wrap(loader_with(pipeline.dataset(data), {"num_workers": 0}, iterable),
                             host=False, tune=True)
-    tuned_s, marks, settled = run_tuned(loader, pipeline.model(), batches)
+    tuned_s, marks, settled, effective = run_tuned(loader, pipeline.model(), batches, iterable)
     section = loader.report().tune
     loader.close()
     kept = section.chosen.short_label() if section.chosen is not None else None
@@ -190,12 +203,14 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
             del grid_loader
     grid = {n: statistics.median(r) for n, r in rates.items()}
     best = max(grid, key=grid.get)
+    done = section.status == "settled"
     return Row(pipeline.name, condition, batches, kept, section.status,
-               after_rate(marks, settled) if section.status == "settled" else None, grid[best],
+               after_rate(marks, effective) if done else None, grid[best],
                f"num_workers={best}", grid, untuned_s, tuned_s, section.tuning_s, section.cost_s,
                [{"settings": t.settings.short_label(), "batches": t.batches, "seconds": t.seconds,
                  "samples_per_s": t.samples_per_s, "stall_fraction": t.stall_fraction,
-                 "noise_fraction": t.noise_fraction} for t in section.trials])
+                 "noise_fraction": t.noise_fraction} for t in section.trials],
+               after_rate(marks, settled) if done else None)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
