@@ -453,21 +453,19 @@ class Tuner:
         """A map-style epoch's last ``iterator`` handed out its last batch: with persistent
         workers, one an in-epoch switch built becomes the loader's kept iterator
         (:meth:`KeptIterators.epoch_ended`). Never raises: a failure turns tuning off."""
-        if self._kept is None or loader is None:
-            return
-        try:
-            self._kept.epoch_ended(loader, iterator)
-        except Exception as err:
-            self.turn_off(err)
+        self._tell_kept("epoch_ended", loader, iterator)
 
     def retired(self, loader: Any, iterator: Any) -> None:
         """An in-epoch switch's old ``iterator`` handed out its last batch: with persistent
         workers, they stop now (:meth:`KeptIterators.retire`). Never raises: a failure turns
         tuning off."""
+        self._tell_kept("retire", loader, iterator)
+
+    def _tell_kept(self, method: str, loader: Any, iterator: Any) -> None:
         if self._kept is None or loader is None:
             return
         try:
-            self._kept.retire(loader, iterator)
+            getattr(self._kept, method)(loader, iterator)
         except Exception as err:
             self.turn_off(err)
 
