@@ -395,7 +395,7 @@ class Measurement:
         # Flagged: the consumer keeps the timed epochs' batch total (O(1), folded epochs too),
         # to which record() scales the sampled production.
         tuner = self._tuner
-        if tuner is not None and tuner.status in ("tuning", "settled"):
+        if tuner is not None and tuner.opens_epochs:
             def opened() -> Iterator[Any]:  # with the settings in trial, or those kept
                 return tuner.open_epoch(loader, open_target)
         else:
@@ -561,6 +561,8 @@ class Measurement:
         files, keeping what they measured; the loader is no longer instrumented. Iterating
         after close still works but measures only the consumer side. Idempotent."""
         registered = self._registered() if self._registered is not None else None
+        if registered is not None and self._tuner is not None:
+            self._tuner.release(registered)
         if registered is not None and self._substitutes is not None:
             unregister(registered, self._substitutes)
         self._registered = None

@@ -62,11 +62,14 @@ class KeptIterators:
         self._kept = None
         return True
 
-    def opened(self, loader: Any, settings: LoaderSettings) -> None:
-        """After this epoch's ``iter(loader)``: an iterator torch built now has ``settings``."""
+    def opened(self, loader: Any, settings: LoaderSettings, reset_sampler: Any) -> None:
+        """After this epoch's ``iter(loader)``: an iterator torch built now has ``settings``,
+        and resets over ``reset_sampler`` (its build may have read the index sampler through a
+        wrapper whose passes are used up, ``MatchedPasses``)."""
         kept = kept_iterator(loader)
         if kept is not None and (self._kept is None or self._kept[0]() is not kept):
             self._kept = (weakref.ref(kept), settings)
+            set_index_sampler(kept, reset_sampler)
 
     def switched_to(self, iterator: Any, settings: LoaderSettings) -> None:
         """An in-epoch switch built ``iterator`` with ``settings``."""
@@ -93,6 +96,19 @@ class KeptIterators:
             stop_workers(kept)
         keep_iterator(loader, iterator)
         self._kept = (switched[0], switched[1])
+
+    def release(self, loader: Any, start: LoaderSettings, own_sampler: Any) -> None:
+        """Tuning is over for good (the wrapper closed): a kept iterator with the loader's own
+        settings (``start``) resets over its own index sampler ``own_sampler`` from now on, as
+        torch's; one with other settings stops, so the loader's next ``iter()`` builds one
+        with its own settings."""
+        kept = kept_iterator(loader)
+        if kept is not None and self._settings_of(kept, start) == start:
+            set_index_sampler(kept, own_sampler)
+        elif kept is not None:
+            stop_workers(kept)
+            keep_iterator(loader, None)
+        self._kept = self._switched = None
 
     def _settings_of(self, kept: Any, start: LoaderSettings) -> LoaderSettings:
         known = self._kept

@@ -189,6 +189,26 @@ class Tuner:
         self._substitutes = substitutes
 
     @property
+    def opens_epochs(self) -> bool:
+        """Whether each epoch must be opened through :meth:`open_epoch`: while trials run or
+        the kept settings apply, and for a ``persistent_workers=True`` loader after tuning
+        turned off too (its kept iterator may hold trial settings: the epoch then gets the
+        loader's own, :mod:`pipecheck.tune.persistent`)."""
+        return self.status in ("tuning", "settled") or (
+            self.status == "off" and self._kept is not None)
+
+    def release(self, loader: Any) -> None:
+        """The wrapper closed: a persistent loader's kept iterator with tuned settings stops
+        (:meth:`KeptIterators.release`). Never raises."""
+        if self._kept is None or self.start is None or os.getpid() != self._owner_pid:
+            return
+        try:
+            own = getattr(loader, index_sampler_attribute(loader), None)
+            self._kept.release(loader, self.start, own)
+        except Exception:
+            pass  # the loader then goes on with the iterator it keeps
+
+    @property
     def tuning(self) -> bool:
         """Whether trials are still running."""
         return self.status == "tuning"
@@ -246,6 +266,8 @@ class Tuner:
         if position is not None:
             sampler = self._recording = RecordingSampler(sampler, position)
         settings = self._in_effect()
+        if settings is None and self._rebuild_passes is not None:
+            settings = self.start  # tuning is off: a persistent loader rebuilt with its own
         if settings is not None and self.start is not None:
             passes = self._rebuild_passes or passes_per_build(self.start.num_workers)
             if passes_per_build(settings.num_workers) != passes:
@@ -279,7 +301,7 @@ class Tuner:
         try:
             iterator = self._open_with(loader, open_target, settings)
             if reset_sampler is not None:
-                self._opened_kept(loader)
+                self._opened_kept(loader, reset_sampler)
         finally:
             self._epoch_attribute, self._epoch_bound = None, False
             self._rebuild_generator = self._rebuild_passes = None
@@ -339,12 +361,12 @@ class Tuner:
             self.turn_off(err)
             return None
 
-    def _opened_kept(self, loader: Any) -> None:
-        """After a persistent loader's ``iter()``: the kept iterator and its settings noted.
-        Never raises."""
+    def _opened_kept(self, loader: Any, reset_sampler: Any) -> None:
+        """After a persistent loader's ``iter()``: the kept iterator and its settings noted,
+        one built now resetting over ``reset_sampler``. Never raises."""
         try:
             assert self._kept is not None and self.start is not None
-            self._kept.opened(loader, self._in_effect() or self.start)
+            self._kept.opened(loader, self._in_effect() or self.start, reset_sampler)
         except Exception as err:
             self.turn_off(err)
 

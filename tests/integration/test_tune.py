@@ -543,3 +543,50 @@ def test_a_persistent_workers_loader_left_mid_epoch_keeps_the_untuned_order():
     assert epochs(wrapped) == plain
     assert len({t.settings.num_workers for t in wrapped.report().tune.trials}) >= 2
     wrapped.close()
+
+
+def test_a_persistent_workers_loader_gets_its_own_settings_back_when_tuning_stops(monkeypatch):
+    """Tuning settles on other settings, then fails (turned off): the next epoch runs on the
+    loader's own single worker, in the untuned order; after close(), the loader iterated
+    directly builds with its own settings too, and the tuned workers have stopped."""
+    def loader() -> DataLoader:
+        return map_loader(True, size=1200, num_workers=1, persistent_workers=True)
+
+    plain, _ = run_epochs(loader(), 3)
+    user = loader()
+    wrapped = pipecheck.wrap(user, tune=SHORT, host=False)
+    tuned, pids = run_epochs(wrapped, 1)
+    section = wrapped.report().tune
+    assert section.status == "settled", section
+    if section.chosen.num_workers == 1:
+        pytest.skip("tuning kept the loader's own worker count: nothing to give back")
+    tuned_workers = pids[0] - {os.getpid()}
+
+    def broken(self, *args):
+        raise RuntimeError("injected observe failure")
+
+    monkeypatch.setattr(Tuner, "observe", broken)
+    later, later_pids = run_epochs(wrapped, 2)
+    assert tuned + later == plain
+    assert wrapped.report().tune.status == "off"
+    assert len(later_pids[1] - {os.getpid()}) == 1  # the loader's own single worker
+    wrapped.close()
+    assert _gone(tuned_workers - later_pids[1])
+    direct = {int(p) for _x, pid in user for p in pid.tolist()}
+    assert len(direct) == 1 and direct == later_pids[1]  # its kept worker, reset
+
+
+def test_a_closed_wrapper_leaves_a_persistent_loader_its_own_settings():
+    """close() while the kept settings are in use: the tuned workers stop, and the loader
+    iterated directly afterwards builds with its own single worker."""
+    user = map_loader(True, size=1200, num_workers=1, persistent_workers=True)
+    wrapped = pipecheck.wrap(user, tune=SHORT, host=False)
+    _, pids = run_epochs(wrapped, 1)
+    section = wrapped.report().tune
+    assert section.status == "settled", section
+    if section.chosen.num_workers == 1:
+        pytest.skip("tuning kept the loader's own worker count: nothing to give back")
+    wrapped.close()
+    direct = {int(p) for _x, pid in user for p in pid.tolist()}
+    assert len(direct) == 1 and os.getpid() not in direct
+    assert _gone(pids[0] - direct - {os.getpid()})
