@@ -545,21 +545,29 @@ def test_a_persistent_workers_loader_left_mid_epoch_keeps_the_untuned_order():
     wrapped.close()
 
 
-def test_a_persistent_workers_loader_gets_its_own_settings_back_when_tuning_stops(monkeypatch):
-    """Tuning settles on other settings, then fails (turned off): the next epoch runs on the
-    loader's own single worker, in the untuned order; after close(), the loader iterated
-    directly builds with its own settings too, and the tuned workers have stopped."""
-    def loader() -> DataLoader:
-        return map_loader(True, size=1200, num_workers=1, persistent_workers=True)
+def _one_persistent_worker() -> DataLoader:
+    return map_loader(True, size=1200, num_workers=1, persistent_workers=True)
 
-    plain, _ = run_epochs(loader(), 3)
-    user = loader()
+
+def _settled_on_other_workers():
+    """A one-worker persistent loader, its tuned wrapper settled in one epoch on another worker
+    count (the test skips otherwise), that epoch's samples and pids."""
+    user = _one_persistent_worker()
     wrapped = pipecheck.wrap(user, tune=SHORT, host=False)
     tuned, pids = run_epochs(wrapped, 1)
     section = wrapped.report().tune
     assert section.status == "settled", section
     if section.chosen.num_workers == 1:
         pytest.skip("tuning kept the loader's own worker count: nothing to give back")
+    return user, wrapped, tuned, pids
+
+
+def test_a_persistent_workers_loader_gets_its_own_settings_back_when_tuning_stops(monkeypatch):
+    """Tuning settles on other settings, then fails (turned off): the next epoch runs on the
+    loader's own single worker, in the untuned order; after close(), the loader iterated
+    directly builds with its own settings too, and the tuned workers have stopped."""
+    plain, _ = run_epochs(_one_persistent_worker(), 3)
+    user, wrapped, tuned, pids = _settled_on_other_workers()
     tuned_workers = pids[0] - {os.getpid()}
 
     def broken(self, *args):
@@ -579,13 +587,7 @@ def test_a_persistent_workers_loader_gets_its_own_settings_back_when_tuning_stop
 def test_a_closed_wrapper_leaves_a_persistent_loader_its_own_settings():
     """close() while the kept settings are in use: the tuned workers stop, and the loader
     iterated directly afterwards builds with its own single worker."""
-    user = map_loader(True, size=1200, num_workers=1, persistent_workers=True)
-    wrapped = pipecheck.wrap(user, tune=SHORT, host=False)
-    _, pids = run_epochs(wrapped, 1)
-    section = wrapped.report().tune
-    assert section.status == "settled", section
-    if section.chosen.num_workers == 1:
-        pytest.skip("tuning kept the loader's own worker count: nothing to give back")
+    user, wrapped, _, pids = _settled_on_other_workers()
     wrapped.close()
     direct = {int(p) for _x, pid in user for p in pid.tolist()}
     assert len(direct) == 1 and os.getpid() not in direct
