@@ -444,10 +444,17 @@ class Timed:
     batches: int
 
 
-def train_for(loader: Any, seconds: float, model: Any, warmup_batches: int = 3) -> Timed:
+def train_for(loader: Any, seconds: float, model: Any, warmup_batches: int = 3,
+              whole_epochs: bool = False) -> Timed:
     """Train on ``loader`` (epochs repeat as needed) for ``seconds`` after ``warmup_batches``
     untimed batches (worker start-up, first allocations); returns the samples/s over the timed
-    window and the mean step time in it. The same loop serves wrapped and plain loaders."""
+    window and the mean step time in it. The same loop serves wrapped and plain loaders.
+
+    ``whole_epochs``: the window is whole epochs instead, from the end of the epoch the warm-up
+    ends in to the end of the first epoch that ends ``seconds`` or more later. Each epoch start
+    (worker start-up, pipeline fill) and each epoch's tail (shards unevenly split over workers)
+    then weighs in the rate as often as in a long run; a window of a few epochs' length that
+    starts and ends mid-epoch counts them by the accident of its phase."""
     samples = batches = 0
     step_total = 0.0
     started: Optional[float] = None
@@ -458,16 +465,22 @@ def train_for(loader: Any, seconds: float, model: Any, warmup_batches: int = 3) 
             model.step(batch)
             step_end = time.perf_counter()
             seen += 1
-            if seen == warmup_batches:
+            if seen == warmup_batches and not whole_epochs:
                 started = step_end
                 continue
             if started is not None:
                 samples += len(batch[1])
                 batches += 1
                 step_total += step_end - step_start
-                if step_end - started >= seconds:
+                if not whole_epochs and step_end - started >= seconds:
                     return Timed(samples / (step_end - started),
                                  step_total / batches if batches else None, batches)
+        if whole_epochs and seen >= warmup_batches:
+            now = time.perf_counter()
+            if started is None:
+                started = now
+            elif batches and now - started >= seconds:
+                return Timed(samples / (now - started), step_total / batches, batches)
 
 
 # --- the neighbour --------------------------------------------------------------------------

@@ -18,14 +18,19 @@ out), starting from ``num_workers=0``:
    after the first one the loop found the tuner settled at, timed by the loop's own clock; for
    an iterable pipeline, from the first epoch that starts settled: its kept settings take
    effect at epoch starts only, so the rest of the settling epoch runs on the last trial's,
-   which is tuning's cost, counted in the whole run's seconds; the JSON also gives the rate
-   from the settling batch, ``after_from_settle_samples_per_s``).
+   which is tuning's cost, counted in the whole run's seconds; and over whole epochs, to the
+   end of the first epoch that ends :data:`AFTER_MIN_S` or more later, as the grid measures
+   an iterable pipeline; the JSON also gives the rate from the settling batch,
+   ``after_from_settle_samples_per_s``).
    When the run's batches end before tuning settles, or less than :data:`AFTER_MIN_S` after
    it, the loop goes on (at most :data:`AFTER_CAP_S` more) to measure that rate; the wall
    seconds stay those of the run's batches;
 3. **grid**: unwrapped, ``num_workers`` in ``--grid`` (``prefetch_factor`` 2), each trained
-   ``--seconds`` after 3 warm-up batches (``pipelines.train_for``), interleaved over
-   ``--rounds`` rounds, each figure the median of its rounds: the best.
+   ``--seconds`` after 3 warm-up batches (``pipelines.train_for``; an iterable pipeline over
+   whole epochs of at least that long, ``whole_epochs=True``: a window that starts and ends
+   mid-epoch over-weights the epochs' first parts, 9 % for ``wds-remote`` at 8 workers, see
+   ``docs/tuning.md``), interleaved over ``--rounds`` rounds, each figure the median of its
+   rounds: the best.
 
 Per row (``--json`` adds each trial: settings, batches, seconds, samples/s, stall and block
 noise): pipeline, condition, kept settings, rate after tuning, grid best (and its setting),
@@ -137,10 +142,10 @@ def run_tuned(loader: Any, model: Any, batches: int, iterable: bool
               ) -> tuple[float, list[tuple[float, int]], Optional[int], Optional[int]]:
     """``batches`` batches of the tuned loop (their wall seconds), then on until tuning has
     settled and :data:`AFTER_MIN_S` more have passed (at most :data:`AFTER_CAP_S`) since the
-    kept settings took effect (``iterable``: at the first epoch that starts settled); every
-    batch's (time after its step, samples), the index of the first batch after which the tuner
-    was found settled and that of the batch before the kept settings' first (``None`` if
-    tuning never settled)."""
+    kept settings took effect (``iterable``: at the first epoch that starts settled, and on to
+    the end of the epoch those seconds end in); every batch's (time after its step, samples),
+    the index of the first batch after which the tuner was found settled and that of the batch
+    before the kept settings' first (``None`` if tuning never settled)."""
     marks: list[tuple[float, int]] = []
     started = time.perf_counter()
     run_s: Optional[float] = None
@@ -148,6 +153,7 @@ def run_tuned(loader: Any, model: Any, batches: int, iterable: bool
     effective: Optional[int] = None
     while True:
         epoch_starts_settled = settled is not None
+        measured = False
         for batch in loader:
             if effective is None and epoch_starts_settled:
                 effective = max(len(marks), 1)
@@ -162,9 +168,13 @@ def run_tuned(loader: Any, model: Any, batches: int, iterable: bool
                 run_s = now - started
             if run_s is None:
                 continue
-            if (effective is not None and now - marks[effective - 1][0] >= AFTER_MIN_S) \
-                    or now - started - run_s >= AFTER_CAP_S:
+            if now - started - run_s >= AFTER_CAP_S:
                 return run_s, marks, settled, effective
+            measured = effective is not None and now - marks[effective - 1][0] >= AFTER_MIN_S
+            if measured and not iterable:
+                return run_s, marks, settled, effective
+        if measured:
+            return run_s, marks, settled, effective
 
 
 def after_rate(marks: list[tuple[float, int]], settled: Optional[int]) -> Optional[float]:
@@ -198,8 +208,8 @@ def measure(pipeline: Pipeline, data: Optional[str], condition: str, args: Any) 
     for _ in range(args.rounds):
         for n in args.grid:
             grid_loader = loader_with(pipeline.dataset(data), {"num_workers": n}, iterable)
-            rates[str(n)].append(train_for(grid_loader, args.seconds, pipeline.model())
-                                 .samples_per_s)
+            rates[str(n)].append(train_for(grid_loader, args.seconds, pipeline.model(),
+                                           whole_epochs=iterable).samples_per_s)
             del grid_loader
     grid = {n: statistics.median(r) for n, r in rates.items()}
     best = max(grid, key=grid.get)

@@ -6,11 +6,16 @@
 - ``wrapped-vs-plain``: samples/s of the same loader plain and under ``pipecheck.wrap``,
   interleaved over ``--rounds`` rounds of ``--seconds`` each, quiet or beside a CPU-burning
   neighbour (``--busy``): how much of a tuned run's shortfall against the unwrapped grid is
-  measurement, not the choice.
+  measurement, not the choice;
+- ``window-vs-epochs``: samples/s of the same unwrapped loader over a ``--seconds`` window
+  started after 3 warm-up batches (``pipelines.train_for``) and over whole epochs of at least
+  that long (``whole_epochs=True``), interleaved: how much a window's phase against the epoch
+  boundaries moves the rate of a pipeline with short epochs.
 
     python benchmarks/tune_probes.py first-steps [--pipeline latency]
     python benchmarks/tune_probes.py wrapped-vs-plain [--pipeline latency] [--workers 8]
         [--busy] [--rounds 3] [--seconds 8]
+    python benchmarks/tune_probes.py window-vs-epochs [--pipeline wds-remote] [--workers 8]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pipecheck  # noqa: E402
 from pipelines import PIPELINES, Neighbour, loader_with, train_for  # noqa: E402
+from tune_gain import EXTRA  # noqa: E402
 
 
 def first_steps(pipeline, data: Optional[str]) -> None:
@@ -52,6 +58,22 @@ def wrapped_vs_plain(pipeline, data: Optional[str], args) -> None:
                 loader = pipecheck.wrap(loader, host=False)
             rates[mode].append(train_for(loader, args.seconds, pipeline.model()).samples_per_s)
             del loader
+    _print_rates(pipeline, args, rates)
+
+
+def window_vs_epochs(pipeline, data: Optional[str], args) -> None:
+    rates: dict[str, list[float]] = {"window": [], "whole epochs": []}
+    for _ in range(args.rounds):
+        for mode in rates:
+            loader = loader_with(pipeline.dataset(data), {"num_workers": args.workers},
+                                 pipeline.iterable)
+            rates[mode].append(train_for(loader, args.seconds, pipeline.model(),
+                                         whole_epochs=mode == "whole epochs").samples_per_s)
+            del loader
+    _print_rates(pipeline, args, rates)
+
+
+def _print_rates(pipeline, args, rates: dict[str, list[float]]) -> None:
     condition = "busy" if args.busy else "quiet"
     for mode, values in rates.items():
         print(f"{pipeline.name} {condition} num_workers={args.workers} {mode}: "
@@ -60,15 +82,15 @@ def wrapped_vs_plain(pipeline, data: Optional[str], args) -> None:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("probe", choices=["first-steps", "wrapped-vs-plain"])
-    parser.add_argument("--pipeline", default="latency", choices=sorted(PIPELINES))
+    parser.add_argument("probe", choices=["first-steps", "wrapped-vs-plain", "window-vs-epochs"])
+    parser.add_argument("--pipeline", default="latency", choices=sorted({**PIPELINES, **EXTRA}))
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--busy", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message="This DataLoader will create")
-    pipeline = PIPELINES[args.pipeline]
+    pipeline = {**PIPELINES, **EXTRA}[args.pipeline]
     with tempfile.TemporaryDirectory(prefix="pipecheck-tune-probes-") as folder:
         data = None
         if pipeline.prepare is not None:
@@ -81,7 +103,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         try:
             if neighbour is not None:
                 neighbour.start()
-            wrapped_vs_plain(pipeline, data, args)
+            probe = wrapped_vs_plain if args.probe == "wrapped-vs-plain" else window_vs_epochs
+            probe(pipeline, data, args)
         finally:
             if neighbour is not None:
                 neighbour.stop()
