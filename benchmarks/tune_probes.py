@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Optional
+from typing import Any, Callable, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,26 +49,32 @@ def first_steps(pipeline, data: Optional[str]) -> None:
 
 
 def wrapped_vs_plain(pipeline, data: Optional[str], args) -> None:
-    rates: dict[str, list[float]] = {"plain": [], "wrapped": []}
-    for _ in range(args.rounds):
-        for mode in rates:
-            loader = loader_with(pipeline.dataset(data), {"num_workers": args.workers},
-                                 pipeline.iterable)
-            if mode == "wrapped":
-                loader = pipecheck.wrap(loader, host=False)
-            rates[mode].append(train_for(loader, args.seconds, pipeline.model()).samples_per_s)
-            del loader
-    _print_rates(pipeline, args, rates)
+    def rate(loader) -> float:
+        return train_for(loader, args.seconds, pipeline.model()).samples_per_s
+
+    _interleaved(pipeline, data, args, {
+        "plain": rate,
+        "wrapped": lambda loader: rate(pipecheck.wrap(loader, host=False))})
 
 
 def window_vs_epochs(pipeline, data: Optional[str], args) -> None:
-    rates: dict[str, list[float]] = {"window": [], "whole epochs": []}
+    def rate(whole_epochs: bool) -> Callable[[Any], float]:
+        return lambda loader: train_for(loader, args.seconds, pipeline.model(),
+                                        whole_epochs=whole_epochs).samples_per_s
+
+    _interleaved(pipeline, data, args, {"window": rate(False), "whole epochs": rate(True)})
+
+
+def _interleaved(pipeline, data: Optional[str], args,
+                 runs: dict[str, Callable[[Any], float]]) -> None:
+    """Each of ``runs`` (name -> samples/s of a fresh loader with ``--workers``) once per
+    round, in turn, over ``--rounds`` rounds; prints each one's rates."""
+    rates: dict[str, list[float]] = {mode: [] for mode in runs}
     for _ in range(args.rounds):
-        for mode in rates:
+        for mode, run in runs.items():
             loader = loader_with(pipeline.dataset(data), {"num_workers": args.workers},
                                  pipeline.iterable)
-            rates[mode].append(train_for(loader, args.seconds, pipeline.model(),
-                                         whole_epochs=mode == "whole epochs").samples_per_s)
+            rates[mode].append(run(loader))
             del loader
     _print_rates(pipeline, args, rates)
 
