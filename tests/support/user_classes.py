@@ -48,8 +48,9 @@ class ClosingDataset(Counted, Dataset):
         return self.n
 
     def __getitem__(self, index: int) -> int:
-        self.file.seek(index)
-        return self.file.read(1)[0]
+        # pread, not seek + read: forked workers share the open file's offset, so two workers
+        # seeking at once would read each other's position (an EOF read, IndexError).
+        return os.pread(self.file.fileno(), 1, index)[0]
 
     def __del__(self) -> None:
         super().__del__()
