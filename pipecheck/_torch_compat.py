@@ -17,6 +17,7 @@ from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
 from torch.utils.data._utils import fetch as _fetch
 
 from ._identity import IdentityWeakMap
+from ._peek import on_type, own_value
 
 _MAP_FETCHER: Any = getattr(_fetch, "_MapDatasetFetcher", None)
 _ITERABLE_FETCHER: Any = getattr(_fetch, "_IterableDatasetFetcher", None)
@@ -39,34 +40,34 @@ class IteratorHookUnavailable(RuntimeError):
 
 
 _LEN_CALLED = "_IterableDataset_len_called"
+_ABSENT = object()
 
 
 def quiet_len(loader: Any) -> Optional[int]:
     """``len(loader)`` (``None`` when it has none) without side effects a user could see: for
     a DataLoader over an ``IterableDataset`` torch records that ``len()`` was called and later
     warns when more samples come than it said; pipecheck asking must not arm that warning."""
-    state = getattr(loader, "__dict__", None)
-    if not isinstance(state, dict):
-        state = {}
-    had = _LEN_CALLED in state
-    before = state.get(_LEN_CALLED)
+    before = own_value(loader, _LEN_CALLED, _ABSENT)
     try:
         return len(loader)
     except Exception:  # unsized loaders raise TypeError, some raise others
         return None
     finally:
-        if _LEN_CALLED in state:
-            if had:
-                state[_LEN_CALLED] = before
-            else:
-                del state[_LEN_CALLED]
+        try:
+            if own_value(loader, _LEN_CALLED, _ABSENT) is not before:
+                # object's own setattr: no __setattr__ of a DataLoader subclass runs
+                if before is _ABSENT:
+                    object.__delattr__(loader, _LEN_CALLED)
+                else:
+                    object.__setattr__(loader, _LEN_CALLED, before)
+        except Exception:  # a loader whose attributes cannot be set keeps torch's record
+            pass
 
 
 def has_persistent_iterator(loader: Any) -> bool:
     """Whether ``loader`` already holds a persistent-workers iterator (``DataLoader._iterator``),
     which torch reuses for every later epoch instead of building a new one."""
-    state = getattr(loader, "__dict__", None)
-    return isinstance(state, dict) and state.get("_iterator") is not None
+    return own_value(loader, "_iterator") is not None
 
 
 # -- iterator substitutes: `_get_iterator` ---------------------------------------------------------
@@ -140,22 +141,25 @@ _patch_lock = threading.Lock()
 
 
 def _build_with(loader: Any, substitutes: IteratorSubstitutes, build: Any) -> Any:
-    """``build(loader)`` (a ``_get_iterator``) with the substitutes set in ``loader``'s
-    ``__dict__`` meanwhile (past ``DataLoader.__setattr__``'s guard); the loader's own values
-    are back before this returns or raises."""
-    state = loader.__dict__
-    saved = {name: state[name] for name in substitutes.names if name in state}
+    """``build(loader)`` (a ``_get_iterator``) with the substitutes set as ``loader``'s instance
+    attributes meanwhile (``object.__setattr__``: past ``DataLoader.__setattr__``'s guard and
+    any subclass's, without materializing its ``__dict__``: :mod:`pipecheck._peek`); the
+    loader's own values are back before this returns or raises. A name the loader's class
+    defines (a property) is left alone: the iterator would read the class's value anyway."""
+    names = [name for name in substitutes.names if not on_type(type(loader), name)]
+    saved = {name: own_value(loader, name, _ABSENT) for name in names}
     replaced = {name: substitutes.substitute(name, getattr(loader, name, None))
-                for name in substitutes.names}
-    state.update(replaced)
+                for name in names}
+    for name, value in replaced.items():
+        object.__setattr__(loader, name, value)
     try:
         iterator = build(loader)
     finally:
-        for name in substitutes.names:
-            if name in saved:
-                state[name] = saved[name]
-            else:
-                state.pop(name, None)
+        for name in names:
+            if saved[name] is not _ABSENT:
+                object.__setattr__(loader, name, saved[name])
+            elif own_value(loader, name, _ABSENT) is not _ABSENT:
+                object.__delattr__(loader, name)
     substitutes.calls += 1
     return iterator
 
@@ -196,7 +200,7 @@ def register(loader: Any, names: tuple[str, ...], substitute: Callable[[str, Any
             loader cannot be weakly referenced.
     """
     owner = next((c for c in type(loader).__mro__ if ITERATOR_HOOK in vars(c)), None)
-    if owner is None or not isinstance(getattr(loader, "__dict__", None), dict):
+    if owner is None or not type(loader).__dictoffset__:  # instances without attributes
         raise IteratorHookUnavailable(
             f"{type(loader).__qualname__} has no {ITERATOR_HOOK}(): per-worker timing is off")
     substitutes = IteratorSubstitutes(names, substitute, always=always)
@@ -438,13 +442,13 @@ def continue_sampler(iterator: Any, remaining: Any, index_sampler: Any) -> None:
 def kept_iterator(loader: Any) -> Any:
     """The iterator a DataLoader with ``persistent_workers=True`` keeps between epochs
     (``_iterator``: built by the first ``iter()``, reset by each later one), or ``None``."""
-    return loader.__dict__.get("_iterator")
+    return own_value(loader, "_iterator")
 
 
 def keep_iterator(loader: Any, iterator: Any) -> None:
     """Make ``iterator`` (or ``None``: none) the one ``loader`` resets at its next ``iter()``
     (with ``None`` it builds a new one), past any ``__setattr__`` of the loader's class."""
-    loader.__dict__["_iterator"] = iterator
+    object.__setattr__(loader, "_iterator", iterator)
 
 
 def stop_workers(iterator: Any) -> None:

@@ -24,6 +24,7 @@ except ImportError:  # the standalone package
     from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef,assignment]
 
 import pipecheck
+from pipecheck._peek import holds
 from pipecheck.integrations import callback_options
 from pipecheck.distributed import DEFAULT_GATHER_TIMEOUT_S
 
@@ -135,10 +136,10 @@ class PipecheckCallback(Callback):
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         # The instance attributes shadowed the classes' methods; deleting them restores
         # Lightning's.
-        if _HOOK in vars(trainer.fit_loop):
+        if holds(trainer.fit_loop, _HOOK):
             delattr(trainer.fit_loop, _HOOK)
         val_loop = self._val_loop(trainer)
-        if val_loop is not None and _VAL_HOOK in vars(val_loop):
+        if val_loop is not None and holds(val_loop, _VAL_HOOK):
             delattr(val_loop, _VAL_HOOK)
 
     @staticmethod
@@ -151,7 +152,7 @@ class PipecheckCallback(Callback):
         when this Lightning has no such step (the epoch-start hook then wraps them)."""
         val_loop = self._val_loop(trainer)
         original = getattr(val_loop, _VAL_HOOK, None)
-        if not callable(original) or _VAL_HOOK in vars(val_loop):
+        if not callable(original) or holds(val_loop, _VAL_HOOK):
             return
 
         def setup_then_wrap() -> None:
@@ -169,7 +170,7 @@ class PipecheckCallback(Callback):
         and creates the first iterator (docs/internals.md); nothing when this Lightning
         has no such step (the epoch-start hook then wraps them)."""
         original = getattr(fit_loop, _HOOK, None)
-        if not callable(original) or _HOOK in vars(fit_loop):
+        if not callable(original) or holds(fit_loop, _HOOK):
             return
 
         def wrap_then_load_states() -> None:

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 from transformers import TrainerCallback
 
 import pipecheck
+from pipecheck._peek import own_value
 from pipecheck.autosave import AutoSave
 from pipecheck.integrations import callback_options
 from pipecheck.distributed import DEFAULT_GATHER_TIMEOUT_S
@@ -53,7 +54,7 @@ class PipecheckCallback(TrainerCallback):
                        train_dataloader: Any = None, **kwargs: Any) -> None:
         if train_dataloader is None or self._wrapped is not None:
             return
-        base = vars(train_dataloader).get("base_dataloader")
+        base = own_value(train_dataloader, "base_dataloader")
         if not isinstance(base, DataLoader):
             warnings.warn("pipecheck: not measuring the train dataloader: it is a "
                           f"{type(train_dataloader).__name__} without accelerate's "

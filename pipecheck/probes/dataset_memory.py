@@ -16,6 +16,7 @@ import sys
 import types
 from typing import Any, Optional
 
+from pipecheck._peek import code_names, instance_attributes
 from pipecheck.records import ContainerStats, SharedMemoryRecord
 
 SHM_PATH = "/dev/shm"
@@ -66,25 +67,20 @@ def largest_containers(dataset: Any, top: int = 3) -> list[ContainerStats]:
 
 def _attributes(root: Any, prefix: str) -> list[tuple[str, Any]]:
     """``(path, value)`` for ``root``'s instance attributes and, for non-container objects among
-    them, their own attributes; at most :data:`MAX_ATTRIBUTES`."""
+    them, their own attributes; at most :data:`MAX_ATTRIBUTES`. Read without materializing any
+    ``__dict__`` (which would slow the dataset's own attribute loads: :mod:`pipecheck._peek`)."""
     out: list[tuple[str, Any]] = []
-    for name, value in _own(root):
+    names = code_names(type(root))  # `self.inner.paths = ...` in root's code names `paths`
+    for name, value in instance_attributes(root):
         if len(out) >= MAX_ATTRIBUTES:
             break
         out.append((f"{prefix}.{name}", value))
         if not isinstance(value, _CONTAINERS + _OPAQUE):
-            for inner, inner_value in _own(value):
+            for inner, inner_value in instance_attributes(value, names):
                 if len(out) >= MAX_ATTRIBUTES:
                     break
                 out.append((f"{prefix}.{name}.{inner}", inner_value))
     return out
-
-
-def _own(obj: Any) -> list[tuple[str, Any]]:
-    attributes = getattr(obj, "__dict__", None)
-    if not isinstance(attributes, dict):
-        return []
-    return list(attributes.items())
 
 
 def _approx_bytes(container: Any) -> int:

@@ -60,4 +60,8 @@ def test_partly_stalled_pipeline():
     assert report.consumer.stall_fraction == pytest.approx(independent, abs=0.03)
     assert report.diagnosis.verdict == "input-bound"
     rec = {r.setting: r for r in report.recommendations}
-    assert "num_workers" in rec and rec["num_workers"].proposed > 1
+    # On failure, the figures the rule judged on (one loaded run in twenty proposed only
+    # persistent_workers: the message says which bound it met).
+    why = [(r.setting, r.current, r.proposed, r.reason) for r in report.recommendations]
+    assert "num_workers" in rec and rec["num_workers"].proposed > 1, (
+        report.diagnosis.bottleneck, report.diagnosis.judgement, why)

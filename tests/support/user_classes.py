@@ -157,3 +157,27 @@ def require_user_class(worker_id: int) -> None:
     dataset = get_worker_info().dataset
     if type(dataset).__module__ != __name__:
         raise TypeError(f"worker sees {type(dataset)!r}")
+
+
+class Vocabulary:
+    """A plain object a dataset holds (pipecheck's copy-on-read check looks one level in)."""
+
+    def __init__(self, size: int) -> None:
+        self.tokens = [f"t{i}" for i in range(size)]
+        self.index = {token: i for i, token in enumerate(self.tokens)}
+
+
+class TokenTable(Dataset):
+    """Pure Python in ``__getitem__``: attribute loads on ``self`` are its hot path, fast while
+    its attributes stay inline (CPython 3.11+) and slower once ``__dict__`` is materialized."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.vocab = Vocabulary(2000)
+        self.lines = [f"t{i} t{i + 1} t{i + 2}" for i in range(n)]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([self.vocab.index[t] for t in self.lines[index].split()])
