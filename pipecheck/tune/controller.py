@@ -416,6 +416,9 @@ class TuneController:
         fewer = self._fewer_workers()
         if fewer is not None:
             return fewer
+        between = self._between_workers(best)
+        if between is not None:
+            return between
         kept = self.choose()  # later trials vary the settings that would be kept
         if kept.num_workers > 0 and not self._loop_bound(best):
             for factor in PREFETCH_FACTORS:
@@ -442,6 +445,27 @@ class TuneController:
             kept, num_workers=lower,
             prefetch_factor=(kept.prefetch_factor or PREFETCH_FACTORS[0]) if lower else None)
         return None if candidate in self._tried else candidate
+
+    def _between_workers(self, best: TuneTrial) -> Optional[LoaderSettings]:
+        """Once the climb and the descent are done with ``num_workers=0`` kept: 1 worker,
+        when the next count measured above 0 is 2 or more and the fastest trial's loop still
+        waits a worthwhile share. The climb starts at :data:`FIRST_WORKERS`, so without this 1
+        worker is never tried: the GIL-bound ``text`` pipeline beside a busy process measured 1
+        worker best, 0 next and 2 below both (``docs/tuning.md``). The doubling's own gaps
+        (2 to 4, 4 to 8) are left: a count between is seldom far from both."""
+        if not self.change_workers or self._loop_bound(best):
+            return None
+        kept = self.choose()
+        counts = {t.settings.num_workers for t in self._round_trials() if t.samples_per_s}
+        above = [n for n in counts if n > kept.num_workers]
+        if kept.num_workers != 0 or not above or min(above) < 2:
+            return None
+        middle = 1
+        if any(s.num_workers == middle for s in self._tried):
+            return None
+        return dataclasses.replace(
+            kept, num_workers=middle,
+            prefetch_factor=kept.prefetch_factor or PREFETCH_FACTORS[0])
 
     @staticmethod
     def _loop_bound(best: TuneTrial) -> bool:

@@ -52,12 +52,29 @@ def test_climbs_workers_while_measured_faster_then_keeps_the_cheapest_tie():
 
 def test_a_tie_while_the_loop_waits_climbs_once_more_a_second_tie_stops():
     # 8 would be faster, but 2 and then 4 gained nothing; each loop still waits (all wait)
-    times = {0: 0.010, 2: 0.010, 4: 0.010, 8: 0.001}
+    times = {0: 0.010, 1: 0.010, 2: 0.010, 4: 0.010, 8: 0.001}
     controller = TuneController(START, LIMITS, max_workers=8, change_workers=True, cuda=False)
     drive(controller, lambda s: times[s.num_workers])
     counts = {t.settings.num_workers for t in controller.trials}
     assert 4 in counts and 8 not in counts
     assert controller.chosen == START  # the tie goes to the cheaper start
+
+
+def test_one_worker_is_tried_when_two_lose_to_none():
+    # The climb starts at 2: with 2 slower than 0, 1 is the count left between them.
+    times = {0: 0.010, 1: 0.007, 2: 0.012, 4: 0.001}
+    controller = TuneController(START, LIMITS, max_workers=8, change_workers=True, cuda=False)
+    drive(controller, lambda s: times[s.num_workers])
+    assert [t.settings.num_workers for t in controller.trials][:3] == [0, 2, 1]
+    assert 4 not in {t.settings.num_workers for t in controller.trials}
+    assert controller.chosen.num_workers == 1
+
+
+def test_one_worker_is_not_tried_when_two_win():
+    times = {0: 0.010, 1: 0.001, 2: 0.005, 4: 0.005, 8: 0.005}
+    controller = TuneController(START, LIMITS, max_workers=8, change_workers=True, cuda=False)
+    drive(controller, lambda s: times[s.num_workers])
+    assert 1 not in {t.settings.num_workers for t in controller.trials}
 
 
 def test_a_tie_found_past_a_tie_is_kept_when_it_gains():
@@ -68,7 +85,7 @@ def test_a_tie_found_past_a_tie_is_kept_when_it_gains():
 
 
 def test_a_slower_step_stops_the_climb():
-    times = {0: 0.010, 2: 0.020, 4: 0.001}  # 2 workers clearly slower: 4 is never tried
+    times = {0: 0.010, 1: 0.015, 2: 0.020, 4: 0.001}  # 2 clearly slower: 4 is never tried
     controller = TuneController(START, LIMITS, max_workers=8, change_workers=True, cuda=False)
     drive(controller, lambda s: times[s.num_workers])
     assert 4 not in {t.settings.num_workers for t in controller.trials}
@@ -267,7 +284,8 @@ RACE = TuneLimits(min_batches=8, min_seconds=0.0, warmup_batches=0, max_blocks=1
 def _race(start_amplitude: float, two_seconds: float, two_amplitude: float) -> TuneController:
     """0 workers (10 ms a batch) against 2 workers, each wobbling by its amplitude."""
     controller = TuneController(START, RACE, max_workers=2, change_workers=True, cuda=False)
-    wobble = {0: _wobbly(0.010, start_amplitude), 2: _wobbly(two_seconds, two_amplitude)}
+    wobble = {0: _wobbly(0.010, start_amplitude), 1: _wobbly(0.010, start_amplitude),
+              2: _wobbly(two_seconds, two_amplitude)}
     drive(controller, lambda s: wobble[min(s.num_workers, 2)](s))
     return controller
 
