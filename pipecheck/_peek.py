@@ -93,12 +93,13 @@ def instance_attributes(obj: Any, extra_names: frozenset[str] = frozenset()
             named = list(dictionary.items())[:MAX_CODE_NAMES] + named
             held = [value for value in held if value is not dictionary]
         else:
-            by_id: dict[int, str] = {}
-            for name in _code_names(cls) | extra_names:
+            by_id: dict[int, list[str]] = {}  # one value may be held under several names
+            for name in sorted(_code_names(cls) | extra_names):
                 value = own_value(obj, name, _MISSING)
                 if value is not _MISSING:
-                    by_id.setdefault(id(value), name)
-            named = [(by_id[id(value)], value) for value in held if id(value) in by_id] + named
+                    by_id.setdefault(id(value), []).append(name)
+            named = [(by_id[id(value)].pop(0), value) for value in held
+                     if by_id.get(id(value))] + named
         seen = {id(value) for _, value in named}
         return named + [(UNNAMED, value) for value in held if id(value) not in seen]
     except Exception:  # an object we cannot inspect holds nothing we can name

@@ -62,6 +62,14 @@ def test_a_value_set_from_outside_the_class_code_comes_unnamed():
     assert [name for name, _ in extra][-1] == "zzz_external"
 
 
+def test_one_value_held_under_two_names_comes_once_per_name():
+    holder = Holder()
+    holder.count = holder.samples  # the same list under two names the code mentions
+    found = instance_attributes(holder)
+    assert sorted(name for name, _ in found) == ["count", "labels", "samples"]
+    assert all(value is holder.samples for name, value in found if name != "labels")
+
+
 def test_an_already_materialized_dict_is_read_as_it_is():
     holder = Holder()
     holder.zzz_external = 3
