@@ -80,8 +80,10 @@ def test_model_proposals_survive_only_for_settings_not_searched():
 
 
 def test_a_real_sweep_recommends_what_it_measured():
-    loader = DataLoader(SleepPerSample(n=400, sleep_s=0.005), batch_size=4)
-    report = pipecheck.stress(loader, num_workers=[0, 2], trial_batches=20, stacks=False,
+    # 40 ms a batch at 0 workers, 20 ms with 2: a gap no wake-up delay on a loaded machine
+    # closes (at 5 ms a sample, one loaded run in about twenty measured them within the noise)
+    loader = DataLoader(SleepPerSample(n=400, sleep_s=0.010), batch_size=4)
+    report = pipecheck.stress(loader, num_workers=[0, 2], trial_batches=30, stacks=False,
                               persistent_workers=False)
     (rec,) = report.recommendations
     assert (rec.setting, rec.current, rec.proposed) == ("num_workers", 0, 2)
