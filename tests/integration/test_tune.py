@@ -90,8 +90,10 @@ def test_a_sampler_that_draws_at_iter_keeps_the_untuned_order_in_every_epoch():
     them; a sampler that draws its permutation in iter() (here without automatic batching,
     where it is the index sampler) would shuffle later epochs differently under trial
     settings if the build's passes were not matched to the start's."""
-    def loader():  # 6 ms of sleep an item: workers are faster however busy the machine
-        return DataLoader(PidSquares(120, sleep_s=0.006), batch_size=None,
+    def loader():  # 10 ms of sleep an item: workers are faster however busy the machine
+        # (at 6 ms, one loaded run in about thirty measured 2 workers no faster than none:
+        # each one-item batch's hand-over then took about as long as the item)
+        return DataLoader(PidSquares(120, sleep_s=0.010), batch_size=None,
                           sampler=EagerShuffle(120, seed=5))
 
     def epochs(source):
