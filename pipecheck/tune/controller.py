@@ -456,16 +456,11 @@ class TuneController:
         if not self.change_workers or self._loop_bound(best):
             return None
         kept = self.choose()
-        counts = {t.settings.num_workers for t in self._round_trials() if t.samples_per_s}
-        above = [n for n in counts if n > kept.num_workers]
-        if kept.num_workers != 0 or not above or min(above) < 2:
+        measured = {t.settings.num_workers for t in self._round_trials() if t.samples_per_s}
+        if kept.num_workers != 0 or not any(n >= 2 for n in measured) \
+                or any(s.num_workers == 1 for s in self._tried):
             return None
-        middle = 1
-        if any(s.num_workers == middle for s in self._tried):
-            return None
-        return dataclasses.replace(
-            kept, num_workers=middle,
-            prefetch_factor=kept.prefetch_factor or PREFETCH_FACTORS[0])
+        return dataclasses.replace(kept, num_workers=1, prefetch_factor=PREFETCH_FACTORS[0])
 
     @staticmethod
     def _loop_bound(best: TuneTrial) -> bool:
