@@ -50,6 +50,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
@@ -246,6 +247,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--grid", default="0,1,2,4,8")
     parser.add_argument("--json", help="write the rows and summary here")
     args = parser.parse_args(argv)
+    # torch warns at every build of more workers than cores: the grid builds them on purpose
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
     args.grid = [int(n) for n in args.grid.split(",")]
     known = {**PIPELINES, **EXTRA}
     names = args.pipelines.split(",")
