@@ -794,11 +794,35 @@ class Diagnosis:
 
 
 MODEL_ERROR_FRACTION = 0.35
-"""The model's own relative error on real pipelines, by which every interval is widened on
-each side: ``python benchmarks/prediction.py --seconds 10`` (a torchvision-style JPEG
-pipeline, a CPU-bound and a latency-bound dataset, from ``num_workers=0``, quiet and beside a
-busy process) measured achieved / predicted - 1 from -31% to +20% on the project's 2-core
-machine; rounded up (pipecheck's choice). The run's own noise alone left 3 of 5 outside."""
+"""The model's own relative error, by which an interval is widened on each side where the
+calibration suite has no measure of it (predictions from a run with workers, or at the
+measured worker count; :func:`model_error_band`): ``python benchmarks/prediction.py --seconds
+10`` (a torchvision-style JPEG pipeline, a CPU-bound and a latency-bound dataset, from
+``num_workers=0``, quiet and beside a busy process) measured achieved / predicted - 1 from
+-31% to +20% on the project's 2-core machine; rounded up (pipecheck's choice)."""
+
+
+SERIAL_TO_WORKERS_ERROR = (0.10, 0.05)
+"""The model's own error, as fractions ``(below, above)``, for a prediction with workers from
+a run measured at ``num_workers=0``: its 90% interval's ends move down by the first and up by
+the second beyond the run's own noise and the model's spans. Calibrated on the suite of
+``python benchmarks/calibration.py``: of 36 measured rates (1-4 workers, 9 pipelines quiet
+and beside a busy process, where pipecheck gives a figure) the interval without this band
+held 23; 10% below and 5% above hold 33 (92%). docs/model.md, "The interval's model error",
+has the figures and the command."""
+
+
+def model_error_band(measured_workers: int, workers: int) -> tuple[float, float]:
+    """The model's own error ``(below, above)`` (fractions, each in [0, 1)) for a prediction
+    at ``workers`` workers from a run measured at ``measured_workers``:
+    :data:`SERIAL_TO_WORKERS_ERROR` from ``num_workers=0`` to workers (the case the calibration
+    suite measures), else :data:`MODEL_ERROR_FRACTION` either side (predictions from a run
+    with workers, which the suite does not start from). ``ValueError`` for a negative count."""
+    if measured_workers < 0 or workers < 0:
+        raise ValueError(f"worker counts must be >= 0, got {measured_workers} and {workers}")
+    if measured_workers == 0 and workers > 0:
+        return SERIAL_TO_WORKERS_ERROR
+    return MODEL_ERROR_FRACTION, MODEL_ERROR_FRACTION
 
 
 UNCERTAIN_WIDTH = 3.0
@@ -808,9 +832,10 @@ in words, with the measurement that settles it (a short ``pipecheck stress`` run
 the range. Why 3: at 3x the interval's ends lie a factor sqrt(3) = 1.73 either side of its
 middle, so it cannot tell whether a proposal pays at all (pipecheck proposes from a 5% gain,
 :data:`pipecheck.recommend.limits.MIN_GAIN_FRACTION`), while the quietest run's interval is already
-2.08x wide from the model's own error alone (:data:`MODEL_ERROR_FRACTION`: 1.35 / 0.65), so
-a lower threshold would flag every figure; 3x leaves room for the run's own noise up to about
-+-18% of loop time on top. pipecheck's choice."""
+2.08x wide from the model's own error alone where that is not calibrated
+(:data:`MODEL_ERROR_FRACTION`: 1.35 / 0.65), so a lower threshold would flag every such
+figure; 3x leaves room for the run's own noise up to about +-18% of loop time on top.
+pipecheck's choice."""
 
 
 def interval_uncertain(low: Optional[float], high: Optional[float]) -> Optional[bool]:
@@ -844,8 +869,8 @@ class Expected:
     saved_s_per_epoch: Optional[float] = None
     samples_per_s_low: Optional[float] = None
     """Low end of the 90% interval of ``samples_per_s`` from the run's own noise (the other
-    processes' load over the run, batch means of the loop time) widened by
-    :data:`MODEL_ERROR_FRACTION`; ``None`` when not derived."""
+    processes' load over the run, batch means of the loop time) widened by the model's own
+    error (:func:`model_error_band`); ``None`` when not derived."""
     samples_per_s_high: Optional[float] = None
     """High end of the same interval."""
     uncertain: Optional[bool] = None

@@ -44,11 +44,11 @@ from pipecheck.analysis.contention import HostLoad, fair_shares, host_load
 from pipecheck.analysis.stats import batch_means_spread, ratio
 from pipecheck.loader_settings import LoaderSettings
 from pipecheck.records import (
-    MODEL_ERROR_FRACTION,
     ConsumerRecord,
     ConsumerSummary,
     ProducerSummary,
     RunRecord,
+    model_error_band,
 )
 
 RECEIVE_FIXED_S = 0.6e-3
@@ -228,7 +228,7 @@ def _cycle(
     step_share = worker_share = 1.0
     if pool_threads > 0:
         step_threads = 1.0  # runnable all its time; its group is the pool below
-    main_group = (float(pool_threads), 1.0) if pool_threads > 0 else _step_group(step_threads)
+    main_group = _main_group(step_threads, pool_threads)
     waiting: list[tuple[float, float]] = []
     step_s = step_meas_s
     for _ in range(_FIXED_POINT_ROUNDS):
@@ -282,9 +282,20 @@ def _step_group(step_threads: float) -> tuple[float, float]:
     return float(threads), step_threads / threads
 
 
-def step_alone_share(step_threads: float, others_runnable: float, cpus: float) -> float:
-    """Share of its want the step gets beside other processes only (``num_workers=0``)."""
-    return fair_shares([_step_group(step_threads), (others_runnable, 1.0)], cpus)[0]
+def step_alone_share(step_threads: float, others_runnable: float, cpus: float,
+                     pool_threads: int = 0) -> float:
+    """Share of its want the step gets beside other processes only (``num_workers=0``).
+    ``pool_threads`` > 0 counts the step as that many runnable threads, as :func:`_cycle`
+    does beside workers, so that the two shares compare like with like."""
+    return fair_shares([_main_group(step_threads, pool_threads), (others_runnable, 1.0)],
+                       cpus)[0]
+
+
+def _main_group(step_threads: float, pool_threads: int) -> tuple[float, float]:
+    """The main process during the step as a group for :func:`fair_shares`: its torch
+    intra-op pool's threads, each runnable all the step, when the pool was active
+    (:attr:`ThroughputModel.pool_threads`), else :func:`_step_group`."""
+    return (float(pool_threads), 1.0) if pool_threads > 0 else _step_group(step_threads)
 
 
 @dataclass(frozen=True)
@@ -348,11 +359,12 @@ class ThroughputModel:
     (:func:`starved_step_on_cpu`): the steady step's time had its calling thread not waited
     for a core (its CPU time over the sampled steps, scaled to the mean step): how far the
     step could speed up beside workers, named in the reasons as what a ``pipecheck stress``
-    run would measure. No prediction uses it: the step's own ceiling (:meth:`step_s`, the
-    measured step at ``num_workers=0``) bounds every prediction, and how the pool's waits
-    change with workers cannot be told from the run (on ``benchmarks/prediction.py``'s
-    latency pipeline beside a busy process the step took 88 ms at ``num_workers=0``, 43 ms of
-    it on the calling thread's CPU, and 35 ms beside 4 workers; quiet, 8.4, 5.3 and 2.8 ms;
+    run would measure, and the high end of the interval with workers (:meth:`interval`). No
+    point prediction uses it: the step's own ceiling (:meth:`step_s`, the measured step at
+    ``num_workers=0``) bounds every one, and how the pool's waits change with workers cannot
+    be told from the run (on ``benchmarks/prediction.py``'s latency pipeline beside a busy
+    process the step took 88 ms at ``num_workers=0``, 43 ms of it on the calling thread's
+    CPU, and 35 ms beside 4 workers; quiet, 8.4, 5.3 and 2.8 ms;
     ``python benchmarks/step_threads.py --busy --workers 0,4`` printed 91, 44 and 46 ms; but
     taken as the step beside workers it gave predictions up to twice the measured demand,
     issue 26). ``None`` otherwise."""
@@ -409,7 +421,10 @@ class ThroughputModel:
         measured = self.measured.num_workers
         reference_share: Optional[float]
         if measured == 0:
-            reference_share = step_alone_share(step_threads, others, load.cores_left())
+            # The measured step's share, with the main process counted as the cycle below
+            # counts it: a pool that shared the cores with others then is no slower now.
+            reference_share = step_alone_share(step_threads, others, load.cores_left(),
+                                               self.pool_threads)
             scale = 1.0
         else:
             at_measured = _cycle(measured, step_meas_s, None, self.worker_cpu_per_batch_s,
@@ -586,19 +601,20 @@ class ThroughputModel:
                  model_error: bool = True) -> tuple[float, float]:
         """90% interval ``(low, high)`` of the predicted batches/s from the run's own noise:
         the prediction at the other processes' low and high load
-        (:data:`contention.OTHERS_PERCENTILES` of the host ticks) and, with workers, at both
-        ends of :attr:`worker_cpu_range_s` when set, widened by :attr:`noise_fraction` (batch
-        means of loop time per batch, so ``r / (1 + h)`` to ``r / (1 - h)``, ``h`` at most
-        :data:`MAX_NOISE_FRACTION`), and with ``model_error`` by :data:`MODEL_ERROR_FRACTION`
-        on each side.
+        (:data:`contention.OTHERS_PERCENTILES` of the host ticks), with workers at both ends
+        of :attr:`worker_cpu_range_s` when set and, where the step's pool was starved
+        (:attr:`unstarved_step_s`), with the step at its calling thread's CPU time; widened by
+        :attr:`noise_fraction` (batch means of loop time per batch, so ``r / (1 + h)`` to
+        ``r / (1 - h)``, ``h`` at most :data:`MAX_NOISE_FRACTION`), and with ``model_error``
+        by the model's own error for this kind of prediction (:func:`model_error_band`).
 
         Bounded like every prediction: ``0 < low <= predict(settings).batches_per_s <= high``
         always holds (the point is one of the predictions spanned), and the high end never
-        exceeds the step's own ceiling with no loader work beside it (``1 / step_s(0)``) at the
-        lowest load spanned: noise in loop time cannot make the loop outrun its measured step.
-        The producer's capacity and the step's slowdown beside workers bound the point but not
-        the high end: they are the model's estimates, whose error the interval is there to
-        show."""
+        exceeds the step's own ceiling with no loader work beside it (``1 / step_s(0)``, or
+        ``1 /`` :attr:`unstarved_step_s` where that is known) at the lowest load spanned:
+        noise in loop time cannot make the loop outrun its step. The producer's capacity and
+        the step's slowdown beside workers bound the point but not the high end: they are the
+        model's estimates, whose error the interval is there to show."""
         loads: list[Optional[float]] = [None]
         if self.load is not None:
             loads = [self.load.others_low, self.load.others_high]
@@ -607,17 +623,23 @@ class ThroughputModel:
             variants.extend((replace(self, worker_cpu_per_batch_s=cpu_s,
                                      worker_cpu_range_s=None), None)
                             for cpu_s in self.worker_cpu_range_s)
+        unstarved = self.unstarved_step_s if settings.num_workers > 0 else None
+        if unstarved is not None and unstarved > 0:
+            variants.append((replace(self, demand_batches_per_s=1.0 / unstarved,
+                                     unstarved_step_s=None), None))
         point = self.predict(settings, epochs=epochs).batches_per_s
         rates = [point] + [m.predict(settings, epochs=epochs, others_cpus=k).batches_per_s
                            for m, k in variants]
         ceiling = max(self.bounds(settings).batches_per_s,
-                      *(_finite_bound(1.0 / max(self.step_s(0, k), 1e-300)) for k in loads))
+                      *(_finite_bound(1.0 / max(self.step_s(0, k), 1e-300)) for k in loads),
+                      _finite_bound(1.0 / unstarved) if unstarved else 0.0)
         # The noise is a relative half-width of loop time per batch: time t(1 - h)..t(1 + h)
         # is rate r/(1 + h)..r/(1 - h); h held below 1 (a spread that wide bounds nothing).
         spread = max(self.noise_fraction, 0.0) if math.isfinite(self.noise_fraction) else 0.0
-        error = MODEL_ERROR_FRACTION if model_error else 0.0
-        low = min(rates) / (1.0 + spread) * (1.0 - error)
-        high = max(rates) / (1.0 - min(spread, MAX_NOISE_FRACTION)) * (1.0 + error)
+        below, above = (model_error_band(self.measured.num_workers, settings.num_workers)
+                        if model_error else (0.0, 0.0))
+        low = min(rates) / (1.0 + spread) * (1.0 - below)
+        high = max(rates) / (1.0 - min(spread, MAX_NOISE_FRACTION)) * (1.0 + above)
         return bounded_rate(min(low, point), point), bounded_rate(max(high, point), ceiling)
 
 

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any, Optional
 from pipecheck import units as fmt
 from pipecheck.effects import STEPS_PER_SAVING, ChangeEffect, capacity_words
 from pipecheck.kinds import BALANCED, COMPUTE_BOUND, INPUT_BOUND, NO_DATA, FindingKind, Verdict
-from pipecheck.records import MODEL_ERROR_FRACTION, UNCERTAIN_WIDTH, interval_uncertain
+from pipecheck.records import (
+    MODEL_ERROR_FRACTION,
+    SERIAL_TO_WORKERS_ERROR,
+    UNCERTAIN_WIDTH,
+    interval_uncertain,
+)
 
 if TYPE_CHECKING:
     from pipecheck.records import Recommendation
@@ -307,10 +312,13 @@ def recommendations_caption(report: "ReportData") -> str:
     caption = ("Cumulative: each expected figure assumes the changes above it; each effect "
                "gives this change's own share, and the shares add up.")
     if any(r.expected.samples_per_s_low is not None for r in report.recommendations):
+        below, above = SERIAL_TO_WORKERS_ERROR
         caption += (" In brackets: the 90% interval from this run's own noise (other processes'"
-                    " load, batch-to-batch variation), widened by the model's error measured on"
-                    f" real pipelines (+-{MODEL_ERROR_FRACTION:.0%}); \"uncertain\" where it is"
-                    f" over {UNCERTAIN_WIDTH:g}x wide and bounds nothing.")
+                    " load, batch-to-batch variation), widened by the model's own error"
+                    f" measured on the calibration suite (-{below:.0%} to +{above:.0%} from a"
+                    f" num_workers=0 run, +-{MODEL_ERROR_FRACTION:.0%} from one with workers);"
+                    f" \"uncertain\" where it is over {UNCERTAIN_WIDTH:g}x wide and bounds"
+                    " nothing.")
     return caption
 
 

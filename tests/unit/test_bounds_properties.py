@@ -181,8 +181,11 @@ def _check_interval(model: ThroughputModel, setting: LoaderSettings,
         low, high = model.interval(setting, epochs=epochs, model_error=model_error)
         assert math.isfinite(low) and math.isfinite(high)
         assert 0 < low <= point <= high, (setting, low, point, high)
-        # Noise never lets the loop outrun its step with no loader work beside it.
+        # Noise never lets the loop outrun its step with no loader work beside it, nor,
+        # where its pool was starved, the step at its calling thread's CPU time.
         ceiling = max(1.0 / model.step_s(0, k) for k in _loads(model))
+        if model.unstarved_step_s and setting.num_workers > 0:
+            ceiling = max(ceiling, 1.0 / model.unstarved_step_s)
         assert _within(high, max(ceiling, model.bounds(setting).batches_per_s))
 
 
