@@ -47,6 +47,15 @@ def cpu_s(pid: int) -> float:
     return times.user + times.system
 
 
+def wait_for_cpu(pid: int, seconds: float, timeout_s: float = 20.0) -> None:
+    """Return once ``pid`` has run ``seconds`` more CPU time (on a loaded machine a new
+    interpreter can take seconds to start and to be scheduled); fail after ``timeout_s``."""
+    start, deadline = cpu_s(pid), time.monotonic() + timeout_s
+    while cpu_s(pid) - start < seconds:
+        assert time.monotonic() < deadline, f"pid {pid} ran under {seconds} s in {timeout_s} s"
+        time.sleep(0.05)
+
+
 def test_a_busy_process_in_this_session_counts_as_the_runs_group(burners):
     own = scheduling_group(os.getpid())
     if own is None:
@@ -54,10 +63,11 @@ def test_a_busy_process_in_this_session_counts_as_the_runs_group(burners):
     same = detached_burner(new_session=False)
     burners.append(same)
     assert psutil.Process(same).ppid() != os.getpid()
+    wait_for_cpu(same, 0.05)  # past its start-up, in its loop
     scan = NeighbourScan(os.getpid())
     scan.maybe_scan(0.0, {os.getpid()})
     before = cpu_s(same)
-    time.sleep(1.5)
+    wait_for_cpu(same, 0.3)
     after = cpu_s(same)
     scan.maybe_scan(100.0, {os.getpid()})
     totals = scan.totals
@@ -76,10 +86,11 @@ def test_a_busy_process_in_a_new_session_is_another_group(burners):
     apart = detached_burner(new_session=True)
     burners.append(apart)
     assert scheduling_group(apart) != own
+    wait_for_cpu(apart, 0.05)  # past its start-up, in its loop
     scan = NeighbourScan(os.getpid())
     scan.maybe_scan(0.0, {os.getpid()})
     before = cpu_s(apart)
-    time.sleep(1.0)
+    wait_for_cpu(apart, 0.3)
     scan.maybe_scan(100.0, {os.getpid()})
     used = cpu_s(apart) - before  # what the burner ran between the scans (about)
     totals = scan.totals
