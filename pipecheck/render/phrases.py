@@ -315,8 +315,9 @@ def recommendations_caption(report: "ReportData") -> str:
         below, above = SERIAL_TO_WORKERS_ERROR
         caption += (" In brackets: the 90% interval from this run's own noise (other processes'"
                     " load, batch-to-batch variation), widened by the model's own error"
-                    f" measured on the calibration suite (-{below:.0%} to +{above:.0%} from a"
-                    f" num_workers=0 run, +-{MODEL_ERROR_FRACTION:.0%} from one with workers);"
+                    f" (-{below:.0%} to +{above:.0%} from a num_workers=0 run, as measured on"
+                    f" the calibration suite; +-{MODEL_ERROR_FRACTION:.0%} from one with"
+                    " workers);"
                     f" \"uncertain\" where it is over {UNCERTAIN_WIDTH:g}x wide and bounds"
                     " nothing.")
     return caption

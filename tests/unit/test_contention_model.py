@@ -132,8 +132,8 @@ def test_recommendations_carry_an_interval_from_the_runs_noise_in_json_and_termi
     quiet = analyze(simulate(SERIAL)).model
     quiet_low, quiet_high = quiet.interval(LoaderSettings(num_workers=1), model_error=False)
     assert quiet_high - quiet_low < 0.2 * (high - low)
-    assert ("model's own error measured on the calibration suite (-10% to +5% from a"
-            " num_workers=0 run" in " ".join(text.split()))
+    assert ("model's own error (-10% to +5% from a num_workers=0 run, as measured on the"
+            " calibration suite" in " ".join(text.split()))
 
 
 def test_saved_reports_without_the_interval_still_load(tmp_path):
