@@ -18,6 +18,8 @@ TORCH_DEFAULT_PREFETCH_FACTOR = 2
 
 _REQUIRED = ("num_workers", "prefetch_factor", "persistent_workers")
 _OPTIONAL = ("pin_memory", "in_order", "batch_size")
+_PROCESS = ("torch_num_threads",)
+"""Settings of the training process rather than the ``DataLoader``: never keyword arguments."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,11 @@ class LoaderSettings:
     ``in_order=True``). ``in_order=False`` (torch >= 2.6) delivers batches as workers finish
     them, not in sampler order.
 
+    ``torch_num_threads`` (>= 1): the main process's torch intra-op threads
+    (``torch.set_num_threads`` before the loop), ``None``: as the process had them. Not a
+    ``DataLoader`` keyword (:meth:`to_kwargs` leaves it out); workers are unaffected (torch
+    runs each on one intra-op thread, ``torch/utils/data/_utils/worker.py``).
+
     Two settings are equal when every field is; :meth:`model_view` gives the fields the
     what-if model varies, in one form, so that its settings compare by what they do.
     """
@@ -42,6 +49,7 @@ class LoaderSettings:
     pin_memory: Optional[bool] = None
     in_order: Optional[bool] = None
     batch_size: Optional[int] = None
+    torch_num_threads: Optional[int] = None
 
     def effective_prefetch_factor(self) -> int:
         """The prefetch factor the DataLoader would use (0 with no workers)."""
@@ -57,10 +65,11 @@ class LoaderSettings:
 
     def model_view(self) -> "LoaderSettings":
         """The settings the what-if model varies (``num_workers``, ``prefetch_factor``,
-        ``persistent_workers`` and whether batches come in order, as ``in_order=True`` or
-        ``False``), the others left to the loader."""
+        ``persistent_workers``, whether batches come in order, as ``in_order=True`` or
+        ``False``, and ``torch_num_threads``), the others left to the loader."""
         return LoaderSettings(self.num_workers, self.prefetch_factor, self.persistent_workers,
-                              in_order=self.delivers_in_order)
+                              in_order=self.delivers_in_order,
+                              torch_num_threads=self.torch_num_threads)
 
     def to_kwargs(self) -> dict[str, Any]:
         """The settings as ``DataLoader`` keyword arguments: ``prefetch_factor`` and
@@ -77,8 +86,9 @@ class LoaderSettings:
 
     def json_keys(self) -> tuple[str, ...]:
         """The keys the report's JSON writes (:func:`pipecheck.codec.to_jsonable`): the first
-        three always, the optional ones when set."""
-        return _REQUIRED + tuple(name for name in _OPTIONAL if getattr(self, name) is not None)
+        three always, the optional ones (and ``torch_num_threads``) when set."""
+        return _REQUIRED + tuple(name for name in _OPTIONAL + _PROCESS
+                                 if getattr(self, name) is not None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready settings (:meth:`json_keys`)."""
@@ -97,7 +107,8 @@ class LoaderSettings:
     def short_label(self) -> str:
         """The keyword arguments as a ``DataLoader`` call would give them
         (``num_workers=2 prefetch_factor=4``): ``prefetch_factor`` only with workers,
-        ``persistent_workers`` and ``pin_memory`` only when true."""
+        ``persistent_workers`` and ``pin_memory`` only when true; then ``torch_num_threads``
+        when set (set with ``torch.set_num_threads``, not a keyword)."""
         parts = [f"num_workers={self.num_workers}"]
         if self.num_workers > 0:
             parts.append(f"prefetch_factor={self.prefetch_factor}")
@@ -105,4 +116,6 @@ class LoaderSettings:
                 parts.append("persistent_workers=True")
         if self.pin_memory:
             parts.append("pin_memory=True")
+        if self.torch_num_threads is not None:
+            parts.append(f"torch_num_threads={self.torch_num_threads}")
         return " ".join(parts)

@@ -369,6 +369,13 @@ class ThroughputModel:
     taken as the step beside workers it gave predictions up to twice the measured demand,
     issue 26). ``None`` otherwise."""
 
+    main_threads: Optional[int] = None
+    """torch intra-op threads the main process had during the run (``torch.get_num_threads``);
+    ``None`` when not recorded."""
+    step_thread_cores: Optional[float] = None
+    """The calling thread's CPU per wall second of the sampled steps (0-1,
+    :func:`~pipecheck.analysis.consumer.step_on_cpu_fraction`); ``None`` when not sampled."""
+
     @property
     def pool_starved(self) -> bool:
         """Whether the main process's active intra-op pool (:attr:`pool_threads`) had fewer
@@ -407,6 +414,89 @@ class ThroughputModel:
         if cap is None or self.sustained_batches_per_s is None:
             return cap
         return max(cap, self.sustained_batches_per_s)
+
+    def one_thread_step_s(self) -> Optional[tuple[float, float, float]]:
+        """The steady step's time in seconds with the main process on one intra-op thread,
+        ``(point, low, high)``, for a run measured at ``num_workers=0`` with its pool active
+        (:attr:`pool_threads` > 1), not starved (:attr:`pool_starved`), and its step
+        sampled; ``None`` otherwise. One thread does
+        all the step's CPU work: at least its calling thread's CPU (the pool's share of the
+        work done on it), at most the process's CPU (the pool's spin-waits included, which a
+        lone thread does not pay); the point is their geometric mean. Each is taken at the
+        measured share of a core, plus the time that thread neither ran nor waited for a core.
+        ``python benchmarks/step_threads.py --threads 1`` measured the one-thread step inside
+        that range on four pipelines (docs/model.md, "Threads")."""
+        steps = self._one_thread_steps()
+        if steps is None:
+            return None
+        point, low, high = (step_s for step_s, _ in steps)
+        return point, low, high
+
+    def _one_thread_steps(self) -> Optional[list[tuple[float, float]]]:
+        """:meth:`one_thread_step_s` as ``(step seconds, CPU seconds)`` pairs."""
+        load = self.load
+        if (self.pool_threads <= 1 or self.measured.num_workers != 0 or load is None
+                or load.step_cores is None or self.step_thread_cores is None
+                or self.pool_starved):
+            return None  # a starved pool's CPU holds waits for cores a lone thread may not pay
+        wall_s = 1.0 / self.demand_batches_per_s
+        thread_cpu_s = wall_s * self.step_thread_cores
+        process_cpu_s = max(wall_s * load.step_cores, thread_cpu_s)
+        off_s = max(wall_s - thread_cpu_s / load.share, 0.0)
+        return [(off_s + cpu_s / load.share, cpu_s)
+                for cpu_s in (math.sqrt(thread_cpu_s * process_cpu_s), thread_cpu_s,
+                              process_cpu_s)]
+
+    def threads_priced(self, threads: Optional[int]) -> bool:
+        """Whether the model can predict the main process on ``threads`` torch intra-op threads
+        (``None``: as measured): as many as measured or more (an unused pool changes nothing),
+        fewer where the pool was idle at ``num_workers=0``, and one thread where
+        :meth:`one_thread_step_s` prices the step."""
+        return self._thread_models(threads) is not None
+
+    def _thread_models(self, threads: Optional[int]) -> Optional[list["ThroughputModel"]]:
+        """The models of the main process on ``threads`` intra-op threads: ``[self]`` where
+        nothing changes, ``[point, low step, high step]`` for one thread, ``None`` where the
+        model cannot tell (see :meth:`threads_priced`)."""
+        if threads is None or (self.main_threads is not None and threads >= self.main_threads):
+            return [self]
+        if threads < 1:
+            return None
+        if self.pool_threads == 0:
+            return [self] if self.measured.num_workers == 0 and self.load is not None else None
+        steps = self._one_thread_steps()
+        if threads != 1 or steps is None:
+            return None
+        load = self.load
+        assert load is not None  # _one_thread_steps needs it
+        # Production at num_workers=0 keeps its measured time: what one thread does to it
+        # (no parallel ops, no spin) is not told by the run; workers are one thread anyway.
+        return [replace(self, demand_batches_per_s=1.0 / step_s, pool_threads=0,
+                        unstarved_step_s=None, main_threads=1,
+                        load=replace(load, step_cores=cpu_s / step_s))
+                for step_s, cpu_s in steps]
+
+    def _for_threads(self, settings: LoaderSettings) -> list["ThroughputModel"]:
+        """:meth:`_thread_models` for ``settings.torch_num_threads``; ``ValueError`` where the
+        model cannot price it."""
+        models = self._thread_models(settings.torch_num_threads)
+        if models is None:
+            raise ValueError(
+                f"torch_num_threads={settings.torch_num_threads} cannot be predicted from this "
+                f"run (the main process had {self.main_threads} intra-op threads; the model "
+                "prices one thread only from a num_workers=0 run with its pool active)")
+        return models
+
+    def pool_waits_beside(self, num_workers: int) -> bool:
+        """Whether the main process's active intra-op pool (:attr:`pool_threads` > 1) gets
+        under :data:`POOL_STARVED_SHARE` of the cores it wants during the step beside
+        ``num_workers`` workers (the fixed point of :meth:`shares`). Each parallel region then
+        ends waiting for a descheduled teammate, a cost the fair shares do not price:
+        ``benchmarks/step_threads.py`` measured a 2-thread step 2-18x slower than the same
+        step on one thread beside 2 CPU-bound workers on 2 cores (docs/model.md, "Threads")."""
+        if self.pool_threads <= 1 or self.load is None or num_workers == 0:
+            return False
+        return self.shares(num_workers).step_share < POOL_STARVED_SHARE
 
     def shares(self, num_workers: int, others_cpus: Optional[float] = None) -> Cycle:
         """The step time and a worker's time per batch with ``num_workers`` (>= 1) workers
@@ -474,7 +564,11 @@ class ThroughputModel:
         """The hard bounds on any rate predicted for ``settings`` at the other processes' load
         ``others_cpus`` (cores; default as measured): the step's own ceiling ``1 /``
         :meth:`step_s` and the producer's capacity (:meth:`capacity`), each finite and > 0.
-        :meth:`predict` and :meth:`interval` hold every figure to them."""
+        :meth:`predict` and :meth:`interval` hold every figure to them. ``ValueError`` for a
+        ``torch_num_threads`` the model cannot price (:meth:`threads_priced`)."""
+        model = self._for_threads(settings)[0]
+        if model is not self:
+            return model.bounds(replace(settings, torch_num_threads=None), others_cpus)
         capacity, _ = self.capacity(settings.num_workers, others_cpus)
         return _bounds(self.step_s(settings.num_workers, others_cpus), capacity)
 
@@ -555,7 +649,13 @@ class ThroughputModel:
         """Predict a run like the measured one under ``settings``; ``epochs`` (>= 1) overrides
         the measured epoch count (batches per epoch stay as measured); ``others_cpus`` the
         other processes' load in cores (default: as measured). ``ValueError`` for a
-        negative worker count or fewer than one epoch."""
+        negative worker count, fewer than one epoch or a ``torch_num_threads`` the model
+        cannot price (:meth:`threads_priced`; one thread: :meth:`one_thread_step_s`'s
+        point)."""
+        model = self._for_threads(settings)[0]
+        if model is not self:
+            return model.predict(replace(settings, torch_num_threads=None), epochs=epochs,
+                                 others_cpus=others_cpus)
         epochs = self.epochs if epochs is None else epochs
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -614,7 +714,15 @@ class ThroughputModel:
         ``1 /`` :attr:`unstarved_step_s` where that is known) at the lowest load spanned:
         noise in loop time cannot make the loop outrun its step. The producer's capacity and
         the step's slowdown beside workers bound the point but not the high end: they are the
-        model's estimates, whose error the interval is there to show."""
+        model's estimates, whose error the interval is there to show. With the main process on
+        one intra-op thread the interval spans those of :meth:`one_thread_step_s`'s three
+        steps. ``ValueError`` as :meth:`predict`."""
+        models = self._for_threads(settings)
+        if models[0] is not self:
+            plain = replace(settings, torch_num_threads=None)
+            point = models[0].predict(plain, epochs=epochs).batches_per_s
+            ends = [m.interval(plain, epochs=epochs, model_error=model_error) for m in models]
+            return min(min(e[0] for e in ends), point), max(max(e[1] for e in ends), point)
         loads: list[Optional[float]] = [None]
         if self.load is not None:
             loads = [self.load.others_low, self.load.others_high]
@@ -765,6 +873,8 @@ def build_model(
         warmup_step_s=warmup_step_s(record),
         load=load,
         noise_fraction=noise or 0.0,
+        main_threads=run.environment.intra_op_threads,
+        step_thread_cores=step_on_cpu_fraction(record),
     )
     if load is not None:
         # Off-CPU time from the CPU as measured: the pool's overhead took wall time too.

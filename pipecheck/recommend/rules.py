@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from pipecheck.analysis.consumer import mean_epoch_wall_s, stress_command
-from pipecheck.analysis.model import Prediction
+from pipecheck.analysis.model import Prediction, ThroughputModel
 from pipecheck.loader_settings import LoaderSettings, TORCH_DEFAULT_PREFETCH_FACTOR
 from pipecheck.analysis.stats import mean
 from pipecheck.kinds import (
@@ -56,7 +56,12 @@ def more_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
     (:func:`shm_batches_cap`). With host data the model charges each worker for the cores it
     takes from the step and from other processes, so CPU-bound workers may exceed the cores
     (up to :data:`MAX_CPU_BOUND_WORKERS_PER_CPU` per CPU) only where that is predicted to pay;
-    without host data CPU-bound work keeps :func:`cpu_bound_worker_limit`."""
+    without host data CPU-bound work keeps :func:`cpu_bound_worker_limit`.
+
+    Where the main process's intra-op pool would wait at its barriers beside the workers
+    (:meth:`~pipecheck.analysis.model.ThroughputModel.pool_waits_beside`), a cost the model
+    does not price, the counts are weighed with the main process on one thread, as
+    :func:`main_threads` then proposes, and this change states no figure of its own."""
     model = context.model
     if context.analysis.diagnosis.verdict != INPUT_BOUND:
         return None
@@ -78,8 +83,8 @@ def more_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
     allowed = most if shm_most is None else min(most, shm_most)
     if allowed <= settings.num_workers:
         return None
-    rates = {n: model.predict(replace(settings, num_workers=n)).steady_batches_per_s
-             for n in range(settings.num_workers + 1, allowed + 1)}
+    rates = {n: model.predict(_weighed(model, replace(settings, num_workers=n)))
+             .steady_batches_per_s for n in range(settings.num_workers + 1, allowed + 1)}
     best = max(rates.values())
     near = [n for n, rate in rates.items() if rate * (1.0 + MIN_GAIN_FRACTION) >= best]
     roomy = [n for n in near
@@ -87,21 +92,87 @@ def more_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
     # CPU-bound workers past the best gain nothing but cores taken from the step and others.
     workers = min(near) if producer_class(model) == CPU_BOUND else min(roomy or near)
     proposed = replace(settings, num_workers=workers)
-    if not gains(model, settings, proposed):
+    weighed = _weighed(model, proposed)
+    if not gains(model, settings, weighed):
         return None
-    prediction = model.predict(proposed)
+    prediction = model.predict(weighed)
     reason = more_workers_reason(context, settings, workers, capacity, prediction)
     reason += contention_words(model, settings, proposed)
     if shm_most is not None and workers == shm_most and shm_most < most:
         reason += (f" Capped at {count(workers, 'worker')}: /dev/shm holds "
                    f"{count(in_flight, 'batch', 'batches')} with the headroom pipecheck keeps "
                    f"(prefetch_factor {factor} x workers must fit).")
-    reason += settle_with_stress(context, settings, proposed, rates)
+    if weighed != proposed:
+        reason += (f" With the step's {model.pool_threads} intra-op threads beside "
+                   f"{count(workers, 'worker')} the figures assume the next change "
+                   "(torch_num_threads=1): without it each parallel op of the step would wait "
+                   "for a descheduled thread, which pipecheck cannot price.")
+        expected = Expected(samples_per_s=None, stall_fraction=None,
+                            note="not predicted alone: with torch_num_threads=1, below")
+    else:
+        reason += settle_with_stress(context, settings, proposed, rates)
+        expected = expected_figures(prediction, limit_note(model, prediction), model, proposed)
     recommendation = Recommendation(
         setting="num_workers",
         current=settings.num_workers,
         proposed=workers,
-        expected=expected_figures(prediction, limit_note(model, prediction), model, proposed),
+        expected=expected,
+        reason=reason,
+    )
+    return recommendation, proposed
+
+
+def _weighed(model: ThroughputModel, settings: LoaderSettings) -> LoaderSettings:
+    """``settings`` as :func:`more_workers` weighs them: with ``torch_num_threads=1`` where
+    the main process's pool would wait at its barriers beside the workers and the model
+    prices one thread (:func:`main_threads` then proposes it), else as given."""
+    if settings.torch_num_threads is None and _pool_waits(model, settings.num_workers):
+        return replace(settings, torch_num_threads=1)
+    return settings
+
+
+def _pool_waits(model: ThroughputModel, num_workers: int) -> bool:
+    """Whether the pool would wait beside ``num_workers`` workers and one thread is priced."""
+    return model.pool_waits_beside(num_workers) and model.threads_priced(1)
+
+
+def main_threads(context: RuleContext, settings: LoaderSettings) -> Outcome:
+    """With workers, the main process's active intra-op pool short of the cores it wants
+    during the step (:meth:`~pipecheck.analysis.model.ThroughputModel.pool_waits_beside`) and
+    one thread priced (:meth:`~pipecheck.analysis.model.ThroughputModel.one_thread_step_s`):
+    ``torch_num_threads`` from the pool's size to 1, predicted with the step on one thread.
+    No gain over the pool's own figure is required: that figure leaves out the barrier
+    waits, so it overstates what the pool delivers (``benchmarks/step_threads.py``: one
+    thread gave 12-43% more samples/s beside 2 CPU-bound workers on 2 cores, docs/model.md,
+    "Threads"); :func:`~pipecheck.recommend.recommend` still drops it below the measured rate.
+    DataLoader workers need no such change: torch runs each on one intra-op thread."""
+    model = context.model
+    if (settings.num_workers == 0 or settings.torch_num_threads is not None
+            or not _pool_waits(model, settings.num_workers)):
+        return None
+    proposed = replace(settings, torch_num_threads=1)
+    prediction = model.predict(proposed)
+    steps = model.one_thread_step_s()
+    load = model.load
+    assert steps is not None and load is not None  # threads_priced(1) needs both
+    share = model.shares(settings.num_workers).step_share
+    reason = (
+        f"Beside {count(settings.num_workers, 'worker')} the main process's "
+        f"{model.pool_threads} torch intra-op threads would get about {percent(share)} of the "
+        f"cores they want during the step ({load.cores_left():.1f} cores for them and the "
+        "workers): each parallel op of the step then ends waiting for a descheduled thread "
+        "while the others spin. On one thread the step does its work alone: "
+        f"{seconds(steps[0])} a step with no loader work beside it (between the calling "
+        f"thread's {seconds(steps[1])} of CPU and the process's {seconds(steps[2])}, "
+        f"measured at {seconds(1.0 / model.demand_batches_per_s)} on "
+        f"{model.pool_threads} threads). Call torch.set_num_threads(1) in the training "
+        "process before the loop; DataLoader workers already run one thread each.")
+    recommendation = Recommendation(
+        setting="torch_num_threads",
+        current=model.pool_threads,
+        proposed=1,
+        expected=expected_figures(prediction, "the step on one intra-op thread", model,
+                                  proposed),
         reason=reason,
     )
     return recommendation, proposed
@@ -351,6 +422,7 @@ RULES: tuple[Rule, ...] = (
     Rule("more-workers", more_workers),
     # Unpredictable (the starved pool's CPU figure is not the workers' own): it ends the chain.
     Rule("starved-pool-workers", starved_pool_workers, ends_chain=True),
+    Rule("main-threads", main_threads),
     Rule("fewer-workers", fewer_workers),
     Rule("prefetch-factor", prefetch_factor_rule),
     Rule("persistent-workers", persistent_workers_rule),
