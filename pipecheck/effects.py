@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 STEPS_PER_SAVING = 10_000
 """Steps (batches) over which a recommendation's wall-time saving is stated."""
 
-CHAINED_SETTINGS = frozenset({"num_workers", "prefetch_factor", "persistent_workers",
-                              "pin_memory"})
+CHAINED_SETTINGS = frozenset({"num_workers", "torch_num_threads", "prefetch_factor",
+                              "persistent_workers", "pin_memory"})
 """Settings the what-if model's rules propose in a chain (:mod:`pipecheck.recommend`): each
 expected figure assumes the earlier ones of the chain. Other recommendations (``in_order``,
 the sharding changes) are each predicted from the measured run alone."""
