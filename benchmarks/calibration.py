@@ -68,6 +68,10 @@ these cases: the suite stands for pipelines it has never seen.
         [--seconds 10] [--rounds 3] [--max-workers 4] [--json results.json] [--reports DIR]
         [--records DIR] [--neighbour session|group|child] [--list]
     python benchmarks/calibration.py --replay results.json [--records DIR] [--json new.json]
+    python benchmarks/calibration.py --merge quiet.json busy.json
+
+``--merge`` prints one table and summary over the rows of several results files (a quiet-only
+run and a busy-only run, for instance), measuring nothing.
 
 Calibrating without measuring again: ``--records DIR`` saves each wrapped run's raw record
 (pipecheck's ``RunRecord``, pickled), and ``--replay results.json`` derives every case's
@@ -620,8 +624,24 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="measure nothing: derive every case's prediction again from the "
                         "records a run with --json RESULTS --records DIR saved, with the "
                         "pipecheck imported now, and judge it against that run's measurements")
+    parser.add_argument("--merge", metavar="RESULTS", nargs="+",
+                        help="print the table and summary of these results files' rows "
+                        "together (e.g. a quiet-only run and a busy-only run), measuring "
+                        "nothing")
     parser.add_argument("--list", action="store_true", help="list the pipelines and exit")
     args = parser.parse_args(argv)
+    if args.merge:
+        rows = []
+        for path in args.merge:
+            with open(path) as handle:
+                rows.extend(json.load(handle)["rows"])
+        print(HEADER)
+        for row in rows:
+            print(format_row(row))
+        print(f"\nsummary (merged from {', '.join(args.merge)}, {len(rows)} cases):")
+        for line in format_summary(summarize(rows)):
+            print("  " + line)
+        return 0
     if args.replay:
         rows, skipped = replay(args.replay, args.records)
         print(HEADER)

@@ -107,8 +107,8 @@ class LoaderSettings:
     def short_label(self) -> str:
         """The keyword arguments as a ``DataLoader`` call would give them
         (``num_workers=2 prefetch_factor=4``): ``prefetch_factor`` only with workers,
-        ``persistent_workers`` and ``pin_memory`` only when true; then ``torch_num_threads``
-        when set (set with ``torch.set_num_threads``, not a keyword)."""
+        ``persistent_workers`` and ``pin_memory`` only when true (``torch_num_threads`` is not
+        a keyword: :meth:`label` names it)."""
         parts = [f"num_workers={self.num_workers}"]
         if self.num_workers > 0:
             parts.append(f"prefetch_factor={self.prefetch_factor}")
@@ -116,6 +116,4 @@ class LoaderSettings:
                 parts.append("persistent_workers=True")
         if self.pin_memory:
             parts.append("pin_memory=True")
-        if self.torch_num_threads is not None:
-            parts.append(f"torch_num_threads={self.torch_num_threads}")
         return " ".join(parts)

@@ -419,13 +419,13 @@ class ThroughputModel:
         """The steady step's time in seconds with the main process on one intra-op thread,
         ``(point, low, high)``, for a run measured at ``num_workers=0`` with its pool active
         (:attr:`pool_threads` > 1), not starved (:attr:`pool_starved`), and its step
-        sampled; ``None`` otherwise. One thread does
-        all the step's CPU work: at least its calling thread's CPU (the pool's share of the
-        work done on it), at most the process's CPU (the pool's spin-waits included, which a
-        lone thread does not pay); the point is their geometric mean. Each is taken at the
-        measured share of a core, plus the time that thread neither ran nor waited for a core.
+        sampled; ``None`` otherwise. One thread does all the step's CPU work: at least its
+        calling thread's CPU (the pool's share of the work done on it), at most the process's
+        CPU (the pool's spin-waits included, which a lone thread does not pay); the point is
+        their geometric mean. Each is taken at the measured share of a core, plus the time
+        that thread neither ran nor waited for a core.
         ``python benchmarks/step_threads.py --threads 1`` measured the one-thread step inside
-        that range on four pipelines (docs/model.md, "Threads")."""
+        that range on four pipelines (docs/model.md, "Threads as a setting")."""
         steps = self._one_thread_steps()
         if steps is None:
             return None
@@ -452,9 +452,9 @@ class ThroughputModel:
         (``None``: as measured): as many as measured or more (an unused pool changes nothing),
         fewer where the pool was idle at ``num_workers=0``, and one thread where
         :meth:`one_thread_step_s` prices the step."""
-        return self._thread_models(threads) is not None
+        return self.thread_models(threads) is not None
 
-    def _thread_models(self, threads: Optional[int]) -> Optional[list["ThroughputModel"]]:
+    def thread_models(self, threads: Optional[int]) -> Optional[list["ThroughputModel"]]:
         """The models of the main process on ``threads`` intra-op threads: ``[self]`` where
         nothing changes, ``[point, low step, high step]`` for one thread, ``None`` where the
         model cannot tell (see :meth:`threads_priced`)."""
@@ -477,9 +477,9 @@ class ThroughputModel:
                 for step_s, cpu_s in steps]
 
     def _for_threads(self, settings: LoaderSettings) -> list["ThroughputModel"]:
-        """:meth:`_thread_models` for ``settings.torch_num_threads``; ``ValueError`` where the
+        """:meth:`thread_models` for ``settings.torch_num_threads``; ``ValueError`` where the
         model cannot price it."""
-        models = self._thread_models(settings.torch_num_threads)
+        models = self.thread_models(settings.torch_num_threads)
         if models is None:
             raise ValueError(
                 f"torch_num_threads={settings.torch_num_threads} cannot be predicted from this "
@@ -492,8 +492,9 @@ class ThroughputModel:
         under :data:`POOL_STARVED_SHARE` of the cores it wants during the step beside
         ``num_workers`` workers (the fixed point of :meth:`shares`). Each parallel region then
         ends waiting for a descheduled teammate, a cost the fair shares do not price:
-        ``benchmarks/step_threads.py`` measured a 2-thread step 2-18x slower than the same
-        step on one thread beside 2 CPU-bound workers on 2 cores (docs/model.md, "Threads")."""
+        ``benchmarks/step_threads.py`` measured a 2-thread step 1.9-18x slower than the same
+        step on one thread beside 2 CPU-bound workers on 2 cores (docs/model.md, "Threads as
+        a setting")."""
         if self.pool_threads <= 1 or self.load is None or num_workers == 0:
             return False
         return self.shares(num_workers).step_share < POOL_STARVED_SHARE

@@ -55,6 +55,10 @@ MAX_PREFETCH_FACTOR = 1_024
 """Largest ``prefetch_factor`` an option takes (batches in flight per worker)."""
 
 
+MAX_THREADS = 1_024
+"""Most torch intra-op threads an option takes (`stress --torch-threads`)."""
+
+
 MAX_BATCH_SIZE = 2**31 - 1
 """Largest batch size, shuffle buffer or batch count an option takes (a 32-bit count)."""
 

@@ -12,7 +12,8 @@ from pipecheck.render.sections.sharding import sharding_section
 from pipecheck.render.terminal import MIN_WIDTH, render_section
 
 from pipecheck.cli.arguments import (DEMO_MAX_IMAGES, DEMO_MAX_STEPS, MAX_BATCH_SIZE, MAX_COUNTED,
-                                     MAX_PREFETCH_FACTOR, MAX_SECONDS, MAX_WIDTH, MAX_WORKERS,
+                                     MAX_PREFETCH_FACTOR, MAX_SECONDS, MAX_THREADS, MAX_WIDTH,
+                                     MAX_WORKERS,
                                      baseline, batch_size, count, int_list, number, output_file,
                                      seconds, step_time, width, workers)
 from pipecheck.cli.output import (Command, EXIT_INTERRUPTED, EXIT_OK, PROG, add_output_options,
@@ -117,6 +118,11 @@ class StressCommand(Command):
         parser.add_argument("--batch-size", metavar="N,N,...",
                             type=int_list(1, MAX_BATCH_SIZE),
                             help="batch sizes to compare (default: the target's own)")
+        parser.add_argument("--torch-threads", metavar="N,N,...", type=int_list(1, MAX_THREADS),
+                            help="the training process's torch intra-op threads tried with each "
+                            "configuration (torch.set_num_threads; default: its own); it "
+                            "matters with your own CPU step (--step): the emulated one runs "
+                            "no intra-op threads")
         parser.add_argument("--baseline", metavar="KEY=VALUE,...", type=baseline,
                             help="the configuration to beat, e.g. num_workers=4,prefetch_factor=2")
         parser.add_argument("--stacks", action=argparse.BooleanOptionalAction, default=None,
@@ -166,7 +172,8 @@ class StressCommand(Command):
                             budget_s=args.budget, timeout_s=args.timeout,
                             trial_batches=args.batches,
                             trial_s=args.trial_seconds or DEFAULT_TRIAL_S,
-                            progress=progress, search=args.search)
+                            progress=progress, search=args.search,
+                            torch_threads=args.torch_threads)
         emit(report, args)
         if args.quiet:  # otherwise the summary lists failed and skipped trials itself
             for line in progress.problems(report.stress):

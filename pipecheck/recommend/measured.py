@@ -9,9 +9,9 @@ to the recommended configuration except for that setting. ``persistent_workers``
 epoch-start measurement (measured by :mod:`pipecheck.stress.epoch_start`).
 
 The model's proposals from the best trial's record are kept only for settings the sweep did not
-search (sharding changes, ``pin_memory`` when it was not measured): for the searched ones the
-measurements have already answered, and a proposal beyond the searched range would contradict
-a measured recommendation with a prediction.
+search (sharding changes, ``pin_memory`` and ``torch_num_threads`` when they were not
+measured): for the searched ones the measurements have already answered, and a proposal beyond
+the searched range would contradict a measured recommendation with a prediction.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from pipecheck.report_sections import EpochStart, StressChoice, StressSection, S
 from pipecheck.units import percent, rate, seconds, setting_value
 
 SEARCHED = ("num_workers", "prefetch_factor", "persistent_workers", "in_order", "batch_size")
-"""Settings every stress run decides by measurement (``pin_memory`` too when a trial pinned)."""
+"""Settings every stress run decides by measurement (``pin_memory`` too when a trial pinned,
+``torch_num_threads`` when trials set it: ``stress --torch-threads``)."""
 
 
 def stress_recommendations(section: StressSection,
@@ -38,6 +39,8 @@ def stress_recommendations(section: StressSection,
     searched = set(SEARCHED)
     if any(t.config.get("pin_memory") is True for t in trials):
         searched.add("pin_memory")
+    if any(t.config.get("torch_num_threads") is not None for t in trials):
+        searched.add("torch_num_threads")
     measured = _measured_changes(section, trials)
     return measured + [p for p in proposals if p.setting not in searched]
 

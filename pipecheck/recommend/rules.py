@@ -143,9 +143,10 @@ def main_threads(context: RuleContext, settings: LoaderSettings) -> Outcome:
     ``torch_num_threads`` from the pool's size to 1, predicted with the step on one thread.
     No gain over the pool's own figure is required: that figure leaves out the barrier
     waits, so it overstates what the pool delivers (``benchmarks/step_threads.py``: one
-    thread gave 12-43% more samples/s beside 2 CPU-bound workers on 2 cores, docs/model.md,
-    "Threads"); :func:`~pipecheck.recommend.recommend` still drops it below the measured rate.
-    DataLoader workers need no such change: torch runs each on one intra-op thread."""
+    thread gave 12-43% more samples/s beside 2 CPU-bound workers on 2 cores; docs/model.md,
+    "Threads as a setting"); :func:`~pipecheck.recommend.recommend` still drops it below the
+    measured rate. DataLoader workers need no such change: torch runs each on one intra-op
+    thread (``torch/utils/data/_utils/worker.py``)."""
     model = context.model
     if (settings.num_workers == 0 or settings.torch_num_threads is not None
             or not _pool_waits(model, settings.num_workers)):
@@ -176,6 +177,40 @@ def main_threads(context: RuleContext, settings: LoaderSettings) -> Outcome:
         reason=reason,
     )
     return recommendation, proposed
+
+
+def starved_pool_threads(context: RuleContext, settings: LoaderSettings) -> Outcome:
+    """Input-bound at ``num_workers=0`` with the main process's intra-op pool starved of cores
+    (:attr:`~pipecheck.analysis.model.ThroughputModel.pool_starved`): every parallel op of
+    production and the step waited for a descheduled teammate while the others spin-waited,
+    and one thread waits for none. Proposes ``torch_num_threads`` from the pool's size to 1
+    with no prediction (how much of the measured times were those waits cannot be told from
+    the run), before :func:`starved_pool_workers` proposes the workers; the reason names the
+    stress run, with the user's own step, that measures both."""
+    model = context.model
+    if (context.analysis.diagnosis.verdict != INPUT_BOUND or settings.num_workers != 0
+            or model.measured.num_workers != 0 or not model.pool_starved
+            or settings.torch_num_threads is not None):
+        return None
+    load = model.load
+    assert load is not None  # pool_starved needs it
+    threads = model.pool_threads
+    reason = (
+        f"With num_workers=0 the main process's {threads} torch intra-op threads had "
+        f"{load.own_cpus:.1f} cores and waited for one {percent(1.0 - load.share)} of the time "
+        "they wanted one, so each parallel op of production and of the step waited for a "
+        "descheduled thread while the others spin-waited. On one thread no op waits for a "
+        "teammate: call torch.set_num_threads(1) in the training process before the loop. "
+        "How much of the measured times those waits were cannot be told from this run, so no "
+        "figure is given; 'pipecheck stress FILE.py:make_loader --workers 0,1 "
+        f"--torch-threads 1,{threads} --step train.py:step' (a function that builds your "
+        "DataLoader, and your training step) measures it on this host.")
+    recommendation = Recommendation(
+        setting="torch_num_threads", current=threads, proposed=1,
+        expected=Expected(samples_per_s=None, stall_fraction=None,
+                          note="not predictable from this run"),
+        reason=reason)
+    return recommendation, replace(settings, torch_num_threads=1)
 
 
 def starved_pool_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
@@ -213,8 +248,10 @@ def starved_pool_workers(context: RuleContext, settings: LoaderSettings) -> Outc
         f"an unknown factor too): {count(workers, 'worker')}, the cores left to this run, "
         "with no prediction. "
         f"{stress_command(context.run.consumer, f'0,{workers}')} (a function that builds "
-        "your DataLoader; the step emulated as measured) measures it on this host; so does "
-        "torch.set_num_threads(1) before the loop, which removes the waits at num_workers=0.")
+        "your DataLoader; the step emulated as measured) measures it on this host.")
+    if settings.torch_num_threads == 1:
+        reason += (" With torch_num_threads=1 (the change above) the step waits for no team "
+                   "either.")
     recommendation = Recommendation(
         setting="num_workers", current=0, proposed=workers,
         expected=Expected(samples_per_s=None, stall_fraction=None,
@@ -420,7 +457,9 @@ def pin_memory_rule(context: RuleContext, settings: LoaderSettings) -> Outcome:
 
 RULES: tuple[Rule, ...] = (
     Rule("more-workers", more_workers),
-    # Unpredictable (the starved pool's CPU figure is not the workers' own): it ends the chain.
+    # Unpredictable (the starved pool's CPU figure is not the workers' own): the workers' rule
+    # ends the chain.
+    Rule("starved-pool-threads", starved_pool_threads),
     Rule("starved-pool-workers", starved_pool_workers, ends_chain=True),
     Rule("main-threads", main_threads),
     Rule("fewer-workers", fewer_workers),

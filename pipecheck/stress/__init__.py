@@ -57,7 +57,8 @@ def stress(source: Source, *, num_workers: Union[Sequence[int], str, None] = Non
            budget_s: float = 60.0, timeout_s: float = 30.0,
            trial_batches: Optional[int] = None, trial_s: float = DEFAULT_TRIAL_S,
            progress: Optional[ProgressCallback] = None,
-           search: str = "model", stacks: Optional[bool] = None) -> Any:
+           search: str = "model", stacks: Optional[bool] = None,
+           torch_threads: Optional[Sequence[int]] = None) -> Any:
     """Sweep DataLoader settings over ``source`` and return a ``kind="stress"`` Report.
 
     Args:
@@ -117,6 +118,10 @@ def stress(source: Source, *, num_workers: Union[Sequence[int], str, None] = Non
         search: with automatic workers, ``"model"`` (default) measures only what the what-if
             model predicts may beat the best measured (:mod:`pipecheck.stress.search`);
             ``"grid"`` measures every candidate. Ignored with an explicit worker list.
+        torch_threads: the main process's torch intra-op thread counts (>= 1) tried with
+            every configuration (``torch.set_num_threads`` in the trial's process around the
+            trial, then restored); ``None``: the process's own. It matters with your own CPU
+            step (``step``): the emulated step is a Python loop that runs no intra-op threads.
         stacks: after the sweep, run one profiling trial of the recommended configuration with
             py-spy (:mod:`pipecheck.probes.stacks`) and put its hot stacks in the report; it is
             not compared (sampling costs throughput). ``None``: when py-spy is installed and
@@ -152,15 +157,16 @@ def stress(source: Source, *, num_workers: Union[Sequence[int], str, None] = Non
     sizes: list[Optional[int]] = ([batch_size] if batch_size is None or isinstance(batch_size, int)
                                   else list(batch_size))
     auto = num_workers is None or num_workers == "auto"
+    threads: list[Optional[int]] = [None] if torch_threads is None else list(torch_threads)
     if auto:
         configs = candidate_configs(prefetch_factors, persistent_workers=bool(persistent_workers),
                                     pin_memory=pin_memory, in_orders=in_order,
-                                    batch_sizes=sizes)
+                                    batch_sizes=sizes, torch_threads=threads)
     else:
         configs = sweep_configs(num_workers, prefetch_factors,  # type: ignore[arg-type]
                                 persistent_workers=bool(persistent_workers),
                                 pin_memory=pin_memory, in_orders=in_order or [None],
-                                batch_sizes=sizes)
+                                batch_sizes=sizes, torch_threads=threads)
     # The given configuration joins automatic candidates; an explicit list is taken as asked.
     derive = auto or baseline is not None
     if isinstance(source, str):  # the user's code runs in a child, never in this process

@@ -49,17 +49,19 @@ def candidate_configs(prefetch_factors: Optional[Sequence[int]] = None, *,
                       persistent_workers: bool = False, pin_memory: Optional[bool] = None,
                       in_orders: Optional[Sequence[Optional[bool]]] = None,
                       batch_sizes: Sequence[Optional[int]] = (None,),
-                      cpus: Optional[int] = None) -> list[LoaderSettings]:
+                      cpus: Optional[int] = None,
+                      torch_threads: Sequence[Optional[int]] = (None,)) -> list[LoaderSettings]:
     """The search space (also the ``--search grid`` space with automatic workers): every
     :func:`auto_workers` count with each prefetch factor (default
     :data:`AUTO_PREFETCH_FACTORS`), each ``in_order`` (default True and False when torch has
-    it, else the loader's own) and each batch size; the first, ``num_workers=0``, is the
-    baseline."""
+    it, else the loader's own), each batch size and each of the main process's thread counts
+    (``torch_threads``); the first, ``num_workers=0``, is the baseline."""
     factors = list(AUTO_PREFETCH_FACTORS) if prefetch_factors is None else list(prefetch_factors)
     if in_orders is None:
         in_orders = [True, False] if torch_has_in_order() else [None]
     return sweep_configs(auto_workers(cpus), factors, persistent_workers=persistent_workers,
-                         pin_memory=pin_memory, in_orders=in_orders, batch_sizes=batch_sizes)
+                         pin_memory=pin_memory, in_orders=in_orders, batch_sizes=batch_sizes,
+                         torch_threads=torch_threads)
 
 
 def run_search(source: Source, candidates: Sequence[LoaderSettings], limits: TrialLimits, *,
@@ -197,10 +199,11 @@ def _no_model_reason(sweep: Sweep) -> str:
 
 
 def calibration_configs(candidates: Sequence[LoaderSettings]) -> list[LoaderSettings]:
-    """The calibration trials: per batch size (in candidate order), its first candidate (the
-    baseline for the first batch size) and its first ``num_workers=1`` candidate."""
+    """The calibration trials: per batch size and main-process thread count (in candidate
+    order), its first candidate (the baseline for the first) and its first ``num_workers=1``
+    candidate."""
     chosen: list[LoaderSettings] = []
-    for group in _by_batch_size(candidates).values():
+    for group in _by_group(candidates).values():
         chosen.append(group[0])
         one = next((c for c in group if c.num_workers == 1), None)
         if one is not None and one not in chosen:
@@ -208,16 +211,26 @@ def calibration_configs(candidates: Sequence[LoaderSettings]) -> list[LoaderSett
     return chosen
 
 
-def _by_batch_size(configs: Sequence[LoaderSettings]) -> dict[Optional[int], list[LoaderSettings]]:
-    groups: dict[Optional[int], list[LoaderSettings]] = {}
+Group = tuple[Optional[int], Optional[int]]
+"""A batch size and a main-process thread count: configurations the model predicts from one
+trial (a trial measures the step at its own thread count)."""
+
+
+def _group_of(config: LoaderSettings) -> Group:
+    return config.batch_size, config.torch_num_threads
+
+
+def _by_group(configs: Sequence[LoaderSettings]) -> dict[Group, list[LoaderSettings]]:
+    groups: dict[Group, list[LoaderSettings]] = {}
     for config in configs:
-        groups.setdefault(config.batch_size, []).append(config)
+        groups.setdefault(_group_of(config), []).append(config)
     return groups
 
 
 def _predict(sweep: Sweep, remaining: Sequence[LoaderSettings],
              calibration: Sequence[LoaderSettings]) -> set[LoaderSettings]:
-    """Fill ``sweep.predicted`` for ``remaining`` from each batch size's best measured trial;
+    """Fill ``sweep.predicted`` for ``remaining`` from the best measured trial of each batch
+    size and thread count (:data:`Group`);
     returns the configurations that could be predicted.
 
     Predictions are anchored to that trial (``measured x model(c) / model(its config)``),
@@ -228,8 +241,8 @@ def _predict(sweep: Sweep, remaining: Sequence[LoaderSettings],
     trial with more CPU-bound workers than cores measures each worker slowed by the others,
     and would under-predict fewer workers."""
     predicted: set[LoaderSettings] = set()
-    for batch_size, group in _by_batch_size(remaining).items():
-        ok = [t for t in sweep.trials if t.ok and t.config.batch_size == batch_size]
+    for key, group in _by_group(remaining).items():
+        ok = [t for t in sweep.trials if t.ok and _group_of(t.config) == key]
         if not ok:
             continue
         best = max(ok, key=lambda t: t.samples_per_s or 0.0)
@@ -245,11 +258,12 @@ def _predict(sweep: Sweep, remaining: Sequence[LoaderSettings],
                                              > model.per_worker_batches_per_s):
                 model = dataclasses.replace(
                     model, per_worker_batches_per_s=single_model.per_worker_batches_per_s)
-        reference = model.predict(best.config.model_view()).steady_batches_per_s
+        # The trial ran at the group's thread count: "as measured" for the model.
+        reference = model.predict(_as_measured(best.config)).steady_batches_per_s
         scale = best.batches_per_s / reference
         per_batch = best.samples_per_s / best.batches_per_s
         for config in group:
-            settings = config.model_view()
+            settings = _as_measured(config)
             guess = model.predict(settings)
             # Anchoring scales the model by its miss on the best trial; the result is held to
             # the same hard bounds as every prediction (the step's ceiling, the producer).
@@ -260,6 +274,11 @@ def _predict(sweep: Sweep, remaining: Sequence[LoaderSettings],
                                        "stall_fraction": guess.steady_stall_fraction}
             predicted.add(config)
     return predicted
+
+
+def _as_measured(config: LoaderSettings) -> LoaderSettings:
+    """``config``'s model view with its thread count taken as the trial's own."""
+    return dataclasses.replace(config.model_view(), torch_num_threads=None)
 
 
 def _unverified_neighbours(sweep: Sweep, best: TrialResult, remaining: Sequence[LoaderSettings],

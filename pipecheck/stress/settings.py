@@ -152,7 +152,8 @@ def parse_config(text: str, option: str) -> LoaderSettings:
 
 
 _CONFIG_FIELDS = {"num_workers": int, "prefetch_factor": int, "persistent_workers": bool,
-                  "pin_memory": bool, "in_order": bool, "batch_size": int}
+                  "pin_memory": bool, "in_order": bool, "batch_size": int,
+                  "torch_num_threads": int}
 
 
 def usable_cpus() -> int:
@@ -174,14 +175,16 @@ def sweep_configs(workers: Optional[Sequence[int]] = None,
                   persistent_workers: bool = False,
                   pin_memory: Optional[bool] = None,
                   in_orders: Sequence[Optional[bool]] = (None,),
-                  batch_sizes: Sequence[Optional[int]] = (None,)) -> list[LoaderSettings]:
-    """Every combination, in the order given (the first is the baseline), batch size outermost.
+                  batch_sizes: Sequence[Optional[int]] = (None,),
+                  torch_threads: Sequence[Optional[int]] = (None,)) -> list[LoaderSettings]:
+    """Every combination, in the order given (the first is the baseline), batch size outermost,
+    the main process's torch intra-op threads (``torch_threads``, ``None``: its own) innermost.
 
     ``prefetch_factor`` only varies with workers and ``in_order`` only with 2 or more (one
     worker delivers in order anyway); ``num_workers=0`` appears once per batch size. ``None``
     lists take :func:`default_workers` and torch's default prefetch factor. Raises
     :class:`BadInputError` on an empty list, a negative worker count, a prefetch factor < 1 or
-    a batch size < 1.
+    a batch size < 1 or a thread count < 1.
     """
     workers = default_workers() if workers is None else list(workers)
     factors = [TORCH_DEFAULT_PREFETCH_FACTOR] if prefetch_factors is None else list(prefetch_factors)
@@ -197,13 +200,17 @@ def sweep_configs(workers: Optional[Sequence[int]] = None,
         raise BadInputError("the in_order and batch size lists must not be empty")
     if any(b is not None and b < 1 for b in batch_sizes):
         raise BadInputError(f"batch_size must be >= 1, got {list(batch_sizes)}")
+    if not torch_threads or any(t is not None and t < 1 for t in torch_threads):
+        raise BadInputError(f"torch_num_threads must be >= 1, got {list(torch_threads)}")
     configs: list[LoaderSettings] = []
     for size in _unique(batch_sizes):
         for count in _unique(workers):
             for factor in (factors if count > 0 else [None]):
                 for order in (_unique(in_orders) if count > 1 else [in_orders[0]]):
-                    configs.append(LoaderSettings(count, factor, persistent_workers and count > 0,
-                                               pin_memory, order, size))
+                    configs.extend(
+                        LoaderSettings(count, factor, persistent_workers and count > 0,
+                                       pin_memory, order, size, threads)
+                        for threads in _unique(torch_threads))
     return configs
 
 

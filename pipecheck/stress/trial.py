@@ -109,9 +109,24 @@ def measure(loader: Any, config: LoaderSettings, limits: TrialLimits,
             step: Optional[Step] = None,
             on_batch: Optional[Callable[[], object]] = None) -> TrialResult:
     """Iterate ``loader`` (built with ``config``) through ``pipecheck.wrap`` within ``limits``,
-    running ``step`` after each batch (:func:`pipecheck.stress.step.step_runner`). Exceptions
-    from the loader or the step become a failed result whose error names the exception;
-    ``KeyboardInterrupt`` propagates."""
+    running ``step`` after each batch (:func:`pipecheck.stress.step.step_runner`), with this
+    process on ``config.torch_num_threads`` torch intra-op threads when set (restored after).
+    Exceptions from the loader or the step become a failed result whose error names the
+    exception; ``KeyboardInterrupt`` propagates."""
+    import torch
+
+    before = torch.get_num_threads()
+    if config.torch_num_threads is not None:
+        torch.set_num_threads(config.torch_num_threads)
+    try:
+        return _measure(loader, config, limits, step, on_batch)
+    finally:
+        if config.torch_num_threads is not None:
+            torch.set_num_threads(before)
+
+
+def _measure(loader: Any, config: LoaderSettings, limits: TrialLimits,
+             step: Optional[Step], on_batch: Optional[Callable[[], object]]) -> TrialResult:
     from pipecheck.wrap import wrap
 
     started = time.perf_counter()

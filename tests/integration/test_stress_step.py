@@ -104,3 +104,37 @@ def test_cli_runs_the_users_step_in_the_trial_process(tmp_path):
     pids = {line.split()[0] for line in log.read_text().splitlines()}
     assert pids and str(os.getpid()) not in pids  # ran in the trial's process, not here
     assert "training step:" in done.stdout and "logging_step" in done.stdout
+
+
+def test_trials_run_the_step_on_each_thread_count_and_restore_the_process():
+    seen = []
+    before = torch.get_num_threads()
+    loader = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=8)
+    report = stress(loader, num_workers=[0, 1], torch_threads=[1, 2],
+                    step=lambda batch: seen.append(torch.get_num_threads()),
+                    budget_s=60.0, trial_s=0.3, stacks=False, persistent_workers=False)
+    assert set(seen) == {1, 2}
+    assert torch.get_num_threads() == before
+    configs = [t.config for t in report.stress.trials if t.measured]
+    assert {c.get("torch_num_threads") for c in configs} == {1, 2}
+    assert {(c["num_workers"], c["torch_num_threads"]) for c in configs} == {
+        (0, 1), (0, 2), (1, 1), (1, 2)}
+
+
+@pytest.mark.slow  # a real stress CLI run; the in-process test above covers the trials
+def test_cli_runs_the_users_step_on_the_threads_asked(tmp_path):
+    log = tmp_path / "steps.log"
+    env = dict(os.environ, **{STEP_LOG_ENV: str(log)})
+    done = subprocess.run(
+        [sys.executable, "-m", "pipecheck", "stress", f"{STRESS_TARGETS}:sleepy_loader",
+         "--workers", "0", "--torch-threads", "1,2", "--step",
+         f"{STRESS_TARGETS}:logging_step", "--trial-seconds", "1", "--budget", "40",
+         "--no-stacks", "--json", str(tmp_path / "r.json")],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert {line.split()[2] for line in log.read_text().splitlines()} == {"1", "2"}
+    bad = subprocess.run(
+        [sys.executable, "-m", "pipecheck", "stress", f"{STRESS_TARGETS}:sleepy_loader",
+         "--torch-threads", "0"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
+    assert "--torch-threads" in bad.stderr and len(bad.stderr.strip().splitlines()) <= 2

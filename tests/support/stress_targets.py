@@ -132,9 +132,12 @@ STEP_LOG_ENV = "PIPECHECK_TEST_STEP_LOG"
 
 
 def logging_step(batch) -> None:
-    """A user training step for ``--step``: appends the batch's first value to the file named
-    by :data:`STEP_LOG_ENV`, so a test can see it ran in the trial's process."""
+    """A user training step for ``--step``: appends its process id, the batch's first value
+    and torch's intra-op thread count to the file named by :data:`STEP_LOG_ENV`, so a test can
+    see it ran in the trial's process, on the trial's threads."""
     import os
 
+    import torch
+
     with open(os.environ[STEP_LOG_ENV], "a", encoding="utf-8") as handle:
-        handle.write(f"{os.getpid()} {int(batch.flatten()[0])}\n")
+        handle.write(f"{os.getpid()} {int(batch.flatten()[0])} {torch.get_num_threads()}\n")

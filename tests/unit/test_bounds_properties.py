@@ -41,12 +41,14 @@ WHAT_IF = (
     LoaderSettings(num_workers=3, in_order=False),
     LoaderSettings(num_workers=7, prefetch_factor=1),
     LoaderSettings(num_workers=16, persistent_workers=True),
+    LoaderSettings(num_workers=0, torch_num_threads=1),
+    LoaderSettings(num_workers=2, torch_num_threads=1),
 )
 """What-if settings checked on every generated run, besides its own (the model's fixed point
 costs ~10 ms a prediction on a contended run, so the grid is kept small; the recommendation
-test covers the counts the rules pick)."""
+test covers the counts the rules pick); a thread count is checked where the model prices it."""
 
-MODEL_SETTINGS = ("num_workers", "prefetch_factor", "persistent_workers")
+MODEL_SETTINGS = ("num_workers", "prefetch_factor", "persistent_workers", "torch_num_threads")
 """Settings the model's rules propose (``in_order`` comes from the head-of-line rule, with its
 own upper bound from the measured waits; ``pin_memory`` has no expected rate)."""
 
@@ -154,6 +156,15 @@ def _within(rate: float, bound: float) -> bool:
 def _check_prediction(model: ThroughputModel, setting: LoaderSettings,
                       others: float | None) -> None:
     prediction = model.predict(setting, others_cpus=others)
+    # A thread count is predicted by the model of the main process on those threads.
+    models = model.thread_models(setting.torch_num_threads)
+    assert models is not None
+    if models[0] is not model:
+        plain = dataclasses.replace(setting, torch_num_threads=None)
+        assert prediction == models[0].predict(plain, others_cpus=others)
+        assert model.bounds(setting, others) == models[0].bounds(plain, others)
+        assert 1.0 / models[0].demand_batches_per_s >= 1.0 / model.demand_batches_per_s * (1 - REL)
+        model, setting = models[0], plain
     bounds = model.bounds(setting, others)
     step_ceiling = 1.0 / model.step_s(setting.num_workers, others)
     capacity, _ = model.capacity(setting.num_workers, others)
@@ -177,16 +188,23 @@ def _check_prediction(model: ThroughputModel, setting: LoaderSettings,
 def _check_interval(model: ThroughputModel, setting: LoaderSettings,
                     epochs: int | None = None) -> None:
     point = model.predict(setting, epochs=epochs).batches_per_s
+    models = model.thread_models(setting.torch_num_threads)
+    assert models is not None
+    plain = dataclasses.replace(setting, torch_num_threads=None)
     for model_error in (True, False) if model.noise_fraction else (True,):
         low, high = model.interval(setting, epochs=epochs, model_error=model_error)
         assert math.isfinite(low) and math.isfinite(high)
         assert 0 < low <= point <= high, (setting, low, point, high)
         # Noise never lets the loop outrun its step with no loader work beside it, nor,
-        # where its pool was starved, the step at its calling thread's CPU time.
-        ceiling = max(1.0 / model.step_s(0, k) for k in _loads(model))
-        if model.unstarved_step_s and setting.num_workers > 0:
-            ceiling = max(ceiling, 1.0 / model.unstarved_step_s)
-        assert _within(high, max(ceiling, model.bounds(setting).batches_per_s))
+        # where its pool was starved, the step at its calling thread's CPU time; on one
+        # thread, the fastest one-thread step's.
+        ceilings = []
+        for each in models:
+            ceiling = max(1.0 / each.step_s(0, k) for k in _loads(each))
+            if each.unstarved_step_s and setting.num_workers > 0:
+                ceiling = max(ceiling, 1.0 / each.unstarved_step_s)
+            ceilings.append(max(ceiling, each.bounds(plain).batches_per_s))
+        assert _within(high, max(ceilings))
 
 
 def _cumulative(model: ThroughputModel, recommendations: list[Recommendation]
@@ -210,6 +228,8 @@ def test_every_what_if_prediction_stays_within_the_step_and_the_producer(run):
     if model is None:
         return  # too little data: no prediction to bound
     for setting in (model.measured,) + WHAT_IF:
+        if not model.threads_priced(setting.torch_num_threads):
+            continue
         for others in _loads(model):
             _check_prediction(model, setting, others)
         _check_interval(model, setting)
