@@ -13,9 +13,8 @@ from pipecheck.render.terminal import MIN_WIDTH, render_section
 
 from pipecheck.cli.arguments import (DEMO_MAX_IMAGES, DEMO_MAX_STEPS, MAX_BATCH_SIZE, MAX_COUNTED,
                                      MAX_PREFETCH_FACTOR, MAX_SECONDS, MAX_THREADS, MAX_WIDTH,
-                                     MAX_WORKERS,
-                                     baseline, batch_size, count, int_list, number, output_file,
-                                     seconds, step_time, width, workers)
+                                     MAX_WORKERS, baseline, batch_size, count, int_list, number,
+                                     output_file, seconds, step_time, width, workers)
 from pipecheck.cli.output import (Command, EXIT_INTERRUPTED, EXIT_OK, PROG, add_output_options,
                                   emit, say)
 

@@ -230,8 +230,7 @@ def _by_group(configs: Sequence[LoaderSettings]) -> dict[Group, list[LoaderSetti
 def _predict(sweep: Sweep, remaining: Sequence[LoaderSettings],
              calibration: Sequence[LoaderSettings]) -> set[LoaderSettings]:
     """Fill ``sweep.predicted`` for ``remaining`` from the best measured trial of each batch
-    size and thread count (:data:`Group`);
-    returns the configurations that could be predicted.
+    size and thread count (:data:`Group`); returns the configurations that could be predicted.
 
     Predictions are anchored to that trial (``measured x model(c) / model(its config)``),
     then held to the model's hard bounds for ``c``
