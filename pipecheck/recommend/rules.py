@@ -180,16 +180,19 @@ def main_threads(context: RuleContext, settings: LoaderSettings) -> Outcome:
 
 
 def starved_pool_threads(context: RuleContext, settings: LoaderSettings) -> Outcome:
-    """Input-bound at ``num_workers=0`` with the main process's intra-op pool starved of cores
-    (:attr:`~pipecheck.analysis.model.ThroughputModel.pool_starved`): every parallel op of
-    production and the step waited for a descheduled teammate while the others spin-waited,
-    and one thread waits for none. Proposes ``torch_num_threads`` from the pool's size to 1
-    with no prediction (how much of the measured times were those waits cannot be told from
-    the run), before :func:`starved_pool_workers` proposes the workers; the reason names the
-    stress run, with the user's own step, that measures both."""
+    """Measured at ``num_workers=0`` with the main process's intra-op pool starved of cores
+    (:attr:`~pipecheck.analysis.model.ThroughputModel.pool_starved`), whatever the verdict:
+    every parallel op of production and of the step waited for a descheduled teammate while
+    the others spin-waited, and one thread waits for none (``benchmarks/calibration.py``
+    beside a busy process: the CPU step measured 149 samples/s, 2,012 quiet; the JPEG
+    pipeline's 1 worker 257 samples/s, 451 with one thread). After the worker count proposed
+    before it (:func:`more_workers` or :func:`starved_pool_workers`), or alone, proposes
+    ``torch_num_threads`` from the pool's size to 1 with no prediction (how much of the
+    measured times were those waits cannot be told from the run; the model cannot price the
+    settings after it, so the chain ends); the reason names the stress run, with the user's
+    own step, that measures it."""
     model = context.model
-    if (context.analysis.diagnosis.verdict != INPUT_BOUND or settings.num_workers != 0
-            or model.measured.num_workers != 0 or not model.pool_starved
+    if (model.measured.num_workers != 0 or not model.pool_starved
             or settings.torch_num_threads is not None):
         return None
     load = model.load
@@ -202,9 +205,10 @@ def starved_pool_threads(context: RuleContext, settings: LoaderSettings) -> Outc
         "descheduled thread while the others spin-waited. On one thread no op waits for a "
         "teammate: call torch.set_num_threads(1) in the training process before the loop. "
         "How much of the measured times those waits were cannot be told from this run, so no "
-        "figure is given; 'pipecheck stress FILE.py:make_loader --workers 0,1 "
-        f"--torch-threads 1,{threads} --step train.py:step' (a function that builds your "
-        "DataLoader, and your training step) measures it on this host.")
+        "figure is given; 'pipecheck stress FILE.py:make_loader --workers "
+        f"{settings.num_workers} --torch-threads 1,{threads} --step train.py:step' (a "
+        "function that builds your DataLoader, and your training step) measures it on this "
+        "host.")
     recommendation = Recommendation(
         setting="torch_num_threads", current=threads, proposed=1,
         expected=Expected(samples_per_s=None, stall_fraction=None,
@@ -222,7 +226,7 @@ def starved_pool_workers(context: RuleContext, settings: LoaderSettings) -> Outc
     pipeline beside a busy process, 17x: 22 ms of the calling thread's CPU a sample against
     1.3 ms in a worker; 1 worker delivered 14x the serial rate). Proposes
     :func:`pool_worker_limit` workers with no prediction (expected figures ``None``), and the
-    reason names the stress command that measures it."""
+    reason names the stress command that measures it; :func:`starved_pool_threads` follows."""
     model = context.model
     if (context.analysis.diagnosis.verdict != INPUT_BOUND or settings.num_workers != 0
             or model.measured.num_workers != 0 or not model.pool_starved):
@@ -249,9 +253,8 @@ def starved_pool_workers(context: RuleContext, settings: LoaderSettings) -> Outc
         "with no prediction. "
         f"{stress_command(context.run.consumer, f'0,{workers}')} (a function that builds "
         "your DataLoader; the step emulated as measured) measures it on this host.")
-    if settings.torch_num_threads == 1:
-        reason += (" With torch_num_threads=1 (the change above) the step waits for no team "
-                   "either.")
+    reason += (" With torch_num_threads=1 (the change below) the step waits for no team "
+               "either.")
     recommendation = Recommendation(
         setting="num_workers", current=0, proposed=workers,
         expected=Expected(samples_per_s=None, stall_fraction=None,
@@ -457,10 +460,10 @@ def pin_memory_rule(context: RuleContext, settings: LoaderSettings) -> Outcome:
 
 RULES: tuple[Rule, ...] = (
     Rule("more-workers", more_workers),
-    # Unpredictable (the starved pool's CPU figure is not the workers' own): the workers' rule
-    # ends the chain.
-    Rule("starved-pool-threads", starved_pool_threads),
-    Rule("starved-pool-workers", starved_pool_workers, ends_chain=True),
+    # Unpredictable (the starved pool's CPU figure is not the workers' own, nor its step's):
+    # the threads' rule, which always follows the workers', ends the chain.
+    Rule("starved-pool-workers", starved_pool_workers),
+    Rule("starved-pool-threads", starved_pool_threads, ends_chain=True),
     Rule("main-threads", main_threads),
     Rule("fewer-workers", fewer_workers),
     Rule("prefetch-factor", prefetch_factor_rule),

@@ -590,15 +590,14 @@ def test_a_starved_pool_gets_workers_proposed_without_a_prediction():
     assert proposal.expected.note == "not predictable from this run"
     assert "waited for a core 50.0%" in proposal.reason
     assert "'pipecheck stress FILE.py:make_loader --workers 0,1 --step-time " in proposal.reason
-    assert "torch_num_threads=1 (the change above)" in proposal.reason
-    # Before it, one thread for the main process, with no figure either.
+    assert "torch_num_threads=1 (the change below)" in proposal.reason
+    # After it, one thread for the main process, with no figure either, ending the chain.
     threads = next(r for r in recommend(run, analysis) if r.setting == "torch_num_threads")
     assert (threads.current, threads.proposed) == (2, 1)
     assert threads.expected.samples_per_s is None
     assert "torch.set_num_threads(1)" in threads.reason
-    assert "--torch-threads 1,2 --step train.py:step" in threads.reason
-    assert [r.setting for r in recommend(run, analysis)][:2] == ["torch_num_threads",
-                                                                 "num_workers"]
+    assert "--workers 1 --torch-threads 1,2 --step train.py:step" in threads.reason
+    assert [r.setting for r in recommend(run, analysis)] == ["num_workers", "torch_num_threads"]
     # It reaches the JSON and the terminal as "not predicted".
     report = build_report(run)
     saved = json.loads(report.to_json())
