@@ -5,6 +5,7 @@ workers; each checks the report and that no file of pipecheck's is left in the r
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -34,14 +35,23 @@ COMMON = textwrap.dedent("""
 """)
 
 
+def _temp(tmp_path) -> str:
+    """A short TMPDIR of the test's own: multiprocessing puts its AF_UNIX sockets under
+    TMPDIR, whose paths may not pass 108 bytes, and pytest-xdist's ``tmp_path`` (pytest-NNN/
+    popen-gwN/test_name_0/) leaves too little room: torch's workers then hang handing file
+    descriptors over."""
+    digest = hashlib.sha1(str(tmp_path).encode()).hexdigest()[:10]
+    temp = os.path.join("/tmp", f"pcf-{digest}")
+    os.makedirs(temp, exist_ok=True)
+    return temp
+
+
 def _env(tmp_path) -> dict:
-    temp = tmp_path / "tmp"
-    temp.mkdir(exist_ok=True)
-    return dict(os.environ, TMPDIR=str(temp))
+    return dict(os.environ, TMPDIR=_temp(tmp_path))
 
 
 def _leftovers(tmp_path) -> list[str]:
-    temp = tmp_path / "tmp"
+    temp = _temp(tmp_path)
     return sorted(name for name in os.listdir(temp) if name.startswith(".pipecheck")
                   or name.startswith("pipecheck-stages") or name.startswith("pipecheck-workers"))
 
