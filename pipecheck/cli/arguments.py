@@ -196,7 +196,7 @@ def step_time(text: str) -> Any:
 
 
 _CONFIG_RANGES = {"num_workers": (0, MAX_WORKERS), "prefetch_factor": (1, MAX_PREFETCH_FACTOR),
-                  "batch_size": (1, MAX_BATCH_SIZE)}
+                  "batch_size": (1, MAX_BATCH_SIZE), "torch_num_threads": (1, MAX_THREADS)}
 
 
 def baseline(text: str) -> Any:
