@@ -80,6 +80,21 @@ def test_torch_op_production_records_the_calling_threads_cpu_and_the_thread_coun
         proposals = [r for r in report.recommendations if r.setting == "num_workers"]
         if proposals and producer_class(model) == "cpu-bound":
             assert proposals[0].proposed <= pool_worker_limit(model)
+    # The one-thread model reads the real run's thread count and step clocks, and a thread
+    # change is proposed, with its figure, only where the pool would wait beside the workers.
+    if model is not None:
+        assert model.main_threads == torch.get_num_threads()
+        assert model.step_thread_cores is not None and 0 < model.step_thread_cores <= 1
+        steps = model.one_thread_step_s()
+        if steps is not None:
+            point, low, high = steps
+            assert low <= point <= high
+        for rec in report.recommendations:
+            if rec.setting == "torch_num_threads" and rec.expected.samples_per_s is not None:
+                workers = next(r.proposed for r in report.recommendations
+                               if r.setting == "num_workers")
+                assert model.pool_waits_beside(workers)
+                assert rec.expected.samples_per_s_low <= rec.expected.samples_per_s
 
 
 def test_pure_python_production_shows_no_intra_op_gap():
@@ -129,6 +144,11 @@ def test_a_pool_starved_of_cores_gets_workers_proposed_without_a_prediction():
     assert result["starved"], result
     workers = [p for p in result["proposals"] if p[0] == "num_workers"]
     assert workers == [["num_workers", 1, None, "not predictable from this run"]]
+    # Then one thread for the main process, with no figure either, ending the chain.
+    settings = [p[0] for p in result["proposals"]]
+    assert settings[settings.index("num_workers") + 1] == "torch_num_threads"
+    threads = result["proposals"][settings.index("num_workers") + 1]
+    assert threads == ["torch_num_threads", 1, None, "not predictable from this run"]
 
 
 STARVED_STEP_CHILD = """
