@@ -116,6 +116,16 @@ def enough_steady_batches(record: ConsumerRecord) -> bool:
     return steady >= MIN_SLOW_STEADY_BATCHES and steady_s >= MIN_SLOW_STEADY_S
 
 
+POOL_EVIDENCE_MIN_CORES = 0.01
+"""Cores' worth of CPU the main process's threads other than the calling one must use over the
+sampled loop (waits and steps together) before the ratios that tell an active intra-op pool
+(:func:`active_pool_threads`) count as evidence: below it, those ratios rest on a few
+microseconds of pipecheck's sampler, the garbage collector or the user's own threads landing
+in a short window. pipecheck's choice, measured with ``python benchmarks/pool_evidence.py
+--busy`` (docs/model.md#pool-evidence): a sleeping loader with no step, 0.001-0.004 cores
+while its ratios reached 1.40 and 1.24; the latency pipeline's MLP step, whose pool spins
+after each step, 0.041-0.047 cores."""
+
 POOL_STARVED_SHARE = 0.8
 """Share of a core the main process's runnable threads got (1 - run-queue fraction) under which
 an active intra-op pool is taken to be starved (:attr:`ThroughputModel.pool_starved`).
@@ -936,7 +946,9 @@ def active_pool_threads(run: RunRecord, inflation: Optional[float],
     """The main process's torch intra-op threads (:attr:`ThroughputModel.pool_threads`) when
     the run, at ``num_workers=0`` with host data, shows its pool active: production inflated
     (``inflation``, :func:`~pipecheck.analysis.producer.intra_op_inflation`) or the step
-    using at least :data:`~pipecheck.analysis.producer.INTRA_OP_INFLATION_MIN` cores; else 0.
+    using at least :data:`~pipecheck.analysis.producer.INTRA_OP_INFLATION_MIN` cores, with
+    the threads beside the calling one using at least :data:`POOL_EVIDENCE_MIN_CORES` over
+    the sampled loop (:func:`pool_extra_cores`) where it was sampled; else 0.
     With workers measured the main process's CPU beside them is measured instead. A step on a
     CUDA device (the device probe recorded its batches) is taken to leave the pool idle once
     production moves to workers: its CPU side launches kernels, and what kept the pool busy
@@ -948,9 +960,27 @@ def active_pool_threads(run: RunRecord, inflation: Optional[float],
         return 0
     if run.device is not None and run.device.status == "ok":
         return 0
+    extra = pool_extra_cores(run.consumer)
+    if extra is not None and extra < POOL_EVIDENCE_MIN_CORES:
+        return 0
     stepping = load.step_cores is not None and load.step_cores >= INTRA_OP_INFLATION_MIN
     pooled_step = step_pool_inflation(run.consumer) >= INTRA_OP_INFLATION_MIN
     return threads if inflation is not None or stepping or pooled_step else 0
+
+
+def pool_extra_cores(record: ConsumerRecord) -> Optional[float]:
+    """Cores' worth of CPU the main process's threads other than the calling one used over the
+    sampled waits and steps together (>= 0): the intra-op pool's work and spin, plus whatever
+    else ran in the process then. ``None`` unless the calling thread's CPU was sampled in both
+    (a phase without it could hold the pool's work unseen)."""
+    wait_thread_s = record.sampled_wait_thread_cpu_s
+    compute_thread_s = record.sampled_compute_thread_cpu_s
+    wall = record.sampled_wait_wall_s + record.sampled_compute_wall_s
+    if wait_thread_s is None or compute_thread_s is None or wall <= 0:
+        return None
+    other = (record.sampled_wait_cpu_s - wait_thread_s
+             + record.sampled_compute_cpu_s - compute_thread_s)
+    return max(other, 0.0) / wall
 
 
 def step_pool_inflation(record: ConsumerRecord) -> float:

@@ -70,7 +70,9 @@ def test_mid_epoch_switch_keeps_samples_and_order(seeded, workers, context):
     assert plain[0] != plain[1]  # the shuffle really differs per epoch
     assert torch.rand(3).tolist() == plain_rng  # the global RNG is where untuned leaves it
     section = wrapped.report().tune
-    assert section is not None and section.status == "settled", section
+    # settled within the two epochs; on a loaded host a drop after settling may start a new
+    # round (retunes) that the second epoch's end finds still running
+    assert section is not None and (section.status == "settled" or section.retunes), section
     assert [t.settings.num_workers for t in section.trials][:2] == [workers, 2]
     # the first epoch was loaded by the start's processes and the trial's workers: the
     # switch happened inside it (from 1 worker, the old worker's batches were drained first)
@@ -239,7 +241,8 @@ def test_a_batch_that_raises_passes_through_and_the_order_holds():
     assert plain[0].count("error") == 1
     wrapped = pipecheck.wrap(make(), tune=SHORT, host=False)
     assert loop_skipping_errors(wrapped, 2) == plain
-    assert wrapped.report().tune.status == "settled"
+    section = wrapped.report().tune
+    assert section.status == "settled" or section.retunes, section  # a drop may start a round
     wrapped.close()
 
 
