@@ -44,13 +44,22 @@ class HostLoad:
     other_groups: tuple[float, ...] = ()
     """Cores' worth each other scheduling group seen used (part of ``others_cpus``; the rest
     of ``others_cpus`` was not attributed to a group)."""
+    unscanned: bool = False
+    """No scan of the other processes covered the run (the run was shorter than
+    :data:`pipecheck.probes.neighbours.MIN_SCAN_INTERVAL_S`, or the scans were off): none of
+    ``others_cpus`` could be attributed to a group."""
 
     def cores_left(self, others_cpus: Optional[float] = None) -> float:
         """Cores this run's group gets when it wants all it can: the usable CPUs less the load
         not attributed to a group, split max-min fairly with the other groups seen (each
         wanting what it used); ``others_cpus`` scales the other processes' load (default the
-        measured mean). Never below what the group used (it demonstrably got those) nor below
-        a hundredth of a core."""
+        measured mean). Never below what the group used (it demonstrably got those), nor, where
+        no scan of the other processes covered the run (:attr:`unscanned`: too short for one,
+        so nothing tells whose load it was), below ``share``: whenever one of the run's threads
+        was runnable it got that much of a core, while taking the load as immovable would leave
+        a run that sleeps most of the time only the cores no one used (a latency-bound loader
+        beside two busy processes: 0.05 cores, and 1 worker predicted at 16.7 batches/s where it
+        measured 23). Never below a hundredth of a core."""
         used = self.others_cpus if others_cpus is None else others_cpus
         scale = used / self.others_cpus if self.others_cpus > 0 else 0.0
         groups = [g * scale for g in self.other_groups]
@@ -61,7 +70,9 @@ class HostLoad:
             left *= capacity
         else:
             left = capacity - sum(groups)
-        return max(left, self.own_cpus + self.children_cpus + self.same_group_cpus, 0.01)
+        floor = min(self.share, self.usable_cpus) if self.unscanned else 0.0
+        return max(left, self.own_cpus + self.children_cpus + self.same_group_cpus, floor,
+                   0.01)
 
     def group_runnable(self) -> float:
         """Runnable threads in this run's group besides its step and workers (its non-worker
@@ -217,6 +228,7 @@ def host_load(run: RunRecord, step_cores: Optional[float]) -> HostLoad:
         children_cpus=children,
         same_group_cpus=same_group,
         other_groups=seen_groups,
+        unscanned=host is not None and not host.others_scanned_s,
     )
 
 

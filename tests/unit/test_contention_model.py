@@ -268,7 +268,9 @@ def test_markdown_and_html_show_the_interval_beside_the_figure():
 
 def test_no_recommendation_on_a_busy_host_points_to_stress():
     # Other processes leave half a core: a worker would load slower than the main process.
-    run = with_host(simulate(LIGHT_STEP), others_cpus=1.5)
+    # The main process waited for a core as long as it ran (it got half of one when runnable).
+    serial = simulate(LIGHT_STEP)
+    run = with_host(serial, others_cpus=1.5, main_runqueue_s=serial.host.main_cpu_s)
     report = build_report(run)
     assert report.diagnosis.verdict == "input-bound"
     assert not [r for r in report.recommendations if r.setting == "num_workers"]
@@ -724,3 +726,29 @@ def test_the_model_error_depends_on_the_kind_of_prediction():
     below, above = SERIAL_TO_WORKERS_ERROR
     assert wide_low == pytest.approx(low * (1 - below))
     assert wide_high == pytest.approx(min(high * (1 + above), 1 / model.step_s(0)))
+
+
+def test_unattributed_load_leaves_a_run_no_scan_covered_what_its_threads_got():
+    # A latency-bound loader (5% of a core while producing) beside 1.9 cores of other load on
+    # 2 cores, in a run too short for a scan of the other processes: its main process got 0.6
+    # of a core whenever it was runnable, so workers get at least that, not the 0.1 the load
+    # left unused; scanned, the same load not attributed to any group keeps its cores.
+    spec = FakeRun(num_workers=0, production_s=0.04, step_s=0.0005, worker_cpu_fraction=0.05,
+                   main_step_cpu_fraction=1.0, batches_per_epoch=200)
+    serial = simulate(spec)
+    run = with_host(serial, others_cpus=1.9, main_runqueue_s=serial.host.main_cpu_s * 2 / 3)
+    assert not run.host.others_scanned_s
+    load = analyze(run).model.load
+    assert load.unscanned and load.share == pytest.approx(0.6)
+    assert load.cores_left() == pytest.approx(0.6)
+    model = analyze(run).model
+    serial_rate = model.predict(LoaderSettings(num_workers=0)).steady_batches_per_s
+    four = model.predict(LoaderSettings(num_workers=4)).steady_batches_per_s
+    assert four > 3.5 * serial_rate  # four sleeping producers, CPU to spare for all
+    scanned = dataclasses.replace(run, host=dataclasses.replace(
+        run.host, others_scanned_s=10.0, others_cpu_s=19.0, others_same_group_cpu_s=0.0,
+        others_groups_cpu_s=[]))
+    model = analyze(scanned).model
+    assert not model.load.unscanned
+    assert model.load.cores_left() == pytest.approx(max(2.0 - 1.9, model.load.own_cpus))
+    assert model.predict(LoaderSettings(num_workers=4)).steady_batches_per_s < 2.5 * serial_rate
