@@ -497,11 +497,12 @@ def test_a_persistent_workers_loader_is_tuned_and_keeps_order_and_workers(contex
         tuned.append(ids)
         pids.append(batch_pids)
         section = wrapped.report().tune
-        assert section.status == "settled", (epoch, section)
+        # settled; on a loaded host a drop after settling may start a new round (retunes)
+        assert section.status == "settled" or section.retunes, (epoch, section)
     assert tuned == plain
     assert torch.rand(3).tolist() == plain_rng
     assert {t.settings.num_workers for t in section.trials} - {1}, section
-    if section.chosen.num_workers:
+    if section.chosen is not None and section.chosen.num_workers:
         # an epoch's last workers load the next epoch: its iterator was kept and reset
         assert all(pids[e][-1] in pids[e + 1] for e in range(epochs - 1)), section
     # every worker that loaded an earlier epoch and not the last one has stopped
