@@ -1,5 +1,5 @@
 """How much CPU the main process's other threads use beside the calling one at
-``num_workers=0``: the evidence behind :data:`pipecheck.analysis.model.POOL_EVIDENCE_MIN_CORES`.
+``num_workers=0``: the evidence behind ``pipecheck.analysis.model.POOL_EVIDENCE_MIN_CORES``.
 
 An intra-op pool is told active from ratios (process CPU over the calling thread's, in the
 sampled waits and steps). On a loader that sleeps and a near-free step those ratios rest on a
@@ -8,9 +8,9 @@ short window, and can pass :data:`pipecheck.analysis.producer.INTRA_OP_INFLATION
 chance. This wraps each pipeline named at ``num_workers=0`` for ``--seconds``, ``--runs``
 times, and prints per run: the other threads' cores over the sampled loop
 (:func:`pipecheck.analysis.model.pool_extra_cores`), the two ratios, and whether those cores
-are evidence enough for the ratios to count (:data:`~pipecheck.analysis.model.POOL_EVIDENCE_MIN_CORES`). ``sleepy`` is a loader of
-4-sample batches sleeping 10 ms a sample with no step (the stress suite's latency target);
-the others are ``benchmarks/pipelines.py``'s.
+are evidence enough for the ratios to count (``POOL_EVIDENCE_MIN_CORES``). ``sleepy`` is a
+loader of 4-sample batches sleeping 10 ms a sample with no step (the stress suite's latency
+target); the others are ``benchmarks/pipelines.py``'s. Figures: docs/model.md#pool-evidence.
 
     python benchmarks/pool_evidence.py [--pipelines sleepy,latency,torchops,jpeg]
         [--seconds 2] [--runs 5] [--busy]

@@ -121,10 +121,11 @@ POOL_EVIDENCE_MIN_CORES = 0.01
 sampled loop (waits and steps together) before the ratios that tell an active intra-op pool
 (:func:`active_pool_threads`) count as evidence: below it, those ratios rest on a few
 microseconds of pipecheck's sampler, the garbage collector or the user's own threads landing
-in a short window. pipecheck's choice, measured with ``python benchmarks/pool_evidence.py
---busy`` (docs/model.md#pool-evidence): a sleeping loader with no step, 0.001-0.004 cores
-while its ratios reached 1.40 and 1.24; the latency pipeline's MLP step, whose pool spins
-after each step, 0.041-0.047 cores."""
+in a short window. pipecheck's choice, measured with ``python benchmarks/pool_evidence.py``
+quiet and ``--busy`` (docs/model.md#pool-evidence): a sleeping loader with no step,
+0.001-0.0043 cores while its ratios reached 1.40 and 1.24; the latency pipeline's MLP step,
+whose pool spins after each step, 0.041-0.051 cores; the calibration suite's other
+pipelines 0.27 cores or more."""
 
 POOL_STARVED_SHARE = 0.8
 """Share of a core the main process's runnable threads got (1 - run-queue fraction) under which
