@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import pipecheck
 from pipecheck.analysis import analyze
+from pipecheck.analysis.model import POOL_EVIDENCE_MIN_CORES, pool_extra_cores
 from pipecheck.analysis.producer import INTRA_OP_INFLATION_MIN
 from pipecheck.recommend.limits import pool_worker_limit, producer_class
 from pipecheck.records import RunRecord
@@ -101,6 +102,31 @@ def test_pure_python_production_shows_no_intra_op_gap():
     record, report = run(PurePython())
     assert inflation_of(record) < INTRA_OP_INFLATION_MIN
     assert all(f.kind != "intra-op-threads" for f in report.diagnosis.findings)
+
+
+class Sleeping(Dataset):
+    """A remote read: 5 ms of sleep and a 2-element tensor per item, no torch ops."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.005)
+        return torch.tensor([index, index])
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2+ torch intra-op threads")
+def test_a_sleeping_loaders_other_threads_are_no_evidence_of_a_pool_and_torch_ops_are():
+    # The process's other threads (pipecheck's sampler, the GC) land in a sleeping loader's
+    # short windows: under POOL_EVIDENCE_MIN_CORES, whatever the ratios, so no pool and no
+    # thread proposal; torch ops on the pool use far more.
+    record, report = run(Sleeping())
+    extra = pool_extra_cores(record.consumer)
+    assert extra is not None and extra < POOL_EVIDENCE_MIN_CORES
+    assert analyze(record).model.pool_threads == 0
+    assert all(r.setting != "torch_num_threads" for r in report.recommendations)
+    record, _ = run(TorchOps())
+    assert pool_extra_cores(record.consumer) > POOL_EVIDENCE_MIN_CORES
 
 
 STARVED_CHILD = """
