@@ -261,18 +261,40 @@ def _predict(sweep: Sweep, remaining: Sequence[LoaderSettings],
         reference = model.predict(_as_measured(best.config)).steady_batches_per_s
         scale = best.batches_per_s / reference
         per_batch = best.samples_per_s / best.batches_per_s
+        fastest = fastest_worker_batches_per_s(ok)
         for config in group:
             settings = _as_measured(config)
             guess = model.predict(settings)
             # Anchoring scales the model by its miss on the best trial; the result is held to
-            # the same hard bounds as every prediction (the step's ceiling, the producer).
-            rate = bounded_rate(guess.steady_batches_per_s * scale,
-                                model.bounds(settings).batches_per_s)
+            # the same hard bounds as every prediction (the step's ceiling, the producer), and
+            # to the workers' fastest measured pace.
+            bound = model.bounds(settings).batches_per_s
+            if fastest is not None and settings.num_workers > 0:
+                bound = min(bound, settings.num_workers * fastest)
+            rate = bounded_rate(guess.steady_batches_per_s * scale, bound)
             sweep.predicted[config] = {"samples_per_s": rate * per_batch,
                                        "batches_per_s": rate,
                                        "stall_fraction": guess.steady_stall_fraction}
             predicted.add(config)
     return predicted
+
+
+def fastest_worker_batches_per_s(trials: Sequence[TrialResult]) -> Optional[float]:
+    """The fastest per-worker rate (batches per busy second of a worker) any of ``trials``
+    with workers measured; ``None`` when none did. ``N`` workers never produce more than ``N``
+    times it: a worker's pace comes from its own work, and fewer workers beside it only give
+    it back cores it was sharing. A model built from a trial with many workers whose CPU the
+    host sampler did not catch assumes them CPU-bound (``analysis.producer``) and so predicts
+    fewer workers each far faster: a sleeping loader's 8-worker trial predicted 1 worker at
+    613 samples/s where the 1-worker trial had measured 93 (docs/model.md#search-bound)."""
+    rates = []
+    for trial in trials:
+        if trial.config.num_workers == 0 or trial.record is None:
+            continue
+        model = analyze(trial.record).model
+        if model is not None and model.measured.num_workers > 0:
+            rates.append(model.per_worker_batches_per_s)
+    return max(rates) if rates else None
 
 
 def _as_measured(config: LoaderSettings) -> LoaderSettings:
