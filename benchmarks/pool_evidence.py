@@ -8,9 +8,9 @@ short window, and can pass :data:`pipecheck.analysis.producer.INTRA_OP_INFLATION
 chance. This wraps each pipeline named at ``num_workers=0`` for ``--seconds``, ``--runs``
 times, and prints per run: the other threads' cores over the sampled loop
 (:func:`pipecheck.analysis.model.pool_extra_cores`), the two ratios, and whether those cores
-are evidence enough for the ratios to count (``POOL_EVIDENCE_MIN_CORES``). ``sleepy`` is a
-loader of 4-sample batches sleeping 10 ms a sample with no step (the stress suite's latency
-target); the others are ``benchmarks/pipelines.py``'s. Figures: docs/model.md#pool-evidence.
+are evidence enough for the ratios to count (``POOL_EVIDENCE_MIN_CORES``). ``sleepy`` is
+``tests/support/stress_targets.py``'s ``sleepy_loader`` (4-sample batches, 10 ms of sleep a
+sample) with no step; the others are ``benchmarks/pipelines.py``'s. Figures: docs/model.md#pool-evidence.
 
     python benchmarks/pool_evidence.py [--pipelines sleepy,latency,torchops,jpeg]
         [--seconds 2] [--runs 5] [--busy]
@@ -28,25 +28,16 @@ import time
 from contextlib import ExitStack
 
 import torch
-from torch.utils.data import DataLoader, Dataset
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "support"))
 from pipelines import PIPELINES, Neighbour, loader_with  # noqa: E402
+from stress_targets import sleepy_loader  # noqa: E402
 
 import pipecheck  # noqa: E402
 from pipecheck.analysis.model import (  # noqa: E402
     POOL_EVIDENCE_MIN_CORES, pool_extra_cores, step_pool_inflation)
-
-
-class Sleepy(Dataset):
-    """256 items, each a 10 ms sleep and a 2-element tensor: a latency-bound loader."""
-
-    def __len__(self) -> int:
-        return 256
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        time.sleep(0.010)
-        return torch.tensor([index, index])
 
 
 class NoStep:
@@ -57,7 +48,7 @@ class NoStep:
 def measure(name: str, data: str, seconds: float) -> str:
     """One wrapped run of ``name`` at ``num_workers=0``: a line of its figures."""
     if name == "sleepy":
-        loader, model = DataLoader(Sleepy(), batch_size=4), NoStep()
+        loader, model = sleepy_loader(), NoStep()
     else:
         pipeline = PIPELINES[name]
         folder = os.path.join(data, name)
