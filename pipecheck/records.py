@@ -838,6 +838,16 @@ figure; 3x leaves room for the run's own noise up to about +-18% of loop time on
 pipecheck's choice."""
 
 
+UNSURE_POINT_ERROR = 0.15
+"""Relative error of a point prediction above which the model calls it unsure when its own
+unknowns alone allow that much (:attr:`pipecheck.analysis.model.WorkerCpuSpread.unsure`):
+issue 26's target for a quiet prediction. Which end of the worker's CPU range holds differs by pipeline:
+``python benchmarks/intra_op_cost.py`` measured one thread paying the calling thread's CPU
+(JPEG decode and crop, 1.30 against 1.36 ms a sample, the process 2.72) and the process's
+(ToTensor and Normalize, 0.58 against 0.60, the calling thread 0.30), so no point inside it
+is sure; a measurement settles it (docs/model.md#unsure-worker-cpu)."""
+
+
 def interval_uncertain(low: Optional[float], high: Optional[float]) -> Optional[bool]:
     """Whether the interval ``[low, high]`` (any one unit, > 0) is wider than
     :data:`UNCERTAIN_WIDTH` (``high / low``); ``None`` when either end is unknown."""
@@ -876,9 +886,15 @@ class Expected:
     uncertain: Optional[bool] = None
     """``True`` when the interval is wider than :data:`UNCERTAIN_WIDTH` (``high / low``): it
     bounds nothing, and outputs say "uncertain" with the measurement that settles it instead
-    of printing the range; ``False`` when it is narrower; ``None`` when there is no interval,
-    and in reports written before the flag existed (readers then judge the range themselves,
-    :func:`interval_uncertain`)."""
+    of printing the range; also ``True`` when the model's own unknowns alone can move the point
+    by more than :data:`UNSURE_POINT_ERROR` (a worker's CPU a serial
+    run's intra-op pool hides, :attr:`uncertain_reason`); ``False`` otherwise; ``None`` when
+    there is no interval, and in reports written before the flag existed (readers then judge
+    the range themselves, :func:`interval_uncertain`)."""
+    uncertain_reason: Optional[str] = None
+    """Why the figure is uncertain beyond its interval's width, with the measurement that
+    settles it (one sentence, no trailing period); ``None`` when the width alone decides, and
+    in reports written before it."""
 
 
 @dataclass(frozen=True)

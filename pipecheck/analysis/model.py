@@ -47,6 +47,7 @@ from pipecheck.records import (
     ConsumerRecord,
     ConsumerSummary,
     ProducerSummary,
+    UNSURE_POINT_ERROR,
     RunRecord,
     model_error_band,
 )
@@ -761,6 +762,46 @@ class ThroughputModel:
         low = min(rates) / (1.0 + spread) * (1.0 - below)
         high = max(rates) / (1.0 - min(spread, MAX_NOISE_FRACTION)) * (1.0 + above)
         return bounded_rate(min(low, point), point), bounded_rate(max(high, point), ceiling)
+
+    def worker_cpu_spread(self, settings: LoaderSettings) -> Optional[WorkerCpuSpread]:
+        """How far the unknown part of a worker's CPU moves the prediction for ``settings``:
+        the batches/s predicted at both ends of :attr:`worker_cpu_range_s` (the serial run's
+        pool did real work or spin-waited, which its CPU figures cannot tell apart), the main
+        process on the threads ``settings`` asks for. ``None`` without workers in
+        ``settings`` or without that range. ``ValueError`` as :meth:`predict`."""
+        if self.worker_cpu_range_s is None or settings.num_workers <= 0:
+            return None
+        model = self._for_threads(settings)[0]
+        plain = replace(settings, torch_num_threads=None)
+        low_cpu_s, high_cpu_s = self.worker_cpu_range_s
+        rates = [replace(model, worker_cpu_per_batch_s=cpu_s, worker_cpu_range_s=None)
+                 .predict(plain).batches_per_s for cpu_s in (low_cpu_s, high_cpu_s)]
+        return WorkerCpuSpread(low_cpu_s, high_cpu_s, min(rates), max(rates))
+
+
+@dataclass(frozen=True)
+class WorkerCpuSpread:
+    """A prediction's dependence on the worker CPU the serial run cannot pin down
+    (:meth:`ThroughputModel.worker_cpu_spread`): ``low_cpu_s`` / ``high_cpu_s`` a worker's CPU
+    seconds per batch at either end of the plausible range, and ``slow_batches_per_s`` /
+    ``fast_batches_per_s`` the predicted rates there (``0 < slow <= fast``)."""
+
+    low_cpu_s: float
+    high_cpu_s: float
+    slow_batches_per_s: float
+    fast_batches_per_s: float
+
+    @property
+    def ratio(self) -> float:
+        """``fast / slow`` (>= 1): how many times over the unknown CPU can move the rate."""
+        return self.fast_batches_per_s / self.slow_batches_per_s
+
+    @property
+    def unsure(self) -> bool:
+        """Whether the unknown CPU alone can move the point by more than
+        :data:`~pipecheck.records.UNSURE_POINT_ERROR`: a point anywhere in ``[slow, fast]`` may then miss the
+        rate the settings reach by more than that, whatever the run's noise."""
+        return self.ratio > 1.0 / (1.0 - UNSURE_POINT_ERROR)
 
 
 def _bounds(step_s: float, capacity_batches_per_s: float) -> Bounds:

@@ -111,7 +111,8 @@ def more_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
                             note="not predicted alone: with torch_num_threads=1, below")
     else:
         reason += settle_with_stress(context, settings, proposed, rates)
-        expected = expected_figures(prediction, limit_note(model, prediction), model, proposed)
+        expected = expected_figures(prediction, limit_note(model, prediction), model, proposed,
+                                    consumer=context.run.consumer)
     recommendation = Recommendation(
         setting="num_workers",
         current=settings.num_workers,
@@ -173,7 +174,7 @@ def main_threads(context: RuleContext, settings: LoaderSettings) -> Outcome:
         current=model.pool_threads,
         proposed=1,
         expected=expected_figures(prediction, "the step on one intra-op thread", model,
-                                  proposed),
+                                  proposed, consumer=context.run.consumer),
         reason=reason,
     )
     return recommendation, proposed
@@ -323,7 +324,8 @@ def fewer_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
         setting="num_workers",
         current=settings.num_workers,
         proposed=workers,
-        expected=expected_figures(prediction, "same throughput, fewer processes", model, proposed),
+        expected=expected_figures(prediction, "same throughput, fewer processes", model, proposed,
+                                  consumer=context.run.consumer),
         reason=reason,
     )
     return recommendation, proposed
@@ -387,7 +389,7 @@ def prefetch_factor_rule(context: RuleContext, settings: LoaderSettings) -> Outc
         proposed=proposed_factor,
         expected=expected_figures(prediction,
                            "replaying the measured batch times against the lead", model,
-                           proposed),
+                           proposed, consumer=context.run.consumer),
         reason=reason,
     )
     return recommendation, proposed
@@ -427,7 +429,7 @@ def persistent_workers_rule(context: RuleContext, settings: LoaderSettings) -> O
         current=False,
         proposed=True,
         expected=expected_figures(prediction, f"over a {epochs}-epoch run like the measured one",
-                           model, proposed, epochs),
+                           model, proposed, epochs, consumer=context.run.consumer),
         reason=reason,
     )
     return recommendation, proposed

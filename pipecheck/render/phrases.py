@@ -16,6 +16,7 @@ from pipecheck.records import (
     MODEL_ERROR_FRACTION,
     SERIAL_TO_WORKERS_ERROR,
     UNCERTAIN_WIDTH,
+    UNSURE_POINT_ERROR,
     interval_uncertain,
 )
 
@@ -166,33 +167,41 @@ UNCERTAIN_WORDS = (f"uncertain: its 90% interval is over {UNCERTAIN_WIDTH:g}x wi
 def expected_rate_text(rec: "Recommendation") -> str:
     """The expected samples/s with its 90% interval beside it when the report gives one, e.g.
     ``1,200 samples/s (1,050-1,330)``, or with :data:`UNCERTAIN_WORDS` instead of an interval
-    wider than :data:`~pipecheck.records.UNCERTAIN_WIDTH` (the report's ``uncertain`` flag;
-    in reports written before it, judged from the range)."""
+    wider than :data:`~pipecheck.records.UNCERTAIN_WIDTH`; an interval narrow enough to print
+    whose point the report still calls uncertain is followed by the report's reason
+    (``Expected.uncertain_reason``: ``(1,050-1,330; uncertain: a worker's CPU ...)``)."""
     expected = rec.expected
     text = fmt.rate(expected.samples_per_s, "samples")
     low, high = expected.samples_per_s_low, expected.samples_per_s_high
     if expected.samples_per_s is not None and low is not None and high is not None:
-        uncertain = expected.uncertain
-        if uncertain is None:
-            uncertain = interval_uncertain(low, high)
-        text += f" ({UNCERTAIN_WORDS})" if uncertain else f" ({low:,.0f}-{high:,.0f})"
+        too_wide = interval_uncertain(low, high)
+        uncertain = expected.uncertain if expected.uncertain is not None else too_wide
+        reason = expected.uncertain_reason
+        if too_wide:
+            text += f" ({UNCERTAIN_WORDS})"
+        elif uncertain and reason:
+            text += f" ({low:,.0f}-{high:,.0f}; uncertain: {reason})"
+        else:
+            text += f" ({low:,.0f}-{high:,.0f})"
     return text
 
 
 def interval_tag(rec: "Recommendation") -> str:
     """The short view's note on an expected rate: `` (to 1,200 samples/s, 90%: 1,050-1,330)``,
     or `` (uncertain: ...)`` (:data:`UNCERTAIN_WORDS`, first clause) where the interval is too
-    wide to bound anything; ``""`` without a prediction or an interval."""
+    wide to bound anything, or the interval with ``; uncertain: the worker's CPU is not pinned
+    down`` where the report gives a reason (the full view prints it); ``""`` without a
+    prediction or an interval."""
     expected = rec.expected
     low, high = expected.samples_per_s_low, expected.samples_per_s_high
     if expected.samples_per_s is None or low is None or high is None:
         return ""
-    uncertain = expected.uncertain
-    if uncertain is None:
-        uncertain = interval_uncertain(low, high)
-    if uncertain:
+    if interval_uncertain(low, high):
         return f" ({UNCERTAIN_WORDS.split(';')[0]})"
-    return f" (to {fmt.rate(expected.samples_per_s, 'samples')}, 90%: {low:,.0f}-{high:,.0f})"
+    tag = f" (to {fmt.rate(expected.samples_per_s, 'samples')}, 90%: {low:,.0f}-{high:,.0f}"
+    if expected.uncertain and expected.uncertain_reason:
+        return tag + "; uncertain: the worker's CPU is not pinned down)"
+    return tag + ")"
 
 
 def _signed_rate(value: float, unit: str) -> str:
@@ -319,7 +328,11 @@ def recommendations_caption(report: "ReportData") -> str:
                     f" the calibration suite; +-{MODEL_ERROR_FRACTION:.0%} from one with"
                     " workers);"
                     f" \"uncertain\" where it is over {UNCERTAIN_WIDTH:g}x wide and bounds"
-                    " nothing.")
+                    " nothing")
+        if any(r.expected.uncertain_reason for r in report.recommendations):
+            caption += (f", or where what the run cannot tell moves the point by over"
+                        f" {UNSURE_POINT_ERROR:.0%} (the reason follows the interval)")
+        caption += "."
     return caption
 
 

@@ -268,7 +268,15 @@ def test_every_recommendation_stays_within_the_bounds_of_its_cumulative_settings
             low, high = expected.samples_per_s_low, expected.samples_per_s_high
             assert low is not None and high is not None
             assert 0 < low <= expected.samples_per_s <= high, rec
-            assert expected.uncertain == (high > UNCERTAIN_WIDTH * low)
+            spread = model.worker_cpu_spread(setting)
+            unsure = spread is not None and spread.unsure
+            assert (expected.uncertain_reason is not None) == unsure, rec
+            assert expected.uncertain == (high > UNCERTAIN_WIDTH * low or unsure)
+            if spread is not None:  # the interval spans the worker CPU's whole range
+                spb = model.samples_per_batch
+                assert low <= spread.slow_batches_per_s * spb * (1 + REL), rec
+                assert (spread.slow_batches_per_s * (1 - REL) <= expected.batches_per_s
+                        <= spread.fast_batches_per_s * (1 + REL)), rec
         _check_interval(model, setting, max(model.epochs, 2)
                         if rec.setting == "persistent_workers" else None)
 
@@ -284,16 +292,25 @@ def test_reports_carry_the_bounded_figures_and_say_uncertain_instead_of_a_wide_r
     for rec, saved in zip(report.recommendations, data["recommendations"]):
         expected = rec.expected
         assert saved["expected"]["uncertain"] == expected.uncertain
+        assert saved["expected"]["uncertain_reason"] == expected.uncertain_reason
         low, high = expected.samples_per_s_low, expected.samples_per_s_high
-        assert expected.uncertain == interval_uncertain(low, high)
+        too_wide = interval_uncertain(low, high)
+        assert expected.uncertain == (too_wide or (expected.uncertain_reason is not None
+                                                   and too_wide is not None))
         if expected.samples_per_s is None or low is None or high is None:
             continue
         in_short = any(r is rec for r in shown)
-        if expected.uncertain:
+        if too_wide:
             assert "uncertain: its 90% interval is over" in text
             assert f"({low:,.0f}-{high:,.0f})" not in text
             assert not in_short or "(uncertain: its 90% interval is over" in short
             assert f"90%: {low:,.0f}-{high:,.0f}" not in short
+        elif expected.uncertain:  # printable, but the worker's CPU can move the point
+            reason = " ".join(expected.uncertain_reason.split())
+            assert f"({low:,.0f}-{high:,.0f}; uncertain: {reason})" in text
+            assert "pipecheck stress" in reason and "wrap(tune=True)" in reason
+            assert not in_short or (f"90%: {low:,.0f}-{high:,.0f}; uncertain: the worker's "
+                                    "CPU is not pinned down)") in short
         else:
             assert f"({low:,.0f}-{high:,.0f})" in text
             assert not in_short or f"90%: {low:,.0f}-{high:,.0f})" in short
