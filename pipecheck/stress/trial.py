@@ -241,8 +241,10 @@ def _child(request_path: str) -> int:
     for entry in reversed(request["sys_path"]):
         if entry not in sys.path:
             sys.path.insert(0, entry)
+    from pipecheck.stress.allocator import settle_allocator
     from pipecheck.stress.target import call_factory, load_factory
 
+    settle_allocator()  # before the loader: its workers fork with a training process's heap
     config = LoaderSettings.from_dict(request["config"])
     started = time.perf_counter()
     try:

@@ -121,3 +121,45 @@ def test_needed_width_is_the_band_holding_80_percent_of_the_points():
     assert calibration.needed_width(rows) == pytest.approx(1.25 ** 2)
     assert summarize(rows)["needed_width"] == pytest.approx(1.5625)
     assert calibration.needed_width([_row("busy", None, 500, 500)]) is None
+
+
+def test_the_figures_to_bank_on_take_the_settled_measurement_where_the_report_was_unsure():
+    unsure = make_row("p", "quiet", Prediction({"num_workers": 2}, 1000, 700, 1100, True),
+                      "nw=2", 700, 700, "nw=2", 5000,
+                      extra={"settled": {"samples_per_s": 720.0}, "settled_error": 700 / 720 - 1})
+    unsettled = make_row("p", "quiet", Prediction({"num_workers": 2}, 1000, 700, 1100, True),
+                         "nw=2", 800, 800, "nw=2", 5000)
+    sure = _row("quiet", 1000, 1100, 1100, 900, 1200, 5000)
+    unpredicted = make_row("p", "busy", Prediction({"num_workers": 1}, None,
+                                                   source="no prediction"),
+                           "nw=1", 400, 400, "nw=1", 900,
+                           extra={"settled": {"samples_per_s": 500.0},
+                                  "settled_error": 400 / 500 - 1})
+    rows = [unsure, unsettled, sure, unpredicted]
+    assert [calibration.banked_error(r) for r in rows] == [
+        pytest.approx(700 / 720 - 1), None, pytest.approx(0.1), pytest.approx(-0.2)]
+    summary = summarize(rows)
+    assert summary["quiet_max_error"] == pytest.approx(0.3)  # every quiet point, unsure or not
+    assert summary["quiet_sure_max_error"] == pytest.approx(0.1)
+    assert summary["quiet_sure_predictions"] == 1
+    assert (summary["quiet_banked"], summary["settled"]) == (2, 2)
+    assert summary["quiet_banked_max_error"] == pytest.approx(0.1)
+    assert summary["banked_max_error"] == pytest.approx(0.2) and summary["banked"] == 3
+    assert summary["verdicts"]["quiet_banked_max_error"] == "ok"
+    assert "settled 720 (-3%)" in calibration.format_row(unsure)
+    failed = make_row("p", "quiet", Prediction({"num_workers": 2}, 1000, 700, 1100, True),
+                      "nw=2", 700, 700, "nw=2", 5000,
+                      extra={"settled": {"samples_per_s": None, "error": "timed out"}})
+    assert calibration.banked_error(failed) is None
+    assert "settled: failed (timed out)" in calibration.format_row(failed)
+
+
+def test_only_uncertain_or_unpredicted_recommendations_are_settled():
+    assert calibration.needs_settling(Prediction({"num_workers": 2}, 900, 800, 1000, True))
+    assert calibration.needs_settling(Prediction({"num_workers": 1}, None,
+                                                 source="no prediction"))
+    assert not calibration.needs_settling(Prediction({"num_workers": 2}, 900, 800, 1000, False))
+    assert not calibration.needs_settling(Prediction({"num_workers": 0}, 900,
+                                                     source="no change"))
+    assert not calibration.needs_settling(Prediction({"num_workers": 0}, None,
+                                                     source="abstained"))
