@@ -841,8 +841,8 @@ pipecheck's choice."""
 UNSURE_POINT_ERROR = 0.15
 """Relative error of a point prediction above which the model calls it unsure when its own
 unknowns alone allow that much (:attr:`pipecheck.analysis.model.WorkerCpuSpread.unsure`):
-issue 26's target for a quiet prediction. Which end of the worker's CPU range holds differs by pipeline:
-``python benchmarks/intra_op_cost.py`` measured one thread paying the calling thread's CPU
+issue 26's target for a quiet prediction. Which end of the worker's CPU range holds differs by
+pipeline: ``python benchmarks/intra_op_cost.py --samples 200`` measured one thread paying the calling thread's CPU
 (JPEG decode and crop, 1.30 against 1.36 ms a sample, the process 2.72) and the process's
 (ToTensor and Normalize, 0.58 against 0.60, the calling thread 0.30), so no point inside it
 is sure; a measurement settles it (docs/model.md#unsure-worker-cpu)."""
@@ -887,8 +887,8 @@ class Expected:
     """``True`` when the interval is wider than :data:`UNCERTAIN_WIDTH` (``high / low``): it
     bounds nothing, and outputs say "uncertain" with the measurement that settles it instead
     of printing the range; also ``True`` when the model's own unknowns alone can move the point
-    by more than :data:`UNSURE_POINT_ERROR` (a worker's CPU a serial
-    run's intra-op pool hides, :attr:`uncertain_reason`); ``False`` otherwise; ``None`` when
+    by more than :data:`UNSURE_POINT_ERROR` (a worker's CPU a serial run's intra-op pool
+    hides, :attr:`uncertain_reason`); ``False`` otherwise; ``None`` when
     there is no interval, and in reports written before the flag existed (readers then judge
     the range themselves, :func:`interval_uncertain`)."""
     uncertain_reason: Optional[str] = None

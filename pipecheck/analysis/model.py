@@ -799,8 +799,9 @@ class WorkerCpuSpread:
     @property
     def unsure(self) -> bool:
         """Whether the unknown CPU alone can move the point by more than
-        :data:`~pipecheck.records.UNSURE_POINT_ERROR`: a point anywhere in ``[slow, fast]`` may then miss the
-        rate the settings reach by more than that, whatever the run's noise."""
+        :data:`~pipecheck.records.UNSURE_POINT_ERROR`: a point anywhere in ``[slow, fast]``
+        may then miss the rate the settings reach by more than that, whatever the run's
+        noise."""
         return self.ratio > 1.0 / (1.0 - UNSURE_POINT_ERROR)
 
 

@@ -4,6 +4,7 @@ pay) from the work itself (:func:`pipecheck.analysis.producer.intra_op_inflation
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import pipecheck
 from pipecheck.analysis import analyze
 from pipecheck.analysis.model import POOL_EVIDENCE_MIN_CORES, pool_extra_cores
 from pipecheck.analysis.producer import INTRA_OP_INFLATION_MIN
+from pipecheck.loader_settings import LoaderSettings
 from pipecheck.recommend.limits import pool_worker_limit, producer_class
 from pipecheck.records import RunRecord
 
@@ -96,6 +98,8 @@ def test_torch_op_production_records_the_calling_threads_cpu_and_the_thread_coun
                                if r.setting == "num_workers")
                 assert model.pool_waits_beside(workers)
                 assert rec.expected.samples_per_s_low <= rec.expected.samples_per_s
+        check_unsure_flags(model, report)
+
 
 
 def test_pure_python_production_shows_no_intra_op_gap():
@@ -261,3 +265,54 @@ def test_a_slow_first_step_is_a_warm_up_left_out_of_the_step_rate(context):
     model = analyze(record).model
     if model is not None:
         assert model.warmup_step_s >= 0.5
+
+
+def check_unsure_flags(model, report) -> None:
+    """A figure is called unsure exactly where the worker CPU the pool hides moves it by over
+    15% (cumulative settings), and then names the stress run that measures it."""
+    settings = model.measured
+    fields = {f.name for f in dataclasses.fields(LoaderSettings)}
+    for rec in report.recommendations:
+        if rec.setting in fields:  # cumulative: each figure assumes the changes above it
+            settings = dataclasses.replace(settings, **{rec.setting: rec.proposed})
+        if rec.expected.samples_per_s_low is None:
+            continue
+        spread = model.worker_cpu_spread(settings)
+        unsure = spread is not None and spread.unsure
+        assert (rec.expected.uncertain_reason is not None) == unsure, rec
+        if unsure:
+            assert rec.expected.uncertain is True
+            assert "pipecheck stress FILE.py:make_loader --workers 0," in (
+                rec.expected.uncertain_reason)
+
+
+class MatrixOps(Dataset):
+    """A 256 x 256 matrix product and a tanh per item: CPU work on the intra-op pool."""
+
+    def __len__(self) -> int:
+        return 1024
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        matrix = torch.randn((256, 256), generator=torch.Generator().manual_seed(index))
+        return torch.tanh(matrix @ matrix.T / 16)[:8, :8]
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs torch's intra-op pool")
+def test_a_real_pools_hidden_worker_cpu_spreads_the_worker_figures_and_flags_them():
+    wrapped = pipecheck.wrap(DataLoader(MatrixOps(), batch_size=16))
+    for batch in wrapped:
+        batch.sum()
+    record, report = wrapped.record(), wrapped.report()
+    wrapped.close()
+    model = analyze(record).model
+    assert model is not None
+    if model.worker_cpu_range_s is None:
+        assert inflation_of(record) < INTRA_OP_INFLATION_MIN  # no pool seen: nothing hidden
+        return
+    low_cpu_s, high_cpu_s = model.worker_cpu_range_s
+    spread = model.worker_cpu_spread(LoaderSettings(num_workers=2))
+    assert spread is not None
+    assert (spread.low_cpu_s, spread.high_cpu_s) == (low_cpu_s, high_cpu_s)
+    assert low_cpu_s < high_cpu_s
+    assert 0 < spread.slow_batches_per_s <= spread.fast_batches_per_s
+    check_unsure_flags(model, report)
