@@ -1,7 +1,11 @@
 """Calibration suite: does pipecheck's recommendation deliver the samples/s it predicts, inside
 the 90% interval it states, on a wide set of real pipelines, quiet and beside a busy neighbour?
 
-Method. For each pipeline and condition (a *case*), in one process:
+Method. The process first frees one large block
+(:func:`pipecheck.stress.allocator.settle_allocator`): glibc's mmap threshold then stands where
+a training process's does, and no case's speed depends on the blocks the cases before it freed
+(docs/model.md#allocator-state). Then for each pipeline and condition (a *case*), in one
+process:
 
 1. warm up: ``WARM_UP_S`` seconds of untimed training at ``num_workers=0`` (page cache,
    allocator, lazy modules), so no measurement meets a cold start;
@@ -122,6 +126,7 @@ from settle import settle  # noqa: E402
 
 import pipecheck  # noqa: E402
 from pipecheck.report import build_report  # noqa: E402
+from pipecheck.stress.allocator import settle_allocator  # noqa: E402
 
 DEFAULT_PIPELINES = ("jpeg", "text", "latency", "ipc", "slowstep", "cpustep", "torchops", "wds")
 """The suite run by default: one pipeline per class of issue 26 (``fft`` runs on request)."""
@@ -750,6 +755,9 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"{os.cpu_count()} CPUs, torch {torch.__version__} with "
           f"{torch.get_num_threads()} intra-op threads", flush=True)
     signal.signal(signal.SIGTERM, _interrupt)
+    # Every case (and every worker it forks) starts from a training process's allocator state,
+    # not from whatever large blocks the cases before it happened to free.
+    settle_allocator()
     started = time.time()
     rows: list[dict[str, Any]] = []
     failed: list[dict[str, str]] = []

@@ -91,6 +91,9 @@ def more_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
              if model.capacity(n)[0] >= UP_HEADROOM / model.consumer_floor_s(n)]
     # CPU-bound workers past the best gain nothing but cores taken from the step and others.
     workers = min(near) if producer_class(model) == CPU_BOUND else min(roomy or near)
+    step_unknown = _step_unknown(model, settings)
+    if step_unknown:
+        workers = _producer_best(model, list(rates))
     proposed = replace(settings, num_workers=workers)
     weighed = _weighed(model, proposed)
     if not gains(model, settings, weighed):
@@ -98,6 +101,12 @@ def more_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
     prediction = model.predict(weighed)
     reason = more_workers_reason(context, settings, workers, capacity, prediction)
     reason += contention_words(model, settings, proposed)
+    if step_unknown:
+        reason += (f" The measured step holds the starved pool's waits for its threads, which "
+                   "one thread (the change below) does not pay, so the step the workers will "
+                   "feed is unknown and may be far shorter: the count is the smallest within "
+                   f"{percent(MIN_GAIN_FRACTION)} of the producer's best capacity, not one sized "
+                   "to the measured step.")
     if shm_most is not None and workers == shm_most and shm_most < most:
         reason += (f" Capped at {count(workers, 'worker')}: /dev/shm holds "
                    f"{count(in_flight, 'batch', 'batches')} with the headroom pipecheck keeps "
@@ -121,6 +130,30 @@ def more_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
         reason=reason,
     )
     return recommendation, proposed
+
+
+def _step_unknown(model: ThroughputModel, settings: LoaderSettings) -> bool:
+    """Whether the step the workers will feed cannot be told from the run, so a worker count
+    sized to the measured step's demand would starve it: measured at ``num_workers=0`` with the
+    main process's intra-op pool starved (:attr:`~pipecheck.analysis.model.ThroughputModel.
+    pool_starved`; :func:`starved_pool_threads` then proposes one thread), the threads as
+    measured, and production not CPU-bound (a CPU-bound worker takes a core from the step, so
+    more of them than the best predicted rate needs cost the step; :func:`more_workers` keeps
+    its rule for those). ``benchmarks/calibration.py``'s latency pipeline beside a busy
+    process measured an 88 ms step at ``num_workers=0``, and about 1 ms (a ceiling of 63,336
+    samples/s) on one thread beside 3 workers: sized to the 88 ms, those 3 were proposed and
+    gave 0.82 of the grid's best (4 workers; docs/model.md, "Stop 47")."""
+    return (model.pool_starved and model.measured.num_workers == 0
+            and settings.torch_num_threads is None and producer_class(model) != CPU_BOUND)
+
+
+def _producer_best(model: ThroughputModel, counts: list[int]) -> int:
+    """The smallest of ``counts`` (worker counts, non-empty) whose producer capacity in
+    batches/s (:meth:`~pipecheck.analysis.model.ThroughputModel.capacity`, the step left out)
+    is within :data:`MIN_GAIN_FRACTION` of the best of them."""
+    capacities = {n: model.capacity(n)[0] for n in counts}
+    best = max(capacities.values())
+    return min(n for n, rate in capacities.items() if rate * (1.0 + MIN_GAIN_FRACTION) >= best)
 
 
 def _weighed(model: ThroughputModel, settings: LoaderSettings) -> LoaderSettings:

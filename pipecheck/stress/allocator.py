@@ -11,8 +11,8 @@ run does not. ``python benchmarks/allocator_state.py --pipelines torchops,jpeg,t
 measured the calibration suite's torch-op transform at 7.51 and 7.77 ms an item in a fresh
 interpreter and 3.22 and 3.49 ms after one 31 MiB block was freed (docs/model.md#allocator-state).
 
-Only a stress trial's own child process calls it (:mod:`pipecheck.stress.trial`); a stress run
-inside the user's process, and ``wrap``, leave the user's allocator as it is.
+Within pipecheck only a stress trial's own child process calls it (:mod:`pipecheck.stress.trial`);
+a stress run inside the user's process, and ``wrap``, leave the user's allocator as it is.
 """
 
 from __future__ import annotations

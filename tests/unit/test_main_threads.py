@@ -191,3 +191,35 @@ def test_ratios_resting_on_a_few_microseconds_are_no_evidence_of_a_pool():
     analysis = analyze(working)
     assert analysis.model.pool_threads == 2 and analysis.model.pool_starved
     assert "torch_num_threads" in [r.setting for r in recommend(working, analysis)]
+
+
+WAITING = FakeRun(num_workers=0, production_s=0.05, step_s=0.09, worker_cpu_fraction=0.05,
+                  main_step_cpu_fraction=1.0, batches_per_epoch=200)
+"""Latency-bound production (5% of a core) beside a 90 ms step on 2 cores: the shape of
+``benchmarks/calibration.py``'s latency pipeline beside a busy process, whose 88 ms step was
+mostly its starved pool's waits."""
+
+
+def test_a_starved_pool_sizes_waiting_workers_for_the_producer_not_the_measured_step():
+    run = starved(pooled(simulate(WAITING), step_cores=1.8))
+    analysis = analyze(run)
+    model = analysis.model
+    assert model.pool_threads == 2 and model.pool_starved
+    recommendations = recommend(run, analysis)
+    workers = next(r for r in recommendations if r.setting == "num_workers")
+    # Sized to the measured 90 ms step, 1 worker (20 batches/s against 11 demanded) is
+    # roomy; the step on one thread may be far shorter, so the count follows the producer.
+    capacities = {n: model.capacity(n)[0] for n in range(1, workers.proposed + 1)}
+    assert capacities[1] >= 1.2 * model.demand_batches_per_s
+    assert workers.proposed > 1
+    assert capacities[workers.proposed] * 1.05 >= max(
+        model.capacity(n)[0] for n in range(1, 4 * model.usable_cpus + 1))
+    assert "producer's best capacity" in workers.reason
+    threads = next(r for r in recommendations if r.setting == "torch_num_threads")
+    assert threads.proposed == 1 and threads.expected.samples_per_s is None
+    # CPU-bound production keeps its count: past the best rate workers take the step's cores.
+    cpu_bound = starved(pooled(simulate(dataclasses.replace(WAITING, worker_cpu_fraction=1.0)),
+                               step_cores=1.8))
+    cpu_workers = [r for r in recommend(cpu_bound, analyze(cpu_bound))
+                   if r.setting == "num_workers"]
+    assert all("producer's best capacity" not in r.reason for r in cpu_workers)
