@@ -61,7 +61,10 @@ def more_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
     Where the main process's intra-op pool would wait at its barriers beside the workers
     (:meth:`~pipecheck.analysis.model.ThroughputModel.pool_waits_beside`), a cost the model
     does not price, the counts are weighed with the main process on one thread, as
-    :func:`main_threads` then proposes, and this change states no figure of its own."""
+    :func:`main_threads` then proposes, and this change states no figure of its own. Where
+    the pool was starved and production waits (:func:`_step_unknown`), the step the workers
+    will feed cannot be told from the run, and the count is the smallest within
+    :data:`MIN_GAIN_FRACTION` of the producer's best capacity (:func:`_producer_best`)."""
     model = context.model
     if context.analysis.diagnosis.verdict != INPUT_BOUND:
         return None
@@ -135,8 +138,9 @@ def more_workers(context: RuleContext, settings: LoaderSettings) -> Outcome:
 def _step_unknown(model: ThroughputModel, settings: LoaderSettings) -> bool:
     """Whether the step the workers will feed cannot be told from the run, so a worker count
     sized to the measured step's demand would starve it: measured at ``num_workers=0`` with the
-    main process's intra-op pool starved (:attr:`~pipecheck.analysis.model.ThroughputModel.
-    pool_starved`; :func:`starved_pool_threads` then proposes one thread), the threads as
+    main process's intra-op pool starved
+    (:attr:`~pipecheck.analysis.model.ThroughputModel.pool_starved`;
+    :func:`starved_pool_threads` then proposes one thread), the threads as
     measured, and production not CPU-bound (a CPU-bound worker takes a core from the step, so
     more of them than the best predicted rate needs cost the step; :func:`more_workers` keeps
     its rule for those). ``benchmarks/calibration.py``'s latency pipeline beside a busy

