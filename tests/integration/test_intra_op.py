@@ -189,6 +189,8 @@ torch.set_num_threads(2)
 from torch.utils.data import DataLoader, Dataset
 import pipecheck
 from pipecheck.analysis import analyze
+from pipecheck.kinds import CPU_BOUND
+from pipecheck.recommend.limits import producer_class
 
 class Sleepy(Dataset):  # latency-bound production: 4 ms a sample, on the calling thread
     def __len__(self):
@@ -202,7 +204,7 @@ wrapped = pipecheck.wrap(DataLoader(Sleepy(), batch_size=8))
 started = time.perf_counter()
 while time.perf_counter() - started < 4.0:
     for batch in wrapped:
-        for _ in range(10):
+        for _ in range(int(os.environ.get("STEP_OPS", "10"))):  # the step's size
             signal.mul(1.0001).relu_().sum()
 record, report = wrapped.record(), wrapped.report()
 wrapped.close()
@@ -212,6 +214,10 @@ print(json.dumps({
     "step_wall": consumer.sampled_compute_wall_s, "step_cpu": consumer.sampled_compute_cpu_s,
     "step_thread": consumer.sampled_compute_thread_cpu_s, "compute": consumer.compute_s,
     "step_s": 1 / model.demand_batches_per_s, "unstarved": model.unstarved_step_s,
+    "starved": model.pool_starved, "waiting": producer_class(model) != CPU_BOUND,
+    "capacities": [model.capacity(n)[0] for n in range(1, 4 * model.usable_cpus + 1)],
+    "demand": model.demand_batches_per_s,
+    "workers": [r.proposed for r in report.recommendations if r.setting == "num_workers"],
     "reasons": [r.reason for r in report.recommendations if r.setting == "num_workers"]}))
 """
 
@@ -238,6 +244,27 @@ def test_a_step_whose_pool_waits_for_a_core_is_measured_at_its_calling_threads_c
     # Named, never predicted: the measured step is the step's own ceiling (issue 26).
     assert all("the prediction keeps the measured step" in reason
                for reason in result["reasons"] if "waited for a core" in reason), result
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_waiting_workers_beside_a_starved_step_are_sized_for_the_producer():
+    # The same real loader (4 ms of sleep a sample) before a step 15x larger on a starved
+    # pool: sized to that step's demand 1 worker would look roomy, but on one thread the step
+    # may be far shorter, so the count is the producer's best (rules._step_unknown).
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, STEP_OPS="150", PYTHONPATH=os.pathsep.join(
+        [here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    done = subprocess.run([sys.executable, "-c", STARVED_STEP_CHILD], env=env,
+                          capture_output=True, text=True, timeout=240, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["starved"] and result["waiting"], result
+    assert len(result["workers"]) == 1, result
+    capacities = result["capacities"]
+    best = max(capacities)
+    smallest_near = 1 + next(i for i, rate in enumerate(capacities) if rate * 1.05 >= best)
+    assert result["workers"] == [smallest_near], result
+    assert "producer's best capacity" in result["reasons"][0], result
 
 
 class Steady(Dataset):
